@@ -1,0 +1,51 @@
+# Every target bootstraps .venv itself and is a no-op when it is current.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+KERNEL_SOURCES := $(wildcard lib/_kernels/*.pyx lib/_kernels/*.pxd lib/_kernels/*.pxi)
+KERNELS_BUILT := lib/_kernels/.built
+FASHION := /usr/share/datasets/fashion-mnist
+
+.PHONY: all build test tutorial bench lint data clean
+
+all: build
+
+$(INSTALLED): pyproject.toml setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip "setuptools>=69" wheel
+	$(BIN)/python -m pip install "cython>=3" "numpy>=2" scipy
+	$(BIN)/python -m pip install --no-build-isolation -e '.[test]'
+	touch $@
+
+$(KERNELS_BUILT): $(INSTALLED) $(KERNEL_SOURCES) setup.py
+	$(BIN)/python setup.py -q build_ext --inplace
+	touch $@
+
+build: $(KERNELS_BUILT)
+
+# Fashion-MNIST, the embedded default data set, from Debian's package.
+data:
+	@if [ ! -d $(FASHION) ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			(apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) || \
+			echo "could not install dataset-fashion-mnist; the data tests will be skipped"; \
+		else \
+			echo "Fashion-MNIST is missing: run 'sudo apt-get install dataset-fashion-mnist'"; \
+		fi; \
+	fi
+
+test: build data
+	$(BIN)/python -m pytest
+
+tutorial: build data
+	$(BIN)/python tutorials/00_tensors_and_tapes.py
+
+bench: build
+	$(BIN)/python bench/core.py
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check lib tests bench tutorials setup.py
+
+clean:
+	rm -rf build $(KERNELS_BUILT) lib/_kernels/*.so lib/_kernels/*.c

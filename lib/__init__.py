@@ -1,0 +1,35 @@
+"""tapeflow: eager tensors that record a tape, and graphs frozen from them.
+
+>>> import tapeflow as tp
+>>> x = tp.tensor([[1.0, 2.0]])
+>>> with tp.GradientTape() as tape:
+...     tape.watch(x)
+...     y = tp.sum(x * x)
+>>> tape.gradient(y, x).numpy().tolist()
+[[2.0, 4.0]]
+"""
+
+from tapeflow import _kernels, optimizers
+from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
+from tapeflow.devices import Device, device, list_devices
+from tapeflow.dtypes import (
+    DType,
+    as_dtype,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int32,
+    int64,
+    result_type,
+)
+from tapeflow.ops import *  # noqa: F403 - the op namespace is the public API
+from tapeflow.ops import nn, random
+from tapeflow.ops.registry import get_op
+from tapeflow.tensor import Tensor, Variable
+
+build_info = _kernels.build_info
+set_num_threads = _kernels.set_num_threads
+get_num_threads = _kernels.get_num_threads
+
+__version__ = "0.1.0"

@@ -1,0 +1,38 @@
+"""Optional dependencies, imported in this one place only.
+
+Every other module asks these flags instead of importing an extra itself.
+
+>>> from tapeflow import _compat
+>>> isinstance(_compat.has_cupy, bool)
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+
+def _try_import(name: str):
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - any failure means "not available"
+        return None
+
+
+cupy = _try_import("cupy")
+has_cupy = cupy is not None
+
+
+def _gpu_count() -> int:
+    if not has_cupy:
+        return 0
+    try:
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # noqa: BLE001 - a driver without devices
+        return 0
+
+
+has_gpu = _gpu_count() > 0
+has_xla = importlib.util.find_spec("torch_xla") is not None
+has_dask = importlib.util.find_spec("dask") is not None

@@ -1,0 +1,370 @@
+"""2-D convolution on NHWC images with HWIO filters: im2col / col2im around BLAS gemm.
+
+Padding is explicit: ``pad_top`` and ``pad_left`` rows/columns of zeros before the image;
+the bottom/right padding follows from the output size. Every input read is bounds-checked,
+so any combination of pads and output size is memory-safe.
+
+The batch is cut into chunks of whole images. Each OpenMP thread takes whole chunks and
+runs im2col and a *single-threaded* gemm on them in its own cache-sized buffer, which beats
+letting BLAS's thread pool and ours fight over the cores. When OpenBLAS's thread count
+cannot be controlled (another BLAS behind scipy), or there is only one chunk, the chunks run
+one after another and BLAS threads each gemm itself.
+"""
+
+include "_common.pxi"
+
+import ctypes
+
+import numpy as np
+import scipy.linalg.cython_blas
+
+from cython cimport floating
+from cython.parallel cimport parallel, prange, threadid
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+from scipy.linalg.cython_blas cimport dgemm, sgemm
+
+# Per-thread bound on the im2col scratch buffer.
+cdef Py_ssize_t _col_buffer_bytes = 4 * 1024 * 1024
+
+ctypedef int (*get_threads_fn)() noexcept nogil
+ctypedef void (*set_threads_fn)(int) noexcept nogil
+cdef get_threads_fn _blas_get_threads = NULL
+cdef set_threads_fn _blas_set_threads = NULL
+
+
+def _bind_blas_threading():
+    """Find the thread-count functions of the OpenBLAS that scipy's cython_blas calls."""
+    global _blas_get_threads, _blas_set_threads
+    try:
+        lib = ctypes.CDLL(scipy.linalg.cython_blas.__file__)
+    except OSError:
+        return False
+    for prefix in ("scipy_openblas", "openblas"):
+        try:
+            get_fn = getattr(lib, prefix + "_get_num_threads")
+            set_fn = getattr(lib, prefix + "_set_num_threads")
+        except AttributeError:
+            continue
+        _blas_get_threads = <get_threads_fn><size_t>ctypes.cast(get_fn, ctypes.c_void_p).value
+        _blas_set_threads = <set_threads_fn><size_t>ctypes.cast(set_fn, ctypes.c_void_p).value
+        return True
+    return False
+
+
+BLAS_THREAD_CONTROL = _bind_blas_threading()
+
+
+def _blas_num_threads():
+    """OpenBLAS's current thread count, or None when it cannot be controlled."""
+    return _blas_get_threads() if BLAS_THREAD_CONTROL else None
+
+
+def _set_col_buffer_bytes(Py_ssize_t n):
+    """Change the scratch bound and return the old one (tests use a tiny one for many chunks)."""
+    global _col_buffer_bytes
+    old, _col_buffer_bytes = _col_buffer_bytes, max(1, n)
+    return old
+
+
+cdef struct Geometry:
+    Py_ssize_t n, h, w, c, kh, kw, o, oh, ow
+    Py_ssize_t sh, sw, pt, pl, dh, dw
+
+
+cdef struct Plan:
+    Py_ssize_t images    # images per chunk
+    Py_ssize_t chunks
+    int threads          # > 1: chunks in parallel, BLAS single-threaded inside each
+
+
+cdef inline tuple _shape4(const floating[:, :, :, ::1] a):
+    return (a.shape[0], a.shape[1], a.shape[2], a.shape[3])
+
+
+cdef Geometry _geometry(str op, tuple x_shape, tuple w_shape, Py_ssize_t out_h,
+                        Py_ssize_t out_w, int stride_h, int stride_w, int pad_top,
+                        int pad_left, int dil_h, int dil_w) except *:
+    if stride_h < 1 or stride_w < 1 or dil_h < 1 or dil_w < 1:
+        raise ValueError(f"{op}: strides and dilations must be >= 1, got strides "
+                         f"({stride_h}, {stride_w}) and dilations ({dil_h}, {dil_w})")
+    if out_h < 0 or out_w < 0:
+        raise ValueError(f"{op}: output size must be >= 0, got ({out_h}, {out_w})")
+    if x_shape[3] != w_shape[2]:
+        raise ValueError(f"{op}: input has {x_shape[3]} channels but the filter "
+                         f"{w_shape} expects {w_shape[2]}")
+    cdef Geometry g
+    g.n, g.h, g.w, g.c = x_shape
+    g.kh, g.kw, _, g.o = w_shape
+    g.oh, g.ow = out_h, out_w
+    g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = stride_h, stride_w, pad_top, pad_left, dil_h, dil_w
+    return g
+
+
+cdef inline bint _is_pointwise(const Geometry* g) noexcept nogil:
+    """A 1x1, stride-1, unpadded conv: its im2col matrix is the input itself."""
+    return (g.kh == 1 and g.kw == 1 and g.sh == 1 and g.sw == 1 and g.pt == 0 and g.pl == 0
+            and g.oh == g.h and g.ow == g.w)
+
+
+cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize) noexcept nogil:
+    """Chunks that fit the scratch bound, balanced over the threads when BLAS allows it."""
+    cdef Plan p
+    cdef Py_ssize_t per_image = max(1, g.oh * g.ow * g.kh * g.kw * g.c * itemsize)
+    cdef int nt = _num_threads if _blas_set_threads != NULL else 1
+    p.images = max(1, min(g.n, _col_buffer_bytes // per_image))
+    p.chunks = (g.n + p.images - 1) // p.images
+    if nt > 1 and g.n > 1:
+        p.chunks = max(p.chunks, min(g.n, nt))
+        p.chunks = (p.chunks + nt - 1) // nt * nt
+        p.images = (g.n + p.chunks - 1) // p.chunks
+        p.chunks = (g.n + p.images - 1) // p.images
+    p.threads = <int>min(nt, p.chunks)
+    return p
+
+
+cdef int _blas_users = 0, _blas_saved_threads = 0
+
+
+cdef void _enter_plan(const Plan* p):
+    """Make BLAS single-threaded while our threads run chunks in parallel.
+
+    Called with the GIL held, which makes the count of concurrent users safe: the first
+    saves BLAS's thread count and the last restores it.
+    """
+    global _blas_users, _blas_saved_threads
+    if p.threads > 1:
+        if _blas_users == 0:
+            _blas_saved_threads = _blas_get_threads()
+            _blas_set_threads(1)
+        _blas_users += 1
+
+
+cdef void _leave_plan(const Plan* p):
+    global _blas_users
+    if p.threads > 1:
+        _blas_users -= 1
+        if _blas_users == 0:
+            _blas_set_threads(_blas_saved_threads)
+
+
+cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                       floating alpha, const floating* a, Py_ssize_t lda, const floating* b,
+                       Py_ssize_t ldb, floating beta, floating* c, Py_ssize_t ldc) noexcept nogil:
+    """Row-major C[m, n] = alpha op(A) op(B) + beta C: column-major BLAS on the transposes."""
+    cdef int m_ = <int>m, n_ = <int>n, k_ = <int>k, lda_ = <int>lda, ldb_ = <int>ldb
+    cdef int ldc_ = <int>ldc
+    if floating is float:
+        sgemm(&transb, &transa, &n_, &m_, &k_, &alpha, <float*>b, &ldb_, <float*>a, &lda_,
+              &beta, c, &ldc_)
+    else:
+        dgemm(&transb, &transa, &n_, &m_, &k_, &alpha, <double*>b, &ldb_, <double*>a, &lda_,
+              &beta, c, &ldc_)
+
+
+cdef void _im2col(const Geometry* g, const floating* x, floating* col,
+                  Py_ssize_t images) noexcept nogil:
+    """col[(n, oh, ow), (i, j, c)] = x[n, oh*sh - pt + i*dh, ow*sw - pl + j*dw, c] or 0."""
+    cdef Py_ssize_t n, oh, ow, i, j, ih, iw
+    cdef size_t row_bytes = g.c * sizeof(floating)
+    for n in range(images):
+        for oh in range(g.oh):
+            for ow in range(g.ow):
+                for i in range(g.kh):
+                    ih = oh * g.sh - g.pt + i * g.dh
+                    for j in range(g.kw):
+                        iw = ow * g.sw - g.pl + j * g.dw
+                        if 0 <= ih < g.h and 0 <= iw < g.w:
+                            memcpy(col, x + ((n * g.h + ih) * g.w + iw) * g.c, row_bytes)
+                        else:
+                            memset(col, 0, row_bytes)
+                        col += g.c
+
+
+cdef void _col2im(const Geometry* g, const floating* col, floating* dx,
+                  Py_ssize_t images) noexcept nogil:
+    """The adjoint of _im2col, as a gather: dx[n, ih, iw, :] sums the col rows that read it."""
+    cdef Py_ssize_t n, ih, iw, i, j, t, u, c
+    cdef Py_ssize_t kkc = g.kh * g.kw * g.c
+    cdef const floating* src
+    for n in range(images):
+        for ih in range(g.h):
+            for iw in range(g.w):
+                memset(dx, 0, g.c * sizeof(floating))
+                for i in range(g.kh):
+                    t = ih + g.pt - i * g.dh
+                    if t < 0 or t % g.sh != 0 or t // g.sh >= g.oh:
+                        continue
+                    for j in range(g.kw):
+                        u = iw + g.pl - j * g.dw
+                        if u < 0 or u % g.sw != 0 or u // g.sw >= g.ow:
+                            continue
+                        src = col + ((n * g.oh + t // g.sh) * g.ow + u // g.sw) * kkc
+                        src += (i * g.kw + j) * g.c
+                        for c in range(g.c):
+                            dx[c] += src[c]
+                dx += g.c
+
+
+cdef inline floating* _alloc(Py_ssize_t count, floating* like) noexcept nogil:
+    return <floating*>malloc(max(1, count) * sizeof(floating))
+
+
+def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] w,
+                   int stride_h, int stride_w, int pad_top, int pad_left, int dil_h, int dil_w,
+                   int out_h, int out_w):
+    """y[N, out_h, out_w, O] = conv(x[N, H, W, C], w[KH, KW, C, O]) (cross-correlation).
+
+    >>> import numpy as np
+    >>> y = conv2d_forward(np.ones((1, 3, 3, 1)), np.ones((2, 2, 1, 1)), 1, 1, 0, 0, 1, 1, 2, 2)
+    >>> y[0, :, :, 0].tolist()
+    [[4.0, 4.0], [4.0, 4.0]]
+    """
+    cdef Geometry g = _geometry("conv2d_forward", _shape4(x), _shape4(w), out_h, out_w,
+                                stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)
+    y = np.zeros((g.n, g.oh, g.ow, g.o), dtype=np.float32 if floating is float else np.float64)
+    cdef floating[:, :, :, ::1] y_view = y
+    cdef Py_ssize_t rows = g.oh * g.ow, kkc = g.kh * g.kw * g.c
+    if g.n * rows * g.o == 0 or kkc == 0:
+        return y
+    cdef const floating* xp = &x[0, 0, 0, 0]
+    cdef const floating* wp = &w[0, 0, 0, 0]
+    cdef floating* yp = &y_view[0, 0, 0, 0]
+    cdef bint pointwise = _is_pointwise(&g)
+    cdef Plan p = _plan(&g, sizeof(floating))
+    cdef Py_ssize_t chunk, start, count
+    cdef floating* col = NULL
+    cdef int failed = 0
+    cdef int* failed_p = &failed
+    _enter_plan(&p)
+    with nogil:
+        with parallel(num_threads=p.threads):
+            col = NULL if pointwise else _alloc(p.images * rows * kkc, yp)
+            if not pointwise and col == NULL:
+                failed_p[0] = 1
+            for chunk in prange(p.chunks, schedule="static"):
+                start = chunk * p.images
+                count = min(p.images, g.n - start)
+                if pointwise:
+                    _gemm(c'N', c'N', count * rows, g.o, kkc, 1, xp + start * rows * kkc, kkc,
+                          wp, g.o, 0, yp + start * rows * g.o, g.o)
+                elif col != NULL:
+                    _im2col(&g, xp + start * g.h * g.w * g.c, col, count)
+                    _gemm(c'N', c'N', count * rows, g.o, kkc, 1, col, kkc, wp, g.o, 0,
+                          yp + start * rows * g.o, g.o)
+            free(col)
+    _leave_plan(&p)
+    if failed:
+        raise MemoryError("conv2d_forward: cannot allocate the im2col buffer")
+    return y
+
+
+def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, :, ::1] w,
+                          int in_h, int in_w, int stride_h, int stride_w, int pad_top,
+                          int pad_left, int dil_h, int dil_w):
+    """dx[N, in_h, in_w, C]: the gradient of conv2d_forward wrt x (also conv2d_transpose)."""
+    if dy.shape[3] != w.shape[3]:
+        raise ValueError(f"conv2d_backward_input: dy has {dy.shape[3]} channels but the "
+                         f"filter {_shape4(w)} has {w.shape[3]} outputs")
+    if in_h < 0 or in_w < 0:
+        raise ValueError(f"conv2d_backward_input: input size must be >= 0, got ({in_h}, {in_w})")
+    cdef Geometry g = _geometry("conv2d_backward_input", (dy.shape[0], in_h, in_w, w.shape[2]),
+                                _shape4(w), dy.shape[1], dy.shape[2], stride_h, stride_w,
+                                pad_top, pad_left, dil_h, dil_w)
+    dx = np.zeros((g.n, g.h, g.w, g.c), dtype=np.float32 if floating is float else np.float64)
+    cdef floating[:, :, :, ::1] dx_view = dx
+    cdef Py_ssize_t rows = g.oh * g.ow, kkc = g.kh * g.kw * g.c
+    if g.n * g.h * g.w * g.c == 0 or rows * g.o == 0:
+        return dx
+    cdef const floating* dyp = &dy[0, 0, 0, 0]
+    cdef const floating* wp = &w[0, 0, 0, 0]
+    cdef floating* dxp = &dx_view[0, 0, 0, 0]
+    cdef bint pointwise = _is_pointwise(&g)
+    cdef Plan p = _plan(&g, sizeof(floating))
+    cdef Py_ssize_t chunk, start, count
+    cdef floating* col = NULL
+    cdef int failed = 0
+    cdef int* failed_p = &failed
+    _enter_plan(&p)
+    with nogil:
+        with parallel(num_threads=p.threads):
+            col = NULL if pointwise else _alloc(p.images * rows * kkc, dxp)
+            if not pointwise and col == NULL:
+                failed_p[0] = 1
+            for chunk in prange(p.chunks, schedule="static"):
+                start = chunk * p.images
+                count = min(p.images, g.n - start)
+                if pointwise:
+                    _gemm(c'N', c'T', count * rows, kkc, g.o, 1, dyp + start * rows * g.o, g.o,
+                          wp, g.o, 0, dxp + start * rows * kkc, kkc)
+                elif col != NULL:
+                    _gemm(c'N', c'T', count * rows, kkc, g.o, 1, dyp + start * rows * g.o, g.o,
+                          wp, g.o, 0, col, kkc)
+                    _col2im(&g, col, dxp + start * g.h * g.w * g.c, count)
+            free(col)
+    _leave_plan(&p)
+    if failed:
+        raise MemoryError("conv2d_backward_input: cannot allocate the col2im buffer")
+    return dx
+
+
+def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] dy,
+                           int kh, int kw, int stride_h, int stride_w, int pad_top,
+                           int pad_left, int dil_h, int dil_w):
+    """dw[KH, KW, C, O]: the gradient of conv2d_forward wrt its filter."""
+    if dy.shape[0] != x.shape[0]:
+        raise ValueError(f"conv2d_backward_filter: x has batch {x.shape[0]} but dy has "
+                         f"{dy.shape[0]}")
+    if kh < 0 or kw < 0:
+        raise ValueError(f"conv2d_backward_filter: kernel size must be >= 0, got ({kh}, {kw})")
+    cdef Geometry g = _geometry("conv2d_backward_filter", _shape4(x),
+                                (kh, kw, x.shape[3], dy.shape[3]), dy.shape[1], dy.shape[2],
+                                stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)
+    dw = np.zeros((g.kh, g.kw, g.c, g.o), dtype=np.float32 if floating is float else np.float64)
+    cdef floating[:, :, :, ::1] dw_view = dw
+    cdef Py_ssize_t rows = g.oh * g.ow, kkc = g.kh * g.kw * g.c
+    if kkc * g.o == 0 or g.n * rows == 0:
+        return dw
+    cdef const floating* xp = &x[0, 0, 0, 0]
+    cdef const floating* dyp = &dy[0, 0, 0, 0]
+    cdef floating* dwp = &dw_view[0, 0, 0, 0]
+    cdef bint pointwise = _is_pointwise(&g)
+    cdef Plan p = _plan(&g, sizeof(floating))
+    cdef Py_ssize_t chunk, start, count, i
+    cdef Py_ssize_t size = kkc * g.o
+    cdef floating* col = NULL
+    cdef floating* acc = NULL
+    cdef int t = 0, failed = 0
+    cdef int* failed_p = &failed
+    # Thread 0 accumulates into dw itself; the others into zeroed partial sums added at the end.
+    cdef floating* partials = _alloc((p.threads - 1) * size, dwp)
+    if partials == NULL:
+        raise MemoryError("conv2d_backward_filter: cannot allocate partial sums")
+    memset(partials, 0, (p.threads - 1) * size * sizeof(floating))
+    _enter_plan(&p)
+    with nogil:
+        with parallel(num_threads=p.threads):
+            col = NULL if pointwise else _alloc(p.images * rows * kkc, dwp)
+            if not pointwise and col == NULL:
+                failed_p[0] = 1
+            t = threadid()
+            acc = dwp if t == 0 else partials + (t - 1) * size
+            for chunk in prange(p.chunks, schedule="static"):
+                start = chunk * p.images
+                count = min(p.images, g.n - start)
+                if pointwise:
+                    _gemm(c'T', c'N', kkc, g.o, count * rows, 1, xp + start * rows * kkc, kkc,
+                          dyp + start * rows * g.o, g.o, 1, acc, g.o)
+                elif col != NULL:
+                    _im2col(&g, xp + start * g.h * g.w * g.c, col, count)
+                    _gemm(c'T', c'N', kkc, g.o, count * rows, 1, col, kkc,
+                          dyp + start * rows * g.o, g.o, 1, acc, g.o)
+            free(col)
+    _leave_plan(&p)
+    with nogil:
+        for i in range((p.threads - 1) * size):
+            dwp[i % size] += partials[i]
+        free(partials)
+    if failed:
+        raise MemoryError("conv2d_backward_filter: cannot allocate the im2col buffer")
+    return dw

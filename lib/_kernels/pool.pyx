@@ -1,0 +1,196 @@
+"""Max and average pooling on NHWC images, parallel over images.
+
+Padding is explicit (``pad_top``, ``pad_left`` and the output size). Padded positions take
+no part: they are never the max, and an average divides by the number of real inputs in
+its window (TensorFlow semantics). A window with no real input gives -inf (max) or 0 (avg)
+and passes no gradient.
+"""
+
+include "_common.pxi"
+
+import numpy as np
+
+from cython cimport floating
+from cython.parallel cimport prange
+from libc.math cimport INFINITY
+from libc.string cimport memcpy
+
+
+cdef struct Window:
+    Py_ssize_t n, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl
+
+
+cdef Window _window(str op, tuple x_shape, int kh, int kw, int sh, int sw, int pad_top,
+                    int pad_left, Py_ssize_t out_h, Py_ssize_t out_w) except *:
+    if kh < 1 or kw < 1 or sh < 1 or sw < 1:
+        raise ValueError(f"{op}: window ({kh}, {kw}) and strides ({sh}, {sw}) must be >= 1")
+    if out_h < 0 or out_w < 0:
+        raise ValueError(f"{op}: output size must be >= 0, got ({out_h}, {out_w})")
+    cdef Window g
+    g.n, g.h, g.w, g.c = x_shape
+    g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl = out_h, out_w, kh, kw, sh, sw, pad_top, pad_left
+    return g
+
+
+cdef inline tuple _shape4(const floating[:, :, :, ::1] a):
+    return (a.shape[0], a.shape[1], a.shape[2], a.shape[3])
+
+
+cdef inline void _span(Py_ssize_t o, Py_ssize_t stride, Py_ssize_t pad, Py_ssize_t k,
+                       Py_ssize_t size, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    """Input rows [lo, hi) that window o covers, clipped to the image."""
+    cdef Py_ssize_t start = o * stride - pad
+    lo[0] = max(start, 0)
+    hi[0] = min(start + k, size)
+
+
+cdef inline bint _better(floating v, floating best) noexcept nogil:
+    """Max order with ties to the first seen, and NaN beating every number."""
+    return v > best or (v != v and best == best)
+
+
+cdef void _max_forward_image(const Window* g, const floating* x, floating* y) noexcept nogil:
+    cdef Py_ssize_t oh, ow, ih, iw, c, ih0, ih1, iw0, iw1
+    cdef const floating* src
+    for oh in range(g.oh):
+        _span(oh, g.sh, g.pt, g.kh, g.h, &ih0, &ih1)
+        for ow in range(g.ow):
+            _span(ow, g.sw, g.pl, g.kw, g.w, &iw0, &iw1)
+            if ih0 >= ih1 or iw0 >= iw1:
+                for c in range(g.c):
+                    y[c] = -INFINITY
+            else:
+                memcpy(y, x + (ih0 * g.w + iw0) * g.c, g.c * sizeof(floating))
+                for ih in range(ih0, ih1):
+                    for iw in range(iw0, iw1):
+                        src = x + (ih * g.w + iw) * g.c
+                        for c in range(g.c):
+                            if _better(src[c], y[c]):
+                                y[c] = src[c]
+            y += g.c
+
+
+cdef void _max_backward_image(const Window* g, const floating* x, const floating* dy,
+                              floating* dx) noexcept nogil:
+    cdef Py_ssize_t oh, ow, ih, iw, c, ih0, ih1, iw0, iw1, at, best_at
+    cdef floating best
+    for oh in range(g.oh):
+        _span(oh, g.sh, g.pt, g.kh, g.h, &ih0, &ih1)
+        for ow in range(g.ow):
+            _span(ow, g.sw, g.pl, g.kw, g.w, &iw0, &iw1)
+            if ih0 < ih1 and iw0 < iw1:
+                for c in range(g.c):
+                    best_at = (ih0 * g.w + iw0) * g.c + c
+                    best = x[best_at]
+                    for ih in range(ih0, ih1):
+                        for iw in range(iw0, iw1):
+                            at = (ih * g.w + iw) * g.c + c
+                            if _better(x[at], best):
+                                best = x[at]
+                                best_at = at
+                    dx[best_at] += dy[c]
+            dy += g.c
+
+
+cdef void _avg_forward_image(const Window* g, const floating* x, floating* y) noexcept nogil:
+    cdef Py_ssize_t oh, ow, ih, iw, c, ih0, ih1, iw0, iw1
+    cdef const floating* src
+    cdef floating scale
+    for oh in range(g.oh):
+        _span(oh, g.sh, g.pt, g.kh, g.h, &ih0, &ih1)
+        for ow in range(g.ow):
+            _span(ow, g.sw, g.pl, g.kw, g.w, &iw0, &iw1)
+            for c in range(g.c):
+                y[c] = 0
+            if ih0 < ih1 and iw0 < iw1:
+                for ih in range(ih0, ih1):
+                    for iw in range(iw0, iw1):
+                        src = x + (ih * g.w + iw) * g.c
+                        for c in range(g.c):
+                            y[c] += src[c]
+                scale = 1.0 / ((ih1 - ih0) * (iw1 - iw0))
+                for c in range(g.c):
+                    y[c] *= scale
+            y += g.c
+
+
+cdef void _avg_backward_image(const Window* g, const floating* dy, floating* dx) noexcept nogil:
+    cdef Py_ssize_t oh, ow, ih, iw, c, ih0, ih1, iw0, iw1
+    cdef floating* dst
+    cdef floating scale
+    for oh in range(g.oh):
+        _span(oh, g.sh, g.pt, g.kh, g.h, &ih0, &ih1)
+        for ow in range(g.ow):
+            _span(ow, g.sw, g.pl, g.kw, g.w, &iw0, &iw1)
+            if ih0 < ih1 and iw0 < iw1:
+                scale = 1.0 / ((ih1 - ih0) * (iw1 - iw0))
+                for ih in range(ih0, ih1):
+                    for iw in range(iw0, iw1):
+                        dst = dx + (ih * g.w + iw) * g.c
+                        for c in range(g.c):
+                            dst[c] += dy[c] * scale
+            dy += g.c
+
+
+def max_pool2d_forward(const floating[:, :, :, ::1] x, int kh, int kw, int sh, int sw,
+                       int pad_top, int pad_left, int out_h, int out_w):
+    """y[N, out_h, out_w, C]: the max over each window of x[N, H, W, C]."""
+    cdef Window g = _window("max_pool2d_forward", _shape4(x), kh, kw, sh, sw, pad_top,
+                            pad_left, out_h, out_w)
+    y = np.empty((g.n, g.oh, g.ow, g.c), dtype=np.float32 if floating is float else np.float64)
+    cdef floating[:, :, :, ::1] yv = y
+    cdef Py_ssize_t n
+    if y.size == 0:
+        return y
+    for n in prange(g.n, nogil=True, schedule="static", num_threads=_num_threads):
+        _max_forward_image(&g, &x[n, 0, 0, 0], &yv[n, 0, 0, 0])
+    return y
+
+
+def max_pool2d_backward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] dy,
+                        int kh, int kw, int sh, int sw, int pad_top, int pad_left):
+    """dx[N, H, W, C]: dy routed to each window's first max (row-major window order)."""
+    cdef Window g = _window("max_pool2d_backward", _shape4(x), kh, kw, sh, sw, pad_top,
+                            pad_left, dy.shape[1], dy.shape[2])
+    if dy.shape[0] != g.n or dy.shape[3] != g.c:
+        raise ValueError(f"max_pool2d_backward: dy {_shape4(dy)} does not match x {_shape4(x)}")
+    dx = np.zeros((g.n, g.h, g.w, g.c), dtype=np.float32 if floating is float else np.float64)
+    cdef floating[:, :, :, ::1] dxv = dx
+    cdef Py_ssize_t n
+    if dx.size == 0 or dy.size == 0:
+        return dx
+    for n in prange(g.n, nogil=True, schedule="static", num_threads=_num_threads):
+        _max_backward_image(&g, &x[n, 0, 0, 0], &dy[n, 0, 0, 0], &dxv[n, 0, 0, 0])
+    return dx
+
+
+def avg_pool2d_forward(const floating[:, :, :, ::1] x, int kh, int kw, int sh, int sw,
+                       int pad_top, int pad_left, int out_h, int out_w):
+    """y[N, out_h, out_w, C]: the mean of the real (unpadded) inputs in each window."""
+    cdef Window g = _window("avg_pool2d_forward", _shape4(x), kh, kw, sh, sw, pad_top,
+                            pad_left, out_h, out_w)
+    y = np.empty((g.n, g.oh, g.ow, g.c), dtype=np.float32 if floating is float else np.float64)
+    cdef floating[:, :, :, ::1] yv = y
+    cdef Py_ssize_t n
+    if y.size == 0:
+        return y
+    for n in prange(g.n, nogil=True, schedule="static", num_threads=_num_threads):
+        _avg_forward_image(&g, &x[n, 0, 0, 0], &yv[n, 0, 0, 0])
+    return y
+
+
+def avg_pool2d_backward(const floating[:, :, :, ::1] dy, int in_h, int in_w, int kh, int kw,
+                        int sh, int sw, int pad_top, int pad_left):
+    """dx[N, in_h, in_w, C]: each window's dy spread evenly over its real inputs."""
+    if in_h < 0 or in_w < 0:
+        raise ValueError(f"avg_pool2d_backward: input size must be >= 0, got ({in_h}, {in_w})")
+    cdef Window g = _window("avg_pool2d_backward", (dy.shape[0], in_h, in_w, dy.shape[3]),
+                            kh, kw, sh, sw, pad_top, pad_left, dy.shape[1], dy.shape[2])
+    dx = np.zeros((g.n, g.h, g.w, g.c), dtype=np.float32 if floating is float else np.float64)
+    cdef floating[:, :, :, ::1] dxv = dx
+    cdef Py_ssize_t n
+    if dx.size == 0 or dy.size == 0:
+        return dx
+    for n in prange(g.n, nogil=True, schedule="static", num_threads=_num_threads):
+        _avg_backward_image(&g, &dy[n, 0, 0, 0], &dxv[n, 0, 0, 0])
+    return dx

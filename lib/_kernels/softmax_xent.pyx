@@ -1,0 +1,74 @@
+"""Fused sparse softmax cross-entropy: loss and its gradient in one pass per row."""
+
+include "_common.pxi"
+
+import numpy as np
+
+from cython cimport floating
+from cython.parallel cimport prange
+from libc.math cimport NAN, exp, expf, log
+from libc.stdint cimport int64_t
+
+# Below this many logits the parallel region costs more than it saves.
+cdef Py_ssize_t _PARALLEL_MIN = 1 << 15
+
+
+cdef inline floating _exp(floating v) noexcept nogil:
+    if floating is float:
+        return expf(v)
+    else:
+        return exp(v)
+
+
+cdef void _row(const floating* logits, int64_t label, Py_ssize_t classes, floating* loss,
+               floating* backprop) noexcept nogil:
+    """loss = logsumexp(row) - row[label]; backprop = softmax(row) - onehot(label)."""
+    cdef Py_ssize_t c
+    cdef floating top = logits[0], e, inv
+    cdef double total = 0
+    if label < 0 or label >= classes:
+        loss[0] = NAN
+        for c in range(classes):
+            backprop[c] = NAN
+        return
+    for c in range(1, classes):
+        if logits[c] > top:
+            top = logits[c]
+    for c in range(classes):
+        e = _exp(logits[c] - top)
+        backprop[c] = e
+        total += e
+    inv = <floating>(1.0 / total)
+    for c in range(classes):
+        backprop[c] *= inv
+    backprop[label] -= 1
+    loss[0] = <floating>(log(total) + top - logits[label])
+
+
+def sparse_softmax_xent(const floating[:, ::1] logits, const int64_t[::1] labels):
+    """(loss[B], backprop[B, C]) for logits[B, C] and int64 labels[B].
+
+    Labels are not validated: an out-of-range label gives NaN loss and gradient for its row.
+
+    >>> import numpy as np
+    >>> loss, grad = sparse_softmax_xent(np.zeros((1, 4)), np.array([2]))
+    >>> round(float(loss[0]), 6), grad[0].tolist()
+    (1.386294, [0.25, 0.25, -0.75, 0.25])
+    """
+    cdef Py_ssize_t rows = logits.shape[0], classes = logits.shape[1], b
+    if labels.shape[0] != rows:
+        raise ValueError(f"sparse_softmax_xent: {labels.shape[0]} labels for {rows} rows")
+    dtype = np.float32 if floating is float else np.float64
+    loss = np.empty(rows, dtype=dtype)
+    backprop = np.empty((rows, classes), dtype=dtype)
+    if rows == 0:
+        return loss, backprop
+    if classes == 0:
+        loss[:] = np.nan
+        return loss, backprop
+    cdef floating[::1] loss_v = loss
+    cdef floating[:, ::1] backprop_v = backprop
+    cdef int threads = _num_threads if rows * classes >= _PARALLEL_MIN else 1
+    for b in prange(rows, nogil=True, schedule="static", num_threads=threads):
+        _row(&logits[b, 0], labels[b], classes, &loss_v[b], &backprop_v[b, 0])
+    return loss, backprop

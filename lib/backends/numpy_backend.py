@@ -1,0 +1,134 @@
+"""The CPU backend: compiled kernels for the hot ops, by op name.
+
+Ops without an entry here run their NumPy reference. Each function takes the
+op's input arrays and attrs, exactly as the reference does.
+
+>>> import numpy as np
+>>> from tapeflow.backends import numpy_backend
+>>> numpy_backend.gather(np.eye(3), np.array([2]), 0).tolist()
+[[0.0, 0.0, 1.0]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow import _kernels
+from tapeflow.backends.common import check_index_range, check_labels, conv_geometry
+
+_FAST = (np.float32, np.float64)
+
+
+def _ready(*arrays):
+    """Arrays as C-contiguous float32/float64 for the kernels (float16 widened)."""
+    out = []
+    for a in arrays:
+        if a.dtype not in _FAST:
+            a = a.astype(np.float32)
+        out.append(np.ascontiguousarray(a))
+    return out
+
+
+def _geometry(name, in_h, in_w, kh, kw, strides, padding, dilations):
+    oh, ow, top, left = conv_geometry(name, in_h, in_w, kh, kw, strides, padding, dilations)
+    return (*strides, top, left, *dilations, oh, ow)
+
+
+def conv2d(x, w, strides, padding, dilations):
+    xc, wc = _ready(x, w)
+    sh, sw, top, left, dh, dw, oh, ow = _geometry(
+        "conv2d", x.shape[1], x.shape[2], w.shape[0], w.shape[1], strides, padding, dilations
+    )
+    y = _kernels.conv2d_forward(xc, wc, sh, sw, top, left, dh, dw, oh, ow)
+    return y.astype(x.dtype, copy=False)
+
+
+def conv2d_input_grad(dy, w, input_size, strides, padding, dilations):
+    dyc, wc = _ready(dy, w)
+    sh, sw, top, left, dh, dw, _, _ = _geometry(
+        "conv2d_transpose", *input_size, w.shape[0], w.shape[1], strides, padding, dilations
+    )
+    dx = _kernels.conv2d_backward_input(dyc, wc, input_size[0], input_size[1], sh, sw, top, left, dh, dw)
+    return dx.astype(dy.dtype, copy=False)
+
+
+def conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    xc, dyc = _ready(x, dy)
+    sh, sw, top, left, dh, dw, _, _ = _geometry(
+        "conv2d", x.shape[1], x.shape[2], *filter_size, strides, padding, dilations
+    )
+    dw_ = _kernels.conv2d_backward_filter(xc, dyc, filter_size[0], filter_size[1], sh, sw, top, left, dh, dw)
+    return dw_.astype(x.dtype, copy=False)
+
+
+def _pool_geometry(name, shape, ksize, strides, padding):
+    oh, ow, top, left = conv_geometry(name, shape[1], shape[2], *ksize, strides, padding, (1, 1))
+    return top, left, oh, ow
+
+
+def max_pool2d(x, ksize, strides, padding):
+    (xc,) = _ready(x)
+    top, left, oh, ow = _pool_geometry("max_pool2d", x.shape, ksize, strides, padding)
+    return _kernels.max_pool2d_forward(xc, *ksize, *strides, top, left, oh, ow).astype(x.dtype, copy=False)
+
+
+def max_pool2d_grad(x, dy, ksize, strides, padding):
+    xc, dyc = _ready(x, dy)
+    top, left, _, _ = _pool_geometry("max_pool2d", x.shape, ksize, strides, padding)
+    return _kernels.max_pool2d_backward(xc, dyc, *ksize, *strides, top, left).astype(x.dtype, copy=False)
+
+
+def avg_pool2d(x, ksize, strides, padding):
+    (xc,) = _ready(x)
+    top, left, oh, ow = _pool_geometry("avg_pool2d", x.shape, ksize, strides, padding)
+    return _kernels.avg_pool2d_forward(xc, *ksize, *strides, top, left, oh, ow).astype(x.dtype, copy=False)
+
+
+def avg_pool2d_grad(dy, input_size, ksize, strides, padding):
+    (dyc,) = _ready(dy)
+    shape = (dy.shape[0], *input_size, dy.shape[3])
+    top, left, _, _ = _pool_geometry("avg_pool2d", shape, ksize, strides, padding)
+    dx = _kernels.avg_pool2d_backward(dyc, input_size[0], input_size[1], *ksize, *strides, top, left)
+    return dx.astype(dy.dtype, copy=False)
+
+
+def sparse_softmax_cross_entropy_with_logits(logits, labels):
+    check_labels("sparse_softmax_cross_entropy_with_logits", labels, logits.shape[1])
+    (lc,) = _ready(logits)
+    loss, backprop = _kernels.sparse_softmax_xent(lc, np.ascontiguousarray(labels, dtype=np.int64))
+    return loss.astype(logits.dtype, copy=False), backprop.astype(logits.dtype, copy=False)
+
+
+def _rows_ok(params, ids, axis):
+    return axis == 0 and params.ndim == 2 and params.dtype in _FAST
+
+
+def gather(x, indices, axis):
+    check_index_range("gather", indices, x.shape[axis], axis)
+    if not _rows_ok(x, indices, axis):
+        return np.take(x, indices, axis=axis)
+    ids = np.ascontiguousarray(indices.reshape(-1), dtype=np.int64)
+    ids = np.where(ids < 0, ids + x.shape[0], ids)
+    rows = _kernels.gather_rows(np.ascontiguousarray(x), ids)
+    return rows.reshape(indices.shape + x.shape[1:])
+
+
+def scatter_add(x, indices, updates, axis):
+    check_index_range("scatter_add", indices, x.shape[axis], axis)
+    out = np.array(x, copy=True, order="C")
+    if not _rows_ok(x, indices, axis) or updates.dtype != x.dtype:
+        np.add.at(out, (slice(None),) * axis + (indices,), updates)
+        return out
+    ids = np.ascontiguousarray(indices.reshape(-1), dtype=np.int64)
+    ids = np.where(ids < 0, ids + x.shape[0], ids)
+    _kernels.scatter_add_rows(out, ids, np.ascontiguousarray(updates.reshape(ids.shape[0], x.shape[1])))
+    return out
+
+
+def adam_update(param, m, v, grad, lr, beta1, beta2, epsilon, step):
+    dtype = param.dtype
+    p_new, m_new, v_new, g = (
+        np.array(a, dtype=np.float32 if dtype not in _FAST else dtype, order="C") for a in (param, m, v, grad)
+    )
+    _kernels.adam_update(p_new, m_new, v_new, g, lr, beta1, beta2, epsilon, 1.0 - beta1**step, 1.0 - beta2**step)
+    return p_new.astype(dtype, copy=False), m_new.astype(dtype, copy=False), v_new.astype(dtype, copy=False)

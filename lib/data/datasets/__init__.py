@@ -1,0 +1,10 @@
+"""Loaders for standard data sets, read from local files (downloaded only on request).
+
+>>> from tapeflow.data.datasets import mnist
+>>> callable(mnist.load_data)
+True
+"""
+
+from tapeflow.data.datasets import mnist
+
+__all__ = ["mnist"]

@@ -1,0 +1,122 @@
+"""Every op, defined once, grouped by family; this package binds the
+operators of Tensor to them.
+
+>>> from tapeflow import ops
+>>> len(ops.registry.all_ops()) > 50
+True
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from tapeflow import tensor as _tensor
+from tapeflow.ops import array, creation, math, nn, optim, random, reduce, registry
+from tapeflow.ops.array import (
+    broadcast_to,
+    concat,
+    expand_dims,
+    flatten,
+    gather,
+    gather_nd,
+    getitem,
+    one_hot,
+    pad,
+    reshape,
+    scatter_add,
+    scatter_nd_add,
+    split,
+    squeeze,
+    stack,
+    tile,
+    transpose,
+)
+from tapeflow.ops.creation import (
+    arange,
+    constant,
+    eye,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from tapeflow.ops.math import (
+    abs,
+    add,
+    cast,
+    clip,
+    cos,
+    divide,
+    equal,
+    erf,
+    exp,
+    greater,
+    greater_equal,
+    identity,
+    less,
+    less_equal,
+    log,
+    log1p,
+    logical_and,
+    logical_not,
+    logical_or,
+    matmul,
+    maximum,
+    minimum,
+    multiply,
+    neg,
+    not_equal,
+    pow,
+    reciprocal,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    square,
+    stop_gradient,
+    subtract,
+    tanh,
+    where,
+)
+from tapeflow.ops.reduce import argmax, argmin, logsumexp, max, mean, min, prod, std, sum, var
+
+_tensor.bind_operators(
+    SimpleNamespace(
+        add=add,
+        subtract=subtract,
+        multiply=multiply,
+        divide=divide,
+        pow=pow,
+        matmul=matmul,
+        neg=neg,
+        abs=abs,
+        less=less,
+        less_equal=less_equal,
+        greater=greater,
+        greater_equal=greater_equal,
+        equal=equal,
+        not_equal=not_equal,
+        logical_and=logical_and,
+        logical_or=logical_or,
+        logical_not=logical_not,
+        getitem=getitem,
+        reshape=reshape,
+        transpose=transpose,
+        sum=sum,
+        mean=mean,
+        max=max,
+        min=min,
+        argmax=argmax,
+        cast=cast,
+        exp=exp,
+        log=log,
+        sqrt=sqrt,
+    )
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]

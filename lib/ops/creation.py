@@ -1,0 +1,184 @@
+"""Creating tensors: from data, filled, ranges, identity, and *_like ops.
+
+>>> import tapeflow as tp
+>>> tp.zeros((2, 3)).shape, tp.arange(3).dtype
+((2, 3), tapeflow.int64)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow import dtypes
+from tapeflow.devices import current_device, parse_device
+from tapeflow.ops.registry import apply, as_tensor, defop
+from tapeflow.tensor import Tensor
+
+
+def tensor(value, dtype=None, device=None) -> Tensor:
+    """A tensor holding a copy of `value` (Python floats become float32).
+
+    >>> import tapeflow as tp
+    >>> tp.tensor([[1.0, 2.0]]).dtype
+    tapeflow.float32
+    """
+    if device is not None:
+        parse_device(device)
+    if isinstance(value, Tensor):
+        return value if dtype is None else apply_cast(value, dtype)
+    t = as_tensor(value, dtype=dtype, name="tensor")
+    if isinstance(value, np.ndarray) and t._value is value:
+        t = Tensor._wrap(value.copy(), t.device)
+    return t
+
+
+constant = tensor
+
+
+def apply_cast(x: Tensor, dtype) -> Tensor:
+    from tapeflow.ops.math import cast
+
+    return cast(x, dtype)
+
+
+def _shape_of(name: str, shape) -> tuple:
+    if isinstance(shape, int | np.integer):
+        shape = (shape,)
+    try:
+        out = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: shape must be a sequence of ints, got {shape!r}") from None
+    if any(d < 0 for d in out):
+        raise ValueError(f"{name}: negative dimension in shape {out}")
+    return out
+
+
+def _filled(shape, value, dtype, name) -> Tensor:
+    d = dtypes.as_dtype(dtype) if dtype is not None else dtypes.result_type(value)
+    return Tensor._wrap(np.full(_shape_of(name, shape), value, dtype=d.np), current_device())
+
+
+def zeros(shape, dtype="float32") -> Tensor:
+    """A tensor of zeros.
+
+    >>> import tapeflow as tp
+    >>> tp.zeros((2,)).numpy().tolist()
+    [0.0, 0.0]
+    """
+    return _filled(shape, 0, dtype, "zeros")
+
+
+def ones(shape, dtype="float32") -> Tensor:
+    """A tensor of ones.
+
+    >>> import tapeflow as tp
+    >>> tp.ones((2,), dtype="int32").numpy().tolist()
+    [1, 1]
+    """
+    return _filled(shape, 1, dtype, "ones")
+
+
+def full(shape, fill_value, dtype=None) -> Tensor:
+    """A tensor filled with one value (dtype from the value when not given).
+
+    >>> import tapeflow as tp
+    >>> tp.full((2,), 7).numpy().tolist()
+    [7, 7]
+    """
+    return _filled(shape, fill_value, dtype, "full")
+
+
+def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+    """Evenly spaced values in [start, stop) (int64 for ints, float32 for floats).
+
+    >>> import tapeflow as tp
+    >>> tp.arange(1, 7, 2).numpy().tolist()
+    [1, 3, 5]
+    """
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError("arange: step cannot be zero")
+    d = dtypes.as_dtype(dtype) if dtype is not None else dtypes.result_type(start, stop, step)
+    return Tensor._wrap(np.arange(start, stop, step, dtype=d.np), current_device())
+
+
+def linspace(start, stop, num: int, dtype="float32") -> Tensor:
+    """`num` evenly spaced values from start to stop, both included.
+
+    >>> import tapeflow as tp
+    >>> tp.linspace(0, 1, 3).numpy().tolist()
+    [0.0, 0.5, 1.0]
+    """
+    if num < 0:
+        raise ValueError(f"linspace: num must be non-negative, got {num}")
+    arr = np.linspace(start, stop, int(num), dtype=np.float64).astype(dtypes.as_dtype(dtype).np)
+    return Tensor._wrap(arr, current_device())
+
+
+def eye(n: int, m: int | None = None, dtype="float32") -> Tensor:
+    """An identity matrix (n x m).
+
+    >>> import tapeflow as tp
+    >>> tp.eye(2).numpy().tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    return Tensor._wrap(
+        np.eye(int(n), None if m is None else int(m), dtype=dtypes.as_dtype(dtype).np), current_device()
+    )
+
+
+def _like_infer(x, value, dtype):
+    return [(x.shape, dtypes.as_dtype(dtype) if dtype is not None else x.dtype)]
+
+
+@defop("full_like", infer=_like_infer)
+def _FULL_LIKE(x, value, dtype):
+    return np.full(x.shape, value, dtype=dtypes.as_dtype(dtype).np if dtype is not None else x.dtype)
+
+
+def full_like(x, fill_value, dtype=None) -> Tensor:
+    """A tensor shaped like `x`, filled with one value.
+
+    >>> import tapeflow as tp
+    >>> tp.full_like(tp.ones((2,)), 3.0).numpy().tolist()
+    [3.0, 3.0]
+    """
+    x = as_tensor(x, name="full_like")
+    d = None if dtype is None else dtypes.as_dtype(dtype).name
+    return apply(_FULL_LIKE, (x,), {"value": fill_value, "dtype": d})
+
+
+def zeros_like(x, dtype=None) -> Tensor:
+    """Zeros shaped like `x`.
+
+    >>> import tapeflow as tp
+    >>> tp.zeros_like(tp.ones((2,))).numpy().tolist()
+    [0.0, 0.0]
+    """
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x, dtype=None) -> Tensor:
+    """Ones shaped like `x`.
+
+    >>> import tapeflow as tp
+    >>> tp.ones_like(tp.zeros((2,))).numpy().tolist()
+    [1.0, 1.0]
+    """
+    return full_like(x, 1, dtype)
+
+
+__all__ = [
+    "tensor",
+    "constant",
+    "zeros",
+    "ones",
+    "full",
+    "arange",
+    "linspace",
+    "eye",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+]

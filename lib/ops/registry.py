@@ -1,0 +1,178 @@
+"""The op registry: every op is one OpDef, and `apply` runs it eagerly.
+
+An OpDef holds the op's shape/dtype rule (`infer`), its NumPy reference
+forward, and its VJP written with tapeflow ops. Backends give fast kernels by
+op name; the reference is the fallback and the test oracle.
+
+>>> from tapeflow.ops import registry
+>>> registry.get_op("exp").name
+'exp'
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from tapeflow import dtypes
+from tapeflow.backends import kernel_module
+from tapeflow.devices import current_device
+from tapeflow.tensor import Tensor
+
+
+class OpDef:
+    """One op: name, shape/dtype rule, NumPy reference forward and VJP."""
+
+    __slots__ = ("name", "reference", "infer", "vjp", "num_outputs", "_kernels", "doc")
+
+    def __init__(self, name, reference, infer, vjp, num_outputs):
+        self.name = name
+        self.reference = reference
+        self.infer = infer
+        self.vjp = vjp
+        self.num_outputs = num_outputs
+        self._kernels = {}
+        self.doc = reference.__doc__
+
+    @property
+    def differentiable(self) -> bool:
+        return self.vjp is not None
+
+    def kernel(self, family: str):
+        """The forward kernel for a device family (the reference if none)."""
+        fn = self._kernels.get(family)
+        if fn is None:
+            fn = getattr(kernel_module(family), self.name, None) or self.reference
+            self._kernels[family] = fn
+        return fn
+
+    def __repr__(self) -> str:
+        return f"OpDef({self.name!r})"
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def defop(name: str, *, infer, vjp=None, num_outputs: int = 1):
+    """Register the decorated NumPy reference forward as op `name`.
+
+    `infer(*inputs, **attrs)` sees objects with `.shape` and `.dtype` and
+    returns a list of (shape, dtype), raising a clear error for bad input.
+    `num_outputs` is None for ops whose output count depends on attrs (split).
+    `vjp(grads, inputs, outputs, **attrs)` gets one gradient per output (None
+    where unconnected) and returns one gradient (or None) per input.
+    """
+
+    def wrap(reference):
+        if name in _REGISTRY:
+            raise ValueError(f"op {name!r} is already registered")
+        _REGISTRY[name] = OpDef(name, reference, infer, vjp, num_outputs)
+        return _REGISTRY[name]
+
+    return wrap
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown op {name!r}") from None
+
+
+def all_ops() -> list[OpDef]:
+    """Every registered op, sorted by name."""
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+class _Recording(threading.local):
+    """Per-thread list of objects with record(op, inputs, attrs, outputs): the
+    active GradientTapes and the variable-access probes of custom_gradient."""
+
+    def __init__(self):
+        self.recorders: list = []
+
+
+_STATE = _Recording()
+
+
+def push_recorder(recorder) -> None:
+    _STATE.recorders.append(recorder)
+
+
+def pop_recorder(recorder) -> None:
+    recorders = _STATE.recorders
+    for i in range(len(recorders) - 1, -1, -1):
+        if recorders[i] is recorder:
+            del recorders[i]
+            return
+
+
+class paused_recording:
+    """Context in which the given recorders (default: all) record nothing."""
+
+    def __init__(self, *recorders):
+        self._only = recorders
+
+    def __enter__(self):
+        self._saved = _STATE.recorders
+        if self._only:
+            _STATE.recorders = [r for r in self._saved if all(r is not o for o in self._only)]
+        else:
+            _STATE.recorders = []
+
+    def __exit__(self, *exc):
+        _STATE.recorders = self._saved
+
+
+def apply(op: OpDef, inputs: tuple, attrs: dict):
+    """Run `op` on tensors now; return a Tensor, or a tuple for multi-output ops."""
+    specs = op.infer(*inputs, **attrs)
+    device = inputs[0]._device if inputs else current_device()
+    out = op.kernel(device.family)(*[t._value for t in inputs], **attrs)
+    if op.num_outputs == 1:
+        out = (out,)
+    elif len(out) != len(specs):
+        raise RuntimeError(f"{op.name}: kernel returned {len(out)} outputs, expected {len(specs)}")
+    outputs = tuple(_to_tensor(a, spec, device) for a, spec in zip(out, specs, strict=True))
+    recorders = _STATE.recorders
+    if recorders and op.vjp is not None:
+        for recorder in tuple(recorders):
+            recorder.record(op, inputs, attrs, outputs)
+    return outputs[0] if op.num_outputs == 1 else outputs
+
+
+def _to_tensor(array, spec, device) -> Tensor:
+    npdtype = spec[1].np
+    if type(array) is not np.ndarray or array.dtype != npdtype:
+        array = np.asarray(array, dtype=npdtype)
+    return Tensor._wrap(array, device)
+
+
+# ----------------------------------------------------------------- inputs
+def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
+    """A Tensor from a tensor, array, scalar or nested list.
+
+    Python floats default to float32 and Python ints to int64; a NumPy array
+    keeps its dtype.
+    """
+    if isinstance(value, Tensor):
+        if dtype is not None and value.dtype is not dtypes.as_dtype(dtype):
+            raise TypeError(f"{name}: expected dtype {dtypes.as_dtype(dtype)}, got {value.dtype}")
+        return value
+    if dtype is not None:
+        npd = dtypes.as_dtype(dtype).np
+        arr = np.asarray(value, dtype=npd)
+    else:
+        arr = np.asarray(value)
+        if not isinstance(value, np.ndarray | np.generic):
+            if arr.dtype == np.float64:
+                arr = arr.astype(np.float32)
+            elif arr.dtype.kind in "iu":
+                arr = arr.astype(np.int64)
+        if arr.dtype not in dtypes._BY_NP:
+            if arr.dtype.kind == "u" or arr.dtype in (np.int8, np.int16):
+                arr = arr.astype(np.int64)
+            else:
+                raise TypeError(f"{name}: unsupported dtype {arr.dtype} for input {value!r:.60}")
+    return Tensor._wrap(arr, current_device())

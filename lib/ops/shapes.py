@@ -1,0 +1,116 @@
+"""Shape and dtype rules shared by many ops (the `infer` half of an OpDef)."""
+
+from __future__ import annotations
+
+from tapeflow import dtypes
+
+
+def same(x, **_):
+    """Output like the input."""
+    return [(x.shape, x.dtype)]
+
+
+def floating(name: str):
+    """Rule for a unary op defined on floating tensors only."""
+
+    def infer(x, **_):
+        if x.dtype.kind != "f":
+            raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype}")
+        return [(x.shape, x.dtype)]
+
+    return infer
+
+
+def numeric(name: str):
+    """Rule for a unary op defined on numbers (not bool)."""
+
+    def infer(x, **_):
+        if x.dtype.kind == "b":
+            raise TypeError(f"{name}: expected a numeric tensor, got bool")
+        return [(x.shape, x.dtype)]
+
+    return infer
+
+
+def broadcast(name: str, *shapes) -> tuple:
+    """The broadcast of several shapes, or a ValueError naming the op."""
+    first = shapes[0]
+    if len(shapes) == 2:
+        second = shapes[1]
+        if first == second or not second:
+            return tuple(first)
+        if not first:
+            return tuple(second)
+    elif all(s == first for s in shapes[1:]):
+        return tuple(first)
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for i in range(ndim):
+        dim = 1
+        for s in shapes:
+            k = i - (ndim - len(s))
+            if k < 0:
+                continue
+            d = s[k]
+            if d == 1:
+                continue
+            if dim == 1 or dim is None:
+                dim = d
+            elif d is not None and d != dim:
+                raise ValueError(f"{name}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast")
+        out.append(dim)
+    return tuple(out)
+
+
+def binary(name: str, *, result=None, kinds: str = "bif"):
+    """Rule for a broadcasting binary op on operands of one dtype."""
+
+    def infer(x, y, **_):
+        if x.dtype is not y.dtype:
+            raise TypeError(f"{name}: operands have dtypes {x.dtype} and {y.dtype}")
+        if x.dtype.kind not in kinds:
+            raise TypeError(f"{name}: dtype {x.dtype} is not supported")
+        out = result or x.dtype
+        if out == "float":
+            out = x.dtype if x.dtype.kind == "f" else dtypes.DEFAULT_FLOAT
+        return [(broadcast(name, x.shape, y.shape), out)]
+
+    return infer
+
+
+def normalize_axes(name: str, axis, ndim: int) -> tuple:
+    """Axis None / int / sequence -> a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, int):
+        axes = (axis,)
+    elif isinstance(axis, list | tuple):
+        axes = tuple(axis)
+    else:
+        raise TypeError(f"{name}: axis must be None, an int or a sequence of ints, got {axis!r}")
+    out = []
+    for a in axes:
+        if not isinstance(a, int) or isinstance(a, bool):
+            raise TypeError(f"{name}: axis must be an int, got {a!r}")
+        if not -ndim <= a < max(ndim, 1):
+            raise ValueError(f"{name}: axis {a} is out of range for a tensor of rank {ndim}")
+        a = a % ndim if ndim else 0
+        if a in out:
+            raise ValueError(f"{name}: axis {a} is repeated in {axis!r}")
+        out.append(a)
+    return tuple(sorted(out))
+
+
+def normalize_axis(name: str, axis: int, ndim: int) -> int:
+    """One axis, negative allowed, checked against the rank."""
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise TypeError(f"{name}: axis must be an int, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}: axis {axis} is out of range for a tensor of rank {ndim}")
+    return axis % ndim
+
+
+def reduced_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)

@@ -1,0 +1,316 @@
+"""Tensor (an immutable value) and Variable (mutable state).
+
+A tensor is a NumPy array plus the device it lives on. It holds no math: the
+operator dunders call ops, bound here by `tapeflow.ops` at import time.
+
+>>> import tapeflow as tp
+>>> x = tp.tensor([[1.0, 2.0]])
+>>> (x * 2).numpy().tolist(), x.shape, x.dtype
+([[2.0, 4.0]], (1, 2), tapeflow.float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow import dtypes
+from tapeflow.devices import CPU, parse_device
+
+_ops = None  # the tapeflow.ops namespace, bound by bind_operators()
+
+
+def bind_operators(namespace) -> None:
+    """Give the operator dunders their ops (called once by tapeflow.ops)."""
+    global _ops
+    _ops = namespace
+
+
+class Tensor:
+    """An immutable n-dimensional value with a dtype and a device."""
+
+    __slots__ = ("_value", "_device", "__weakref__")
+    __array_priority__ = 100
+
+    def __init__(self, value, device=None):
+        arr = np.asarray(value)
+        if arr.dtype not in dtypes._BY_NP:
+            raise TypeError(f"Tensor: unsupported dtype {arr.dtype}")
+        self._value = arr
+        self._device = CPU if device is None else device
+
+    @classmethod
+    def _wrap(cls, array: np.ndarray, device=CPU) -> Tensor:
+        """Wrap a kernel's output without checks (internal fast path)."""
+        t = object.__new__(Tensor)
+        t._value = array
+        t._device = device
+        return t
+
+    # ----- metadata -----
+    @property
+    def shape(self) -> tuple:
+        return self._value.shape
+
+    @property
+    def dtype(self) -> dtypes.DType:
+        return dtypes._BY_NP[self._value.dtype]
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        return self._value.ndim
+
+    @property
+    def size(self) -> int:
+        return self._value.size
+
+    # ----- conversion -----
+    def numpy(self) -> np.ndarray:
+        """A read-only NumPy view of the value."""
+        view = self._value.view()
+        view.flags.writeable = False
+        return view
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        if dtype is not None and np.dtype(dtype) != arr.dtype:
+            return arr.astype(dtype)
+        if copy:
+            return arr.copy()
+        return arr
+
+    def to(self, device) -> Tensor:
+        """This tensor on another device."""
+        dev = parse_device(device)
+        if dev == self._device:
+            return self
+        raise ValueError(f"Tensor.to: no transfer from {self._device} to {dev} in this build")
+
+    def item(self):
+        return self._value.item()
+
+    def tolist(self):
+        return self._value.tolist()
+
+    def __repr__(self) -> str:
+        body = np.array2string(self._value, separator=", ", prefix="Tensor(")
+        return f"Tensor({body}, shape={self.shape}, dtype={self.dtype.name})"
+
+    def __bool__(self) -> bool:
+        if self._value.size != 1:
+            raise ValueError(
+                f"bool: the truth value of a tensor of shape {self.shape} is ambiguous; "
+                "reduce it first (tp.max, tp.min) or index one element"
+            )
+        return bool(self._value)
+
+    def __float__(self) -> float:
+        return float(self._value)
+
+    def __int__(self) -> int:
+        return int(self._value)
+
+    def __index__(self) -> int:
+        if self.dtype.kind != "i" or self._value.ndim != 0:
+            raise TypeError(f"__index__: only a scalar integer tensor can be an index, got {self.dtype} {self.shape}")
+        return int(self._value)
+
+    def __len__(self) -> int:
+        if self._value.ndim == 0:
+            raise TypeError("len: a scalar tensor has no length")
+        return self._value.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    __hash__ = object.__hash__
+
+    # ----- operators (each one calls an op) -----
+    def __add__(self, other):
+        return _ops.add(self, other)
+
+    def __radd__(self, other):
+        return _ops.add(other, self)
+
+    def __sub__(self, other):
+        return _ops.subtract(self, other)
+
+    def __rsub__(self, other):
+        return _ops.subtract(other, self)
+
+    def __mul__(self, other):
+        return _ops.multiply(self, other)
+
+    def __rmul__(self, other):
+        return _ops.multiply(other, self)
+
+    def __truediv__(self, other):
+        return _ops.divide(self, other)
+
+    def __rtruediv__(self, other):
+        return _ops.divide(other, self)
+
+    def __pow__(self, other):
+        return _ops.pow(self, other)
+
+    def __rpow__(self, other):
+        return _ops.pow(other, self)
+
+    def __matmul__(self, other):
+        return _ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _ops.matmul(other, self)
+
+    def __neg__(self):
+        return _ops.neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _ops.abs(self)
+
+    def __lt__(self, other):
+        return _ops.less(self, other)
+
+    def __le__(self, other):
+        return _ops.less_equal(self, other)
+
+    def __gt__(self, other):
+        return _ops.greater(self, other)
+
+    def __ge__(self, other):
+        return _ops.greater_equal(self, other)
+
+    def __eq__(self, other):
+        return _ops.equal(self, other)
+
+    def __ne__(self, other):
+        return _ops.not_equal(self, other)
+
+    def __and__(self, other):
+        return _ops.logical_and(self, other)
+
+    def __or__(self, other):
+        return _ops.logical_or(self, other)
+
+    def __invert__(self):
+        return _ops.logical_not(self)
+
+    def __getitem__(self, index):
+        return _ops.getitem(self, index)
+
+    # ----- method forms of common ops -----
+    def reshape(self, *shape):
+        return _ops.reshape(self, shape[0] if len(shape) == 1 else shape)
+
+    def transpose(self, perm=None):
+        return _ops.transpose(self, perm)
+
+    @property
+    def T(self):
+        return _ops.transpose(self)
+
+    def sum(self, axis=None, keepdims=False):
+        return _ops.sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return _ops.mean(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return _ops.max(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return _ops.min(self, axis, keepdims)
+
+    def argmax(self, axis=None):
+        return _ops.argmax(self, axis)
+
+    def astype(self, dtype):
+        return _ops.cast(self, dtype)
+
+    def exp(self):
+        return _ops.exp(self)
+
+    def log(self):
+        return _ops.log(self)
+
+    def sqrt(self):
+        return _ops.sqrt(self)
+
+    def abs(self):
+        return _ops.abs(self)
+
+
+class Variable(Tensor):
+    """Mutable state, such as a weight: read like a tensor, changed by assign*.
+
+    Trainable variables are watched by every GradientTape automatically.
+
+    >>> import tapeflow as tp
+    >>> v = tp.Variable(tp.zeros((2,)), name="v")
+    >>> _ = v.assign_add(tp.ones((2,)))
+    >>> v.numpy().tolist()
+    [1.0, 1.0]
+    """
+
+    __slots__ = ("name", "trainable")
+
+    def __init__(self, initial_value, trainable: bool = True, name: str | None = None, dtype=None):
+        if callable(initial_value):
+            initial_value = initial_value()
+        if isinstance(initial_value, Tensor):
+            arr = initial_value._value
+        else:
+            arr = np.asarray(initial_value)
+            if arr.dtype == np.float64 and not isinstance(initial_value, np.ndarray):
+                arr = arr.astype(np.float32)
+        if dtype is not None:
+            arr = arr.astype(dtypes.as_dtype(dtype).np)
+        super().__init__(np.array(arr, copy=True))
+        self.name = name or "Variable"
+        self.trainable = bool(trainable)
+
+    def _checked(self, value, method: str) -> np.ndarray:
+        arr = value._value if isinstance(value, Tensor) else np.asarray(value)
+        if arr.shape != self._value.shape:
+            raise ValueError(
+                f"Variable.{method}: variable '{self.name}' has shape {self.shape}, value has shape {arr.shape}"
+            )
+        if arr.dtype != self._value.dtype:
+            if isinstance(value, Tensor):
+                raise TypeError(
+                    f"Variable.{method}: variable '{self.name}' has dtype {self.dtype}, value has dtype {value.dtype}"
+                )
+            arr = arr.astype(self._value.dtype)
+        return arr
+
+    def assign(self, value) -> Variable:
+        """Replace the value (same shape and dtype)."""
+        arr = self._checked(value, "assign")
+        # A tensor's array is never written in place, so it can be shared.
+        self._value = arr if isinstance(value, Tensor) else np.array(arr, copy=True)
+        return self
+
+    def assign_add(self, delta) -> Variable:
+        """Add `delta` to the value."""
+        self._value = self._value + self._checked(delta, "assign_add")
+        return self
+
+    def assign_sub(self, delta) -> Variable:
+        """Subtract `delta` from the value."""
+        self._value = self._value - self._checked(delta, "assign_sub")
+        return self
+
+    def read_value(self) -> Tensor:
+        """The current value as an immutable tensor."""
+        return Tensor._wrap(self._value, self._device)
+
+    def __repr__(self) -> str:
+        body = np.array2string(self._value, separator=", ", prefix="Variable(")
+        return f"Variable('{self.name}', {body}, shape={self.shape}, dtype={self.dtype.name})"

@@ -1,0 +1,108 @@
+"""Every compiled CPU kernel against its op's NumPy reference: random odd shapes,
+strides 1 and 2, both paddings, float32 and float64, with 1 and 2 threads."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tapeflow as tp
+from tapeflow.backends import numpy_backend
+from tapeflow.ops.registry import all_ops, get_op
+
+KERNEL_OPS = sorted(op.name for op in all_ops() if op.kernel("cpu") is not op.reference)
+RNG = np.random.default_rng(7)
+
+
+def test_the_hot_ops_have_kernels():
+    for name in (
+        "conv2d",
+        "conv2d_input_grad",
+        "conv2d_filter_grad",
+        "max_pool2d",
+        "max_pool2d_grad",
+        "avg_pool2d",
+        "avg_pool2d_grad",
+        "sparse_softmax_cross_entropy_with_logits",
+        "gather",
+        "scatter_add",
+        "adam_update",
+    ):
+        assert name in KERNEL_OPS, f"{name} runs its NumPy reference, not a compiled kernel"
+        assert get_op(name).kernel("cpu") is getattr(numpy_backend, name)
+
+
+def _conv_cases():
+    for stride, padding, dilation in itertools.product((1, 2), ("SAME", "VALID", ((1, 2), (0, 1))), (1, 2)):
+        x = RNG.standard_normal((3, 9, 7, 5))
+        w = RNG.standard_normal((3, 2, 5, 4))
+        attrs = {"strides": (stride, stride), "padding": padding, "dilations": (dilation, 1)}
+        y = get_op("conv2d").reference(x, w, **attrs)
+        dy = RNG.standard_normal(y.shape)
+        yield "conv2d", (x, w), attrs
+        yield "conv2d_input_grad", (dy, w), {"input_size": (9, 7), **attrs}
+        yield "conv2d_filter_grad", (x, dy), {"filter_size": (3, 2), **attrs}
+
+
+def _pool_cases():
+    for (kh, kw), stride, padding in itertools.product(((2, 2), (3, 2)), (1, 2), ("SAME", "VALID")):
+        x = RNG.standard_normal((2, 7, 9, 3))
+        attrs = {"ksize": (kh, kw), "strides": (stride, stride), "padding": padding}
+        y = get_op("max_pool2d").reference(x, **attrs)
+        dy = RNG.standard_normal(y.shape)
+        yield "max_pool2d", (x,), attrs
+        yield "max_pool2d_grad", (x, dy), attrs
+        yield "avg_pool2d", (x,), attrs
+        yield "avg_pool2d_grad", (dy,), {"input_size": (7, 9), **attrs}
+
+
+def _other_cases():
+    logits = RNG.standard_normal((37, 11)) * 5
+    yield "sparse_softmax_cross_entropy_with_logits", (logits, RNG.integers(0, 11, 37)), {}
+    params = RNG.standard_normal((13, 6))
+    ids = RNG.integers(-13, 13, (4, 5))
+    yield "gather", (params, ids), {"axis": 0}
+    yield "scatter_add", (params, ids, RNG.standard_normal((4, 5, 6))), {"axis": 0}
+    p, m, g = (RNG.standard_normal((33, 7)) for _ in range(3))
+    v = RNG.random((33, 7))
+    yield "adam_update", (p, m, v, g), {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7, "step": 3}
+
+
+CASES = list(_conv_cases()) + list(_pool_cases()) + list(_other_cases())
+
+
+def _ids():
+    return [f"{name}-{i}" for i, (name, _, _) in enumerate(CASES)]
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    before = tp.get_num_threads()
+    tp.set_num_threads(request.param)
+    yield request.param
+    tp.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", CASES, ids=_ids())
+def test_kernel_matches_reference(case, dtype, threads):
+    name, inputs, attrs = case
+    op = get_op(name)
+    inputs = tuple(a.astype(dtype) if a.dtype.kind == "f" else a for a in inputs)
+    expected = op.reference(*inputs, **attrs)
+    got = op.kernel("cpu")(*inputs, **attrs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = got if isinstance(got, tuple) else (got,)
+    tol = 1e-10 if dtype == np.float64 else 2e-4
+    for e, g in zip(expected, got, strict=True):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        np.testing.assert_allclose(g, e, rtol=tol, atol=tol)
+
+
+def test_max_pool_kernel_sends_ties_to_the_first_maximum():
+    x = np.zeros((1, 4, 4, 1))
+    attrs = {"ksize": (2, 2), "strides": (2, 2), "padding": "VALID"}
+    dy = np.arange(1.0, 5.0).reshape(1, 2, 2, 1)
+    got = numpy_backend.max_pool2d_grad(x, dy, **attrs)
+    np.testing.assert_array_equal(got, get_op("max_pool2d_grad").reference(x, dy, **attrs))
+    assert got[0, 0, 0, 0] == 1.0 and got[0, 1, 1, 0] == 0.0

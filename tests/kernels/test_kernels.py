@@ -1,0 +1,402 @@
+"""Every compiled kernel against an independent float64 NumPy reference, on 1 and 2 threads."""
+
+import doctest
+import hashlib
+import itertools
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tapeflow import _kernels as K
+
+TOLERANCE = {np.float32: 1e-4, np.float64: 1e-10}
+N, H, W, C_IN, C_OUT, KH, KW = 3, 7, 9, 3, 5, 3, 2
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    old = K.get_num_threads()
+    K.set_num_threads(request.param)
+    yield request.param
+    K.set_num_threads(old)
+
+
+@pytest.fixture(params=[np.float32, np.float64], ids=["f32", "f64"])
+def dtype(request):
+    return request.param
+
+
+def close(actual, expected, dtype):
+    assert actual.dtype == dtype and actual.shape == expected.shape
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
+
+
+def same_or_valid(size, k, stride, dilation, padding):
+    """TensorFlow's (out_size, pad_before) for one spatial dimension."""
+    span = (k - 1) * dilation + 1
+    if padding == "VALID":
+        return (size - span) // stride + 1, 0
+    out = -(-size // stride)
+    return out, max((out - 1) * stride + span - size, 0) // 2
+
+
+def geometry(h, w, kh, kw, stride, dilation, padding):
+    out_h, pad_top = same_or_valid(h, kh, stride, dilation, padding)
+    out_w, pad_left = same_or_valid(w, kw, stride, dilation, padding)
+    return out_h, out_w, pad_top, pad_left
+
+
+# ----------------------------------------------------------------------------- references
+
+
+def padded(x, out_h, out_w, kh, kw, stride, dilation, pad_top, pad_left):
+    n, h, w, c = x.shape
+    hp = max(pad_top + h, (out_h - 1) * stride + (kh - 1) * dilation + 1)
+    wp = max(pad_left + w, (out_w - 1) * stride + (kw - 1) * dilation + 1)
+    xp = np.zeros((n, hp, wp, c))
+    xp[:, pad_top : pad_top + h, pad_left : pad_left + w] = x
+    return xp
+
+
+def window_index(out_h, out_w, kh, kw, stride, dilation):
+    """Index into a padded input that gives its [N, OH, OW, KH, KW, C] windows."""
+    rows = np.arange(out_h)[:, None] * stride + np.arange(kh) * dilation
+    cols = np.arange(out_w)[:, None] * stride + np.arange(kw) * dilation
+    return slice(None), rows[:, None, :, None], cols[None, :, None, :]
+
+
+def conv_reference(x, w, dy, stride, dilation, pad_top, pad_left, out_h, out_w):
+    """(y, dx, dw) in float64 from explicit windows of a zero-padded input."""
+    x, w, dy = (np.asarray(a, np.float64) for a in (x, w, dy))
+    kh, kw = w.shape[:2]
+    args = (out_h, out_w, kh, kw, stride, dilation)
+    xp = padded(x, *args, pad_top, pad_left)
+    index = window_index(*args)
+    y = np.einsum("nabijc,ijco->nabo", xp[index], w)
+    dw = np.einsum("nabijc,nabo->ijco", xp[index], dy)
+    dxp = np.zeros_like(xp)
+    np.add.at(dxp, index, np.einsum("nabo,ijco->nabijc", dy, w))
+    h, wd = x.shape[1:3]
+    return y, dxp[:, pad_top : pad_top + h, pad_left : pad_left + wd], dw
+
+
+def pool_reference(x, dy, kh, kw, stride, pad_top, pad_left, out_h, out_w):
+    """(max_y, max_dx, avg_y, avg_dx) with naive window loops over the real inputs only."""
+    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    n, h, w, c = x.shape
+    max_y, avg_y = np.zeros((n, out_h, out_w, c)), np.zeros((n, out_h, out_w, c))
+    max_dx, avg_dx = np.zeros_like(x), np.zeros_like(x)
+    for oh, ow in itertools.product(range(out_h), range(out_w)):
+        r0, c0 = oh * stride - pad_top, ow * stride - pad_left
+        rs = slice(max(r0, 0), min(r0 + kh, h))
+        cs = slice(max(c0, 0), min(c0 + kw, w))
+        win = x[:, rs, cs, :]
+        wh, ww = win.shape[1:3]
+        flat = win.reshape(n, wh * ww, c)
+        first = np.argmax(flat, axis=1)  # the first max in row-major window order
+        max_y[:, oh, ow] = flat.max(axis=1)
+        for b, ch in itertools.product(range(n), range(c)):
+            i, j = divmod(first[b, ch], ww)
+            max_dx[b, rs.start + i, cs.start + j, ch] += dy[b, oh, ow, ch]
+        avg_y[:, oh, ow] = win.mean(axis=(1, 2))
+        avg_dx[:, rs, cs, :] += dy[:, oh, ow, None, None, :] / (wh * ww)
+    return max_y, max_dx, avg_y, avg_dx
+
+
+# ----------------------------------------------------------------------------- conv
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("dilation", [1, 2])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv_matches_reference(stride, dilation, padding, dtype, threads):
+    rng = np.random.default_rng(stride * 10 + dilation)
+    x = rng.standard_normal((N, H, W, C_IN)).astype(dtype)
+    w = rng.standard_normal((KH, KW, C_IN, C_OUT)).astype(dtype)
+    out_h, out_w, pt, pl = geometry(H, W, KH, KW, stride, dilation, padding)
+    dy = rng.standard_normal((N, out_h, out_w, C_OUT)).astype(dtype)
+    y_ref, dx_ref, dw_ref = conv_reference(x, w, dy, stride, dilation, pt, pl, out_h, out_w)
+    geom = (stride, stride, pt, pl, dilation, dilation)
+    close(K.conv2d_forward(x, w, *geom, out_h, out_w), y_ref, dtype)
+    close(K.conv2d_backward_input(dy, w, H, W, *geom), dx_ref, dtype)
+    close(K.conv2d_backward_filter(x, dy, KH, KW, *geom), dw_ref, dtype)
+
+
+@pytest.mark.parametrize(
+    "kh, kw, sh, sw, pt, pl, out_h, out_w",
+    [
+        (1, 1, 1, 1, 0, 0, H, W),  # pointwise: no im2col
+        (1, 1, 2, 1, 0, 0, 4, W),  # 1x1 with a stride still needs im2col
+        (3, 2, 1, 2, 2, 0, 9, 4),  # uneven strides, padding larger than SAME
+        (2, 3, 3, 1, 0, 1, 1, 5),  # output smaller than VALID would give
+    ],
+)
+def test_conv_odd_geometry_and_small_chunks(kh, kw, sh, sw, pt, pl, out_h, out_w, threads):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((5, H, W, C_IN))
+    w = rng.standard_normal((kh, kw, C_IN, C_OUT))
+    dy = rng.standard_normal((5, out_h, out_w, C_OUT))
+    y_ref, dx_ref, dw_ref = conv_reference_2d(x, w, dy, sh, sw, pt, pl, out_h, out_w)
+    geom = (sh, sw, pt, pl, 1, 1)
+    for scratch in (1, 1 << 30):  # one image per chunk, then the whole batch at once
+        old = K._conv._set_col_buffer_bytes(scratch)
+        try:
+            close(K.conv2d_forward(x, w, *geom, out_h, out_w), y_ref, np.float64)
+            close(K.conv2d_backward_input(dy, w, H, W, *geom), dx_ref, np.float64)
+            close(K.conv2d_backward_filter(x, dy, kh, kw, *geom), dw_ref, np.float64)
+        finally:
+            K._conv._set_col_buffer_bytes(old)
+
+
+def conv_reference_2d(x, w, dy, sh, sw, pt, pl, out_h, out_w):
+    """Naive loops for separate row/column strides (the einsum reference shares one stride)."""
+    n, h, wd, c = x.shape
+    kh, kw, _, o = w.shape
+    y = np.zeros((n, out_h, out_w, o))
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    for oh, ow, i, j in itertools.product(range(out_h), range(out_w), range(kh), range(kw)):
+        ih, iw = oh * sh - pt + i, ow * sw - pl + j
+        if 0 <= ih < h and 0 <= iw < wd:
+            y[:, oh, ow] += x[:, ih, iw] @ w[i, j]
+            dx[:, ih, iw] += dy[:, oh, ow] @ w[i, j].T
+            dw[i, j] += x[:, ih, iw].T @ dy[:, oh, ow]
+    return y, dx, dw
+
+
+def test_conv_matches_torch():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 8, 7, 4))
+    w = rng.standard_normal((3, 3, 4, 6))
+    stride, pad, dil = 2, 1, 1
+    tx = torch.tensor(x.transpose(0, 3, 1, 2), requires_grad=True)
+    tw = torch.tensor(w.transpose(3, 2, 0, 1), requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=pad, dilation=dil)
+    out_h, out_w = ty.shape[2:]
+    dy = rng.standard_normal((2, out_h, out_w, 6))
+    tdy = torch.tensor(dy.transpose(0, 3, 1, 2))
+    ty.backward(tdy)
+    geom = (stride, stride, pad, pad, dil, dil)
+    y = K.conv2d_forward(x, w, *geom, out_h, out_w)
+    dx = K.conv2d_backward_input(dy, w, 8, 7, *geom)
+    dw = K.conv2d_backward_filter(x, dy, 3, 3, *geom)
+    np.testing.assert_allclose(y, ty.detach().numpy().transpose(0, 2, 3, 1), rtol=1e-10)
+    np.testing.assert_allclose(dx, tx.grad.numpy().transpose(0, 2, 3, 1), rtol=1e-10)
+    np.testing.assert_allclose(dw, tw.grad.numpy().transpose(2, 3, 1, 0), rtol=1e-10)
+    # conv2d_backward_input is conv2d_transpose
+    extra = [size - ((o - 1) * stride - 2 * pad + 3) for size, o in ((8, out_h), (7, out_w))]
+    transposed = torch.nn.functional.conv_transpose2d(
+        tdy, tw.detach(), stride=stride, padding=pad, output_padding=tuple(extra)
+    )
+    np.testing.assert_allclose(dx, transposed.numpy().transpose(0, 2, 3, 1), rtol=1e-10)
+
+
+def test_conv_rejects_bad_arguments():
+    x, w = np.zeros((1, 4, 4, 2)), np.zeros((2, 2, 3, 1))
+    with pytest.raises(ValueError, match="channels"):
+        K.conv2d_forward(x, w, 1, 1, 0, 0, 1, 1, 3, 3)
+    w = np.zeros((2, 2, 2, 1))
+    with pytest.raises(ValueError, match="strides"):
+        K.conv2d_forward(x, w, 0, 1, 0, 0, 1, 1, 3, 3)
+    with pytest.raises((TypeError, ValueError)):
+        K.conv2d_forward(x.astype(np.float32), w, 1, 1, 0, 0, 1, 1, 3, 3)
+    with pytest.raises(ValueError, match="contiguous"):
+        K.conv2d_forward(x[:, ::2], w, 1, 1, 0, 0, 1, 1, 1, 3)
+
+
+def test_conv_empty_batch():
+    y = K.conv2d_forward(np.zeros((0, 5, 5, 2)), np.ones((3, 3, 2, 4)), 1, 1, 1, 1, 1, 1, 5, 5)
+    assert y.shape == (0, 5, 5, 4)
+    dw = K.conv2d_backward_filter(np.zeros((0, 5, 5, 2)), y, 3, 3, 1, 1, 1, 1, 1, 1)
+    np.testing.assert_array_equal(dw, np.zeros((3, 3, 2, 4)))
+
+
+# ----------------------------------------------------------------------------- pooling
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_pooling_matches_reference(stride, padding, dtype, threads):
+    rng = np.random.default_rng(stride)
+    # Small integers make ties, which must send the gradient to the first max only.
+    x = rng.integers(-2, 3, size=(N, H, W, C_IN)).astype(dtype)
+    out_h, out_w, pt, pl = geometry(H, W, KH, KW, stride, 1, padding)
+    dy = rng.standard_normal((N, out_h, out_w, C_IN)).astype(dtype)
+    max_y, max_dx, avg_y, avg_dx = pool_reference(x, dy, KH, KW, stride, pt, pl, out_h, out_w)
+    window = (KH, KW, stride, stride, pt, pl)
+    close(K.max_pool2d_forward(x, *window, out_h, out_w), max_y, dtype)
+    close(K.max_pool2d_backward(x, dy, *window), max_dx, dtype)
+    close(K.avg_pool2d_forward(x, *window, out_h, out_w), avg_y, dtype)
+    close(K.avg_pool2d_backward(dy, H, W, *window), avg_dx, dtype)
+
+
+def test_max_pool_propagates_nan_to_its_gradient():
+    x = np.array([1.0, np.nan, 5.0, np.nan]).reshape(1, 2, 2, 1)
+    y = K.max_pool2d_forward(x, 2, 2, 2, 2, 0, 0, 1, 1)
+    assert np.isnan(y).all()
+    dx = K.max_pool2d_backward(x, np.ones((1, 1, 1, 1)), 2, 2, 2, 2, 0, 0)
+    assert dx.ravel().tolist() == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_pooling_rejects_bad_window():
+    with pytest.raises(ValueError, match="max_pool2d_forward"):
+        K.max_pool2d_forward(np.zeros((1, 4, 4, 1)), 0, 2, 1, 1, 0, 0, 2, 2)
+
+
+# ----------------------------------------------------------------------------- softmax xent
+
+
+def test_sparse_softmax_xent_matches_reference(dtype, threads):
+    rng = np.random.default_rng(5)
+    for rows, classes, scale in ((7, 11, 1.0), (300, 129, 30.0)):  # the second runs in parallel
+        logits = (rng.standard_normal((rows, classes)) * scale).astype(dtype)
+        labels = rng.integers(0, classes, size=rows)
+        ref = logits.astype(np.float64)
+        shifted = ref - ref.max(axis=1, keepdims=True)
+        log_z = np.log(np.exp(shifted).sum(axis=1))
+        expected_loss = log_z - shifted[np.arange(rows), labels]
+        expected_grad = np.exp(shifted - log_z[:, None])
+        expected_grad[np.arange(rows), labels] -= 1
+        loss, grad = K.sparse_softmax_xent(logits, labels)
+        close(loss, expected_loss, dtype)
+        close(grad, expected_grad, dtype)
+
+
+def test_sparse_softmax_xent_is_stable_and_marks_bad_labels():
+    logits = np.array([[1000.0, 0.0, -1000.0], [0.0, 1.0, 2.0], [5.0, 5.0, 5.0]])
+    loss, grad = K.sparse_softmax_xent(logits, np.array([0, 3, -1]))
+    assert loss[0] == 0.0 and np.isfinite(grad[0]).all()
+    assert np.isnan(loss[1:]).all() and np.isnan(grad[1:]).all()
+
+
+# ----------------------------------------------------------------------------- embedding
+
+
+def test_gather_and_scatter_rows(dtype, threads):
+    rng = np.random.default_rng(9)
+    params = rng.standard_normal((13, 6)).astype(dtype)
+    ids = np.array([4, 0, 12, 4, 4, 7])  # repeated ids must all accumulate
+    close(K.gather_rows(params, ids), params.astype(np.float64)[ids], dtype)
+    updates = rng.standard_normal((len(ids), 6)).astype(dtype)
+    expected = params.astype(np.float64)
+    np.add.at(expected, ids, updates.astype(np.float64))
+    assert K.scatter_add_rows(params, ids, updates) is None
+    close(params, expected, dtype)
+    big_ids = rng.integers(0, 13, size=40_000)  # enough to run in parallel
+    close(K.gather_rows(params, big_ids), params.astype(np.float64)[big_ids], dtype)
+
+
+def test_embedding_rejects_out_of_range_ids_without_writing():
+    table = np.zeros((3, 2))
+    with pytest.raises(IndexError, match="id 3 at position 1"):
+        K.gather_rows(table, np.array([0, 3]))
+    with pytest.raises(IndexError, match="id -1"):
+        K.scatter_add_rows(table, np.array([1, -1]), np.ones((2, 2)))
+    assert not table.any()
+    with pytest.raises(ValueError, match="updates"):
+        K.scatter_add_rows(table, np.array([1]), np.ones((2, 2)))
+
+
+# ----------------------------------------------------------------------------- fused adam
+
+
+@pytest.mark.parametrize("shape", [(5,), (7, 5003)], ids=["serial", "parallel"])
+def test_adam_update_matches_reference(shape, dtype, threads):
+    rng = np.random.default_rng(11)
+    param, m = rng.standard_normal(shape), rng.standard_normal(shape) * 0.1
+    v = rng.random(shape) * 0.01
+    ref = [a.copy() for a in (param, m, v)]
+    ours = [a.astype(dtype) for a in (param, m, v)]
+    lr, b1, b2, eps = 1e-2, 0.9, 0.999, 1e-7
+    for step in range(1, 4):
+        grad = rng.standard_normal(shape)
+        c1, c2 = 1 - b1**step, 1 - b2**step
+        ref[1] = b1 * ref[1] + (1 - b1) * grad
+        ref[2] = b2 * ref[2] + (1 - b2) * grad * grad
+        ref[0] = ref[0] - lr * (ref[1] / c1) / (np.sqrt(ref[2] / c2) + eps)
+        K.adam_update(*ours, grad.astype(dtype), lr, b1, b2, eps, c1, c2)
+    for actual, expected in zip(ours, ref, strict=True):
+        close(actual, expected, dtype)
+
+
+def test_adam_update_rejects_mismatched_arrays():
+    a = np.zeros(4)
+    with pytest.raises(TypeError, match="grad"):
+        K.adam_update(a, a.copy(), a.copy(), a.astype(np.float32), 0.1, 0.9, 0.99, 1e-8, 1, 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        K.adam_update(a, a.copy(), a.copy(), np.zeros(8)[::2], 0.1, 0.9, 0.99, 1e-8, 1, 1)
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def test_build_info_reports_every_module():
+    info = K.build_info()
+    assert set(info) == set(K.MODULES) == {"conv", "pool", "softmax_xent", "embedding", "fused"}
+    for name, entry in info.items():
+        path = Path(entry["path"])
+        assert path.name.startswith(name + ".") and path.exists()
+        assert isinstance(entry["openmp"], bool)
+        pyx = path.with_name(f"{name}.pyx")
+        if pyx.exists():
+            assert entry["source_sha256"] == hashlib.sha256(pyx.read_bytes()).hexdigest()
+
+
+def test_stale_or_missing_build_names_the_rebuild_command(monkeypatch):
+    pyx = Path(K.build_info()["conv"]["path"]).with_name("conv.pyx")
+    if pyx.exists():
+        monkeypatch.setattr(K._conv, "SOURCE_SHA256", "0" * 64)
+        with pytest.raises(ImportError, match="make build") as err:
+            K._load("conv")
+        assert "tapeflow._kernels.conv is stale" in str(err.value)
+    with pytest.raises(ImportError, match="make build"):
+        K.check_fresh("pool", "0" * 64, Path(__file__))
+    with pytest.raises(ImportError, match=r"no_such_kernel is not built.*make build"):
+        K._load("no_such_kernel")
+
+
+def test_thread_count_round_trips():
+    old = K.get_num_threads()
+    try:
+        K.set_num_threads(1)
+        assert K.get_num_threads() == 1
+        K.set_num_threads(2)
+        assert K.get_num_threads() == (2 if K.build_info()["conv"]["openmp"] else 1)
+        with pytest.raises(ValueError):
+            K.set_num_threads(0)
+    finally:
+        K.set_num_threads(old)
+
+
+@pytest.mark.parametrize("module", [K, K._conv, K._xent, K._embedding, K._fused])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_conv_from_concurrent_python_threads():
+    """Concurrent callers (the GIL is released) get right answers; BLAS gets its threads back."""
+    rng = np.random.default_rng(13)
+    x, w = rng.standard_normal((6, H, W, C_IN)), rng.standard_normal((KH, KW, C_IN, C_OUT))
+    dy = rng.standard_normal((6, H, W, C_OUT))
+    out_h, out_w, pt, pl = geometry(H, W, KH, KW, 1, 1, "SAME")
+    expected = conv_reference(x, w, dy, 1, 1, pt, pl, out_h, out_w)
+    blas_threads = K._conv._blas_num_threads()
+    geom = (1, 1, pt, pl, 1, 1)
+
+    def run():
+        return [
+            K.conv2d_forward(x, w, *geom, out_h, out_w),
+            K.conv2d_backward_input(dy, w, H, W, *geom),
+            K.conv2d_backward_filter(x, dy, KH, KW, *geom),
+        ]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: run(), range(16)))
+    for result in results:
+        for actual, reference in zip(result, expected, strict=True):
+            close(actual, reference, np.float64)
+    assert K._conv._blas_num_threads() == blas_threads

@@ -1,0 +1,1184 @@
+"""Every registered op against an independent NumPy float64 oracle.
+
+`SAMPLES` maps each op name in the registry to cases; a new op without a case
+fails `test_every_op_has_samples`. For each case we check the forward value,
+the shape/dtype rule, the NumPy reference and the CPU kernel against the oracle,
+and the VJP against central finite differences of the oracle. A few ops also get
+a Hessian-vector product checked against finite differences of their gradient.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import tapeflow as tp
+from tapeflow.ops import registry
+
+_RNG = np.random.default_rng(20240607)
+
+# Ops whose OpDef deliberately has no VJP: piecewise-constant, integer/bool
+# valued, random, or gradient-blocking.
+NOT_DIFFERENTIABLE = {
+    "adam_update",
+    "argmax",
+    "argmin",
+    "categorical",
+    "equal",
+    "full_like",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "not_equal",
+    "one_hot",
+    "random_normal",
+    "random_permutation",
+    "random_uniform",
+    "stop_gradient",
+    "truncated_normal",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One sample: inputs, attrs exactly as the OpDef takes them, and a NumPy oracle."""
+
+    name: str
+    inputs: tuple
+    attrs: dict | Callable[..., dict]  # a callable (of the inputs) when attrs must be fresh
+    expected: Callable  # (*inputs) -> array or tuple of arrays, in float64 NumPy
+    call: Callable | None = None  # (tensors) -> outputs, instead of registry.apply
+    used: tuple | None = None  # outputs the gradient tests differentiate (default: all)
+    aliases: tuple | None = None  # op input k is inputs[aliases[k]] (one tensor fed twice)
+    fd_eps: float = 1e-6
+    grad_tol: float = 1e-6
+    exact: bool = False
+    bugs: dict = dataclasses.field(default_factory=dict)  # test kind -> xfail reason
+
+    def make_attrs(self) -> dict:
+        return self.attrs(*self.inputs) if callable(self.attrs) else dict(self.attrs)
+
+
+SAMPLES: dict[str, list[Case]] = {}
+
+
+def sample(op: str, name: str, inputs, attrs, expected, **kw) -> None:
+    SAMPLES.setdefault(op, []).append(Case(name, tuple(inputs), attrs, expected, **kw))
+
+
+# ------------------------------------------------------------ input makers
+def normal(*shape):
+    return np.asarray(_RNG.standard_normal(shape))
+
+
+def away(*shape, low=0.3):
+    """Values with |v| >= low (away from kinks at zero), random signs."""
+    return _RNG.uniform(low, low + 1.5, shape) * _RNG.choice([-1.0, 1.0], shape)
+
+
+def positive(*shape):
+    return _RNG.uniform(0.5, 2.0, shape)
+
+
+def grid(*shape, offset=0.0):
+    """Distinct values 0.1 apart (no ties for max/min), shuffled, plus `offset`."""
+    n = math.prod(shape)
+    return (_RNG.permutation(n) - n // 2).reshape(shape) * 0.1 + offset
+
+
+def ints(low, high, *shape):
+    return _RNG.integers(low, high, shape).astype(np.int64)
+
+
+# ------------------------------------------------ unary and binary elementwise
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+_UNARY = {
+    "neg": (np.negative, normal),
+    "abs": (np.abs, away),
+    "sign": (np.sign, away),
+    "exp": (np.exp, normal),
+    "log": (np.log, positive),
+    "log1p": (np.log1p, lambda *s: positive(*s) - 0.4),
+    "sqrt": (np.sqrt, positive),
+    "rsqrt": (lambda x: 1.0 / np.sqrt(x), positive),
+    "square": (np.square, normal),
+    "reciprocal": (lambda x: 1.0 / x, away),
+    "sin": (np.sin, normal),
+    "cos": (np.cos, normal),
+    "tanh": (np.tanh, normal),
+    "sigmoid": (_sigmoid, normal),
+    "erf": (np.vectorize(math.erf, otypes=[np.float64]), normal),
+    "identity": (lambda x: x.copy(), normal),
+    "stop_gradient": (lambda x: x.copy(), normal),
+    "relu": (lambda x: np.where(x > 0, x, 0.0), away),
+    "softplus": (lambda x: np.log(1.0 + np.exp(x)), normal),
+}
+for _name, (_fn, _make) in _UNARY.items():
+    sample(_name, "3x5", [_make(3, 5)], {}, _fn)
+    sample(_name, "2x3x4", [_make(2, 3, 4)], {}, _fn)
+    sample(_name, "scalar", [np.asarray(_make())], {}, _fn)
+for _name in ("neg", "abs", "sign", "square"):
+    sample(_name, "int64", [ints(-5, 6, 4, 3)], {}, _UNARY[_name][0])
+
+_BINARY = {
+    "add": (np.add, normal, normal),
+    "subtract": (np.subtract, normal, normal),
+    "multiply": (np.multiply, normal, normal),
+    "divide": (lambda x, y: x / y, normal, away),
+    "pow": (lambda x, y: np.exp(y * np.log(x)), positive, normal),
+    "maximum": (lambda x, y: np.where(x > y, x, y), grid, lambda *s: grid(*s, offset=0.05)),
+    "minimum": (lambda x, y: np.where(x < y, x, y), grid, lambda *s: grid(*s, offset=0.05)),
+}
+for _name, (_fn, _mx, _my) in _BINARY.items():
+    sample(_name, "broadcast", [_mx(3, 1, 5), _my(4, 1)], {}, _fn)
+    sample(_name, "same-shape", [_mx(2, 3), _my(2, 3)], {}, _fn)
+    sample(_name, "scalar-rhs", [_mx(3, 4), np.asarray(_my())], {}, _fn)
+    sample(_name, "scalar-lhs", [np.asarray(_mx()), _my(2, 5)], {}, _fn)
+sample("multiply", "same-tensor-twice", [normal(3, 4)], {}, lambda x: x * x, aliases=(0, 0))
+sample("add", "int64", [ints(-9, 9, 3, 1), ints(-9, 9, 4)], {}, np.add)
+sample("subtract", "int64", [ints(-9, 9, 3, 4), ints(-9, 9, 4)], {}, np.subtract)
+sample("multiply", "int64", [ints(-9, 9, 2, 3), ints(-9, 9, 3)], {}, np.multiply)
+sample("divide", "int64-gives-float32", [ints(-9, 9, 2, 3), ints(1, 9, 3)], {}, lambda x, y: (x / y).astype(np.float32))
+
+_COMPARE = {
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+}
+for _name, _fn in _COMPARE.items():
+    # small integers as floats, so ties (where <= and < differ) are frequent
+    sample(_name, "float-broadcast", [ints(0, 3, 3, 1, 4).astype(float), ints(0, 3, 5, 1) * 1.0], {}, _fn)
+    sample(_name, "int64", [ints(0, 3, 4, 3), ints(0, 3, 3)], {}, _fn)
+sample("logical_and", "broadcast", [ints(0, 2, 3, 1) > 0, ints(0, 2, 4) > 0], {}, np.logical_and)
+sample("logical_or", "broadcast", [ints(0, 2, 3, 1) > 0, ints(0, 2, 4) > 0], {}, np.logical_or)
+sample("logical_not", "2x3", [ints(0, 2, 2, 3) > 0], {}, np.logical_not)
+
+
+def _where(c, x, y):
+    return np.where(c, x, y)
+
+
+sample("where", "broadcast", [ints(0, 2, 3, 1) > 0, normal(1, 4), normal(3, 4)], {}, _where)
+sample("where", "scalar-branch", [ints(0, 2, 2, 3, 4) > 0, normal(3, 4), np.asarray(0.7)], {}, _where)
+sample("where", "cond-broadcasts-up", [ints(0, 2, 2, 1, 4) > 0, normal(3, 1), normal(4)], {}, _where)
+
+
+def _clip_case(name, lo, hi):
+    x = grid(4, 5, offset=0.05)  # bounds are multiples of 0.1: no x sits on one
+
+    def fn(a):
+        out = a.copy()
+        if lo is not None:
+            out = np.where(out < lo, lo, out)
+        if hi is not None:
+            out = np.where(out > hi, hi, out)
+        return out
+
+    sample("clip", name, [x], {"lo": lo, "hi": hi}, fn)
+
+
+_clip_case("both", -0.5, 0.5)
+_clip_case("upper-only", None, 0.3)
+_clip_case("lower-only", -0.2, None)
+
+sample(
+    "cast",
+    "f64-to-f32",
+    [normal(3, 4)],
+    {"dtype": "float32"},
+    lambda x: x.astype(np.float32),
+    fd_eps=1e-3,
+    grad_tol=1e-3,
+)
+sample(
+    "cast", "f64-to-int32", [grid(3, 4, offset=0.05) * 10], {"dtype": "int32"}, lambda x: np.trunc(x).astype(np.int32)
+)
+sample("cast", "f64-to-bool", [away(3, 4) * ints(0, 2, 3, 4)], {"dtype": "bool"}, lambda x: x != 0)
+sample("cast", "int64-to-f64", [ints(-5, 5, 2, 3)], {"dtype": "float64"}, lambda x: x.astype(np.float64))
+
+sample(
+    "matmul",
+    "batch-broadcast",
+    [normal(2, 1, 3, 4), normal(5, 4, 2)],
+    {},
+    lambda a, b: np.einsum("...ij,...jk->...ik", a, b),
+)
+sample("matmul", "2d", [normal(3, 4), normal(4, 5)], {}, lambda a, b: np.einsum("ij,jk->ik", a, b))
+sample(
+    "matmul", "batch-rhs-1", [normal(3, 2, 4), normal(1, 4, 3)], {}, lambda a, b: np.einsum("...ij,...jk->...ik", a, b)
+)
+
+
+# -------------------------------------------------------------- reductions
+def _reduce_case(op, name, x, axes, keepdims, fn):
+    sample(
+        op, name, [x], {"axes": axes, "keepdims": keepdims}, lambda a: np.asarray(fn(a, axis=axes, keepdims=keepdims))
+    )
+
+
+def _logsumexp(a, axis, keepdims):
+    return np.log(np.sum(np.exp(a), axis=axis, keepdims=keepdims))
+
+
+def _prod(a, axis, keepdims):
+    """Product by repeated multiplication (not np.prod)."""
+    moved = np.moveaxis(a, axis, tuple(range(len(axis))))
+    out = np.ones(moved.shape[len(axis) :])
+    for idx in np.ndindex(moved.shape[: len(axis)]):
+        out = out * moved[idx]
+    if keepdims:
+        out = out.reshape([1 if i in axis else d for i, d in enumerate(a.shape)])
+    return out
+
+
+_REDUCERS = {
+    "sum": (np.sum, normal),
+    "max": (np.max, grid),
+    "min": (np.min, grid),
+    "logsumexp": (_logsumexp, normal),
+    "prod": (_prod, lambda *s: away(*s, low=0.5)),
+}
+for _name, (_fn, _make) in _REDUCERS.items():
+    _reduce_case(_name, "axes-0-2", _make(3, 4, 5), (0, 2), False, _fn)
+    _reduce_case(_name, "axis-1-keepdims", _make(3, 4, 5), (1,), True, _fn)
+    _reduce_case(_name, "all-axes", _make(3, 5), (0, 1), False, _fn)
+    _reduce_case(_name, "all-axes-keepdims", _make(2, 3, 2), (0, 1, 2), True, _fn)
+    _reduce_case(_name, "no-axes", _make(2, 3), (), False, _fn)
+    _reduce_case(_name, "scalar", np.asarray(_make()), (), False, _fn)
+_x_zeros = away(3, 4, low=0.5)
+_x_zeros[0, 1] = 0.0  # one zero in row 0
+_x_zeros[1, 0] = _x_zeros[1, 3] = 0.0  # two zeros in row 1
+PROD_TWO_ZEROS_LIMIT = (
+    "prod's VJP is exact to first order; its second derivative is exact only up to one zero "
+    "per reduced slice, and a slice with two zeros loses d2/dx_i dx_j for the zero pair"
+)
+_x_one_zero = away(3, 4, low=0.5)
+_x_one_zero[0, 1] = _x_one_zero[2, 3] = 0.0  # at most one zero per row
+sample("prod", "one-zero-per-row", [_x_one_zero], {"axes": (1,), "keepdims": False}, lambda a: _prod(a, (1,), False))
+sample(
+    "prod",
+    "two-zeros-in-a-row",
+    [_x_zeros],
+    {"axes": (1,), "keepdims": False},
+    lambda a: _prod(a, (1,), False),
+    bugs={"second_order": PROD_TWO_ZEROS_LIMIT},
+)
+_reduce_case("prod", "zeros-keepdims", _x_zeros, (1,), True, _prod)
+_reduce_case("max", "int64", ints(-50, 50, 3, 4), (1,), False, np.max)
+_reduce_case("sum", "int64", ints(-50, 50, 3, 4), (0,), True, np.sum)
+sample(
+    "sum",
+    "bool-counts",
+    [ints(0, 2, 3, 4) > 0],
+    {"axes": (1,), "keepdims": False},
+    lambda a: np.count_nonzero(a, axis=1).astype(np.int64),
+)
+
+for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
+    sample(_name, "axis-1", [grid(3, 4, 5)], {"axis": 1}, lambda a, f=_fn: f(a, axis=1))
+    sample(_name, "axis-none", [grid(3, 4)], {"axis": None}, lambda a, f=_fn: np.asarray(f(a)))
+    sample(
+        _name,
+        "int64-axis-0",
+        [_RNG.permutation(12).reshape(4, 3).astype(np.int64)],
+        {"axis": 0},
+        lambda a, f=_fn: f(a, axis=0),
+    )
+
+
+# ------------------------------------------------------------- array ops
+sample("reshape", "minus-one", [normal(2, 3, 5)], {"shape": (5, -1)}, lambda x: x.reshape(5, 6))
+sample("reshape", "to-scalar", [normal(1, 1)], {"shape": ()}, lambda x: x.reshape(()))
+sample("reshape", "add-axes", [normal(6)], {"shape": (1, 2, 1, 3)}, lambda x: x.reshape(1, 2, 1, 3))
+sample("transpose", "perm-201", [normal(2, 3, 4)], {"perm": (2, 0, 1)}, lambda x: np.moveaxis(x, 2, 0))
+sample("transpose", "2d", [normal(3, 5)], {"perm": (1, 0)}, lambda x: x.T.copy())
+sample("broadcast_to", "3x1-to-2x3x4", [normal(3, 1)], {"shape": (2, 3, 4)}, lambda x: x + np.zeros((2, 3, 4)))
+sample("broadcast_to", "scalar", [np.asarray(normal())], {"shape": (2, 3)}, lambda x: x + np.zeros((2, 3)))
+sample(
+    "concat",
+    "axis-1-three",
+    [normal(2, 1, 3), normal(2, 3, 3), normal(2, 2, 3)],
+    {"axis": 1},
+    lambda *xs: np.concatenate(xs, axis=1),
+)
+sample("concat", "axis-0-two", [normal(1, 4), normal(3, 4)], {"axis": 0}, lambda *xs: np.concatenate(xs, axis=0))
+sample("concat", "same-tensor-twice", [normal(2, 3)], {"axis": 0}, lambda x: np.concatenate([x, x]), aliases=(0, 0))
+sample("concat", "int64", [ints(0, 9, 2, 2), ints(0, 9, 2, 1)], {"axis": 1}, lambda *xs: np.concatenate(xs, axis=1))
+
+
+def _split(x, sizes, axis):
+    ends = np.cumsum(sizes)
+    parts = zip(sizes, ends, strict=True)
+    return tuple(np.take(x, np.arange(e - s, e), axis=axis) for s, e in parts)
+
+
+sample("split", "sizes-axis-1", [normal(3, 6, 2)], {"sizes": (1, 3, 2), "axis": 1}, lambda x: _split(x, (1, 3, 2), 1))
+sample("split", "equal-axis-0", [normal(3, 5)], {"sizes": (1, 1, 1), "axis": 0}, lambda x: _split(x, (1, 1, 1), 0))
+sample("split", "single-part", [normal(4, 2)], {"sizes": (2,), "axis": 1}, lambda x: (x.copy(),))
+sample(
+    "split",
+    "middle-part-only",
+    [normal(3, 6)],
+    {"sizes": (2, 3, 1), "axis": 1},
+    lambda x: _split(x, (2, 3, 1), 1),
+    used=(1,),
+)
+sample("split", "empty-part", [normal(2, 5)], {"sizes": (2, 0, 3), "axis": 1}, lambda x: _split(x, (2, 0, 3), 1))
+
+
+def _pad(x, paddings, value):
+    out = np.full([d + a + b for d, (a, b) in zip(x.shape, paddings, strict=True)], value)
+    out[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, paddings, strict=True))] = x
+    return out
+
+
+sample(
+    "pad",
+    "2d",
+    [normal(3, 4)],
+    {"paddings": ((1, 0), (2, 3)), "constant_value": 1.5},
+    lambda x: _pad(x, ((1, 0), (2, 3)), 1.5),
+)
+sample(
+    "pad",
+    "3d",
+    [normal(2, 3, 2)],
+    {"paddings": ((0, 0), (1, 1), (0, 2)), "constant_value": 0.0},
+    lambda x: _pad(x, ((0, 0), (1, 1), (0, 2)), 0.0),
+)
+sample("tile", "2d", [normal(2, 3)], {"multiples": (2, 1)}, lambda x: np.concatenate([x, x]))
+sample("tile", "zero-multiple", [normal(2, 3)], {"multiples": (0, 2)}, lambda x: np.zeros((0, 6)))
+sample("tile", "3d", [normal(2, 1, 3)], {"multiples": (1, 3, 2)}, lambda x: np.tile(x, (1, 3, 2)))
+
+# indices in the form getitem's wrapper passes them on (tensors and lists become int64 arrays)
+_INDEXES = {
+    "negative-step": (slice(None, None, -1), 1, slice(1, None, 2)),
+    "ellipsis-none": (Ellipsis, None, slice(-2, None)),
+    "int-array-repeats": (np.array([2, 0, 2, -1]), slice(None, None, -2)),
+    "bool-mask": (slice(None), np.array([True, False, True, True, False])),
+    "arrays-around-slice": (np.array([[0], [3]]), slice(1, 4), np.array([5, 0, 5])),
+    "scalar": (3, -1, 2),
+    "2d-bool-mask": (np.arange(20).reshape(4, 5) % 3 == 0,),
+    "0d-bool": (np.asarray(True), 1),
+    "array-and-int": (1, np.array([[0, 4], [4, 4]]), slice(None, 3)),
+}
+
+
+def _getitem_grad(g, shape, index):
+    """Adjoint of indexing: each input cell gets the sum of the output cells it fed."""
+    size = math.prod(shape)
+    source = np.arange(size).reshape(shape)[index]
+    return np.bincount(np.ravel(source), weights=np.ravel(g), minlength=size).reshape(shape)
+
+
+for _label, _index in _INDEXES.items():
+    _x = normal(4, 5, 6)
+    sample("getitem", _label, [_x], {"index": _index}, lambda x, i=_index: np.array(x[i]))
+    sample(
+        "getitem_grad",
+        _label,
+        [normal(*np.shape(_x[_index]))],
+        {"shape": (4, 5, 6), "index": _index},
+        lambda g, i=_index: _getitem_grad(g, (4, 5, 6), i),
+    )
+
+
+def _gather(x, idx, axis):
+    out = [np.take(x, int(i) % x.shape[axis], axis=axis) for i in np.ravel(idx)]
+    out = np.stack(out, axis=axis) if out else np.zeros(x.shape[:axis] + (0,) + x.shape[axis + 1 :])
+    return out.reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1 :])
+
+
+def _scatter_add(x, idx, upd, axis):
+    out = x.copy()
+    lead = (slice(None),) * axis
+    for m in np.ndindex(idx.shape):
+        out[lead + (idx[m],)] += upd[lead + m]
+    return out
+
+
+sample(
+    "gather",
+    "rows-repeats",
+    [normal(4, 5), np.array([[3, 0, 3], [-1, 2, 0]])],
+    {"axis": 0},
+    lambda x, i: _gather(x, i, 0),
+)
+sample("gather", "axis-1", [normal(3, 5, 2), np.array([4, -5, 4, 1])], {"axis": 1}, lambda x, i: _gather(x, i, 1))
+sample(
+    "gather",
+    "int32-ids",
+    [normal(6, 3), np.array([5, 1, 1], dtype=np.int32)],
+    {"axis": 0},
+    lambda x, i: _gather(x, i, 0),
+)
+sample("gather", "3d-axis-0", [normal(4, 2, 3), np.array([1, 3])], {"axis": 0}, lambda x, i: _gather(x, i, 0))
+sample("gather", "empty-ids", [normal(4, 3), np.zeros((0,), np.int64)], {"axis": 0}, lambda x, i: _gather(x, i, 0))
+sample(
+    "scatter_add",
+    "empty-ids",
+    [normal(4, 3), np.zeros((0,), np.int64), normal(0, 3)],
+    {"axis": 0},
+    lambda x, i, u: _scatter_add(x, i, u, 0),
+)
+sample(
+    "scatter_add",
+    "rows-repeats",
+    [normal(5, 3), np.array([4, 0, 4, -1]), normal(4, 3)],
+    {"axis": 0},
+    lambda x, i, u: _scatter_add(x, i, u, 0),
+)
+sample(
+    "scatter_add",
+    "axis-1",
+    [normal(2, 4, 3), np.array([[1, 1], [3, 0]]), normal(2, 2, 2, 3)],
+    {"axis": 1},
+    lambda x, i, u: _scatter_add(x, i, u, 1),
+)
+sample(
+    "scatter_add",
+    "1d",
+    [normal(5), np.array([0, 0, 2]), normal(3)],
+    {"axis": 0},
+    lambda x, i, u: _scatter_add(x, i, u, 0),
+)
+
+
+def _gather_nd(x, idx):
+    k = idx.shape[-1]
+    rows = [x[tuple(idx[m])] for m in np.ndindex(idx.shape[:-1])]
+    return np.array(rows).reshape(idx.shape[:-1] + x.shape[k:])
+
+
+def _scatter_nd_add(x, idx, upd):
+    out = x.copy()
+    for m in np.ndindex(idx.shape[:-1]):
+        out[tuple(idx[m])] += upd[m]
+    return out
+
+
+_nd_idx = np.array([[[0, 1], [3, 4], [0, 1]], [[2, 0], [1, 1], [3, 0]]])
+sample("gather_nd", "pairs", [normal(4, 5, 3), _nd_idx], {}, _gather_nd)
+sample("gather_nd", "full-index", [normal(4, 5), np.array([[1, 2], [3, 0], [1, 2]])], {}, _gather_nd)
+sample(
+    "scatter_nd_add", "full-index", [normal(4, 5), np.array([[1, 2], [3, 0], [1, 2]]), normal(3)], {}, _scatter_nd_add
+)
+sample("scatter_nd_add", "rows", [normal(4, 5, 2), np.array([[2], [0], [2]]), normal(3, 5, 2)], {}, _scatter_nd_add)
+
+
+def _one_hot(idx, depth, on, off, npdtype):
+    out = np.full(idx.shape + (depth,), off)
+    for m in np.ndindex(idx.shape):
+        if 0 <= idx[m] < depth:
+            out[m + (idx[m],)] = on
+    return out.astype(npdtype)
+
+
+sample(
+    "one_hot",
+    "out-of-range",
+    [np.array([[0, 3], [-1, 5], [2, 2]])],
+    {"depth": 4, "on_value": 2.0, "off_value": -1.0, "dtype": "float64"},
+    lambda i: _one_hot(i, 4, 2.0, -1.0, np.float64),
+)
+sample(
+    "one_hot",
+    "float32",
+    [np.array([1, 0, 2], dtype=np.int32)],
+    {"depth": 3, "on_value": 1.0, "off_value": 0.0, "dtype": "float32"},
+    lambda i: _one_hot(i, 3, 1.0, 0.0, np.float32),
+)
+sample("full_like", "same-dtype", [normal(2, 3)], {"value": 3.5, "dtype": None}, lambda x: np.full((2, 3), 3.5))
+sample(
+    "full_like", "int32", [normal(3, 1)], {"value": 7, "dtype": "int32"}, lambda x: np.full((3, 1), 7, dtype=np.int32)
+)
+sample("full_like", "scalar", [np.asarray(1.0)], {"value": 0, "dtype": None}, lambda x: np.asarray(0.0))
+
+
+# ------------------------------------------------------- convolution oracle
+def _axis_window(size, k, stride, dilation, padding):
+    """(outputs, pad before, pad after) along one axis, by TensorFlow's rules."""
+    span = (k - 1) * dilation + 1
+    if padding == "SAME":
+        out = -(-size // stride)
+        total = max((out - 1) * stride + span - size, 0)
+        return out, total // 2, total - total // 2
+    before, after = (0, 0) if padding == "VALID" else padding
+    return (size + before + after - span) // stride + 1, before, after
+
+
+def _geometry(in_hw, k_hw, strides, padding, dilations):
+    per_axis = (padding, padding) if isinstance(padding, str) else padding
+    (oh, t, b), (ow, left, r) = (_axis_window(in_hw[a], k_hw[a], strides[a], dilations[a], per_axis[a]) for a in (0, 1))
+    return oh, ow, ((0, 0), (t, b), (left, r), (0, 0))
+
+
+def _patch(xp, p, q, k_hw, strides, dilations):
+    """The window of output cell (p, q): a view [n, kh, kw, c] into the padded input."""
+    r0, c0 = p * strides[0], q * strides[1]
+    return xp[
+        :,
+        r0 : r0 + (k_hw[0] - 1) * dilations[0] + 1 : dilations[0],
+        c0 : c0 + (k_hw[1] - 1) * dilations[1] + 1 : dilations[1],
+        :,
+    ]
+
+
+def _crop(xp, pads, in_hw):
+    (t, _), (left, _) = pads[1], pads[2]
+    return xp[:, t : t + in_hw[0], left : left + in_hw[1], :]
+
+
+def np_conv2d(x, w, strides, padding, dilations):
+    oh, ow, pads = _geometry(x.shape[1:3], w.shape[:2], strides, padding, dilations)
+    xp = np.pad(x, pads)
+    out = np.zeros((x.shape[0], oh, ow, w.shape[3]))
+    for p in range(oh):
+        for q in range(ow):
+            patch = _patch(xp, p, q, w.shape, strides, dilations)
+            out[:, p, q] = np.einsum("nijc,ijco->no", patch, w)
+    return out
+
+
+def np_conv2d_input_grad(dy, w, input_size, strides, padding, dilations):
+    oh, ow, pads = _geometry(input_size, w.shape[:2], strides, padding, dilations)
+    assert (oh, ow) == dy.shape[1:3]
+    dxp = np.zeros(np.add((dy.shape[0], *input_size, w.shape[2]), np.sum(pads, axis=1)))
+    for p in range(oh):
+        for q in range(ow):
+            view = _patch(dxp, p, q, w.shape, strides, dilations)
+            view += np.einsum("no,ijco->nijc", dy[:, p, q], w)
+    return _crop(dxp, pads, input_size)
+
+
+def np_conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    oh, ow, pads = _geometry(x.shape[1:3], filter_size, strides, padding, dilations)
+    xp = np.pad(x, pads)
+    dw = np.zeros((*filter_size, x.shape[3], dy.shape[3]))
+    for p in range(oh):
+        for q in range(ow):
+            patch = _patch(xp, p, q, filter_size, strides, dilations)
+            dw += np.einsum("nijc,no->ijco", patch, dy[:, p, q])
+    return dw
+
+
+_CONVS = {  # name: (x shape, filter shape, strides, padding, dilations)
+    "valid-s1": ((2, 5, 6, 3), (3, 2, 3, 4), (1, 1), "VALID", (1, 1)),
+    "same-s2": ((1, 7, 6, 2), (3, 3, 2, 3), (2, 2), "SAME", (1, 1)),
+    "explicit-s21-d21": ((2, 6, 7, 2), (2, 3, 2, 2), (2, 1), ((1, 2), (0, 1)), (2, 1)),
+    "same-s12-d2": ((1, 5, 5, 1), (3, 2, 1, 2), (1, 2), "SAME", (2, 2)),
+    "valid-s2-1x1": ((2, 5, 4, 3), (1, 1, 3, 2), (2, 2), "VALID", (1, 1)),
+}
+for _label, (_xs, _ws, _s, _p, _d) in _CONVS.items():
+    _attrs = {"strides": _s, "padding": _p, "dilations": _d}
+    sample("conv2d", _label, [normal(*_xs), normal(*_ws)], _attrs, lambda x, w, a=_attrs: np_conv2d(x, w, **a))
+    _oh, _ow, _ = _geometry(_xs[1:3], _ws[:2], _s, _p, _d)
+    _dy = normal(_xs[0], _oh, _ow, _ws[3])
+    sample(
+        "conv2d_input_grad",
+        _label,
+        [_dy, normal(*_ws)],
+        {"input_size": _xs[1:3], **_attrs},
+        lambda dy, w, i=_xs[1:3], a=_attrs: np_conv2d_input_grad(dy, w, i, **a),
+    )
+    sample(
+        "conv2d_filter_grad",
+        _label,
+        [normal(*_xs), _dy],
+        {"filter_size": _ws[:2], **_attrs},
+        lambda x, dy, f=_ws[:2], a=_attrs: np_conv2d_filter_grad(x, dy, f, **a),
+    )
+
+
+# ----------------------------------------------------------- pooling oracle
+def _pool_windows(x, ksize, strides, padding, fill):
+    oh, ow, pads = _geometry(x.shape[1:3], ksize, strides, padding, (1, 1))
+    xp = np.pad(x, pads, constant_values=fill)
+    for p in range(oh):
+        for q in range(ow):
+            yield p, q, _patch(xp, p, q, ksize, strides, (1, 1))
+
+
+def np_max_pool(x, ksize, strides, padding):
+    oh, ow, _ = _geometry(x.shape[1:3], ksize, strides, padding, (1, 1))
+    out = np.empty((x.shape[0], oh, ow, x.shape[3]))
+    for p, q, win in _pool_windows(x, ksize, strides, padding, -np.inf):
+        out[:, p, q] = win.max(axis=(1, 2))
+    return out
+
+
+def _argmax_cells(x, ksize, strides, padding):
+    """Per output cell: (p, q, index into the padded input of the window's first max)."""
+    n, c = x.shape[0], x.shape[3]
+    nn, cc = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
+    for p, q, win in _pool_windows(x, ksize, strides, padding, -np.inf):
+        i, j = np.divmod(win.reshape(n, -1, c).argmax(axis=1), ksize[1])
+        yield p, q, (nn, p * strides[0] + i, q * strides[1] + j, cc)
+
+
+def np_max_pool_grad(x, dy, ksize, strides, padding):
+    _, _, pads = _geometry(x.shape[1:3], ksize, strides, padding, (1, 1))
+    dxp = np.zeros(np.add(x.shape, np.sum(pads, axis=1)))
+    for p, q, cell in _argmax_cells(x, ksize, strides, padding):
+        np.add.at(dxp, cell, dy[:, p, q])
+    return _crop(dxp, pads, x.shape[1:3])
+
+
+def np_max_pool_grad_grad(x, g, ksize, strides, padding):
+    oh, ow, pads = _geometry(x.shape[1:3], ksize, strides, padding, (1, 1))
+    gp = np.pad(g, pads)
+    out = np.empty((x.shape[0], oh, ow, x.shape[3]))
+    for p, q, cell in _argmax_cells(x, ksize, strides, padding):
+        out[:, p, q] = gp[cell]
+    return out
+
+
+def _window_counts(in_hw, ksize, strides, padding):
+    """How many real (unpadded) cells each output window covers."""
+    ones = np.ones((1, *in_hw, 1))
+    oh, ow, _ = _geometry(in_hw, ksize, strides, padding, (1, 1))
+    counts = np.zeros((oh, ow))
+    for p, q, win in _pool_windows(ones, ksize, strides, padding, 0.0):
+        counts[p, q] = win.sum()
+    return counts[None, :, :, None]
+
+
+def np_avg_pool(x, ksize, strides, padding):
+    oh, ow, _ = _geometry(x.shape[1:3], ksize, strides, padding, (1, 1))
+    out = np.empty((x.shape[0], oh, ow, x.shape[3]))
+    for p, q, win in _pool_windows(x, ksize, strides, padding, 0.0):
+        out[:, p, q] = win.sum(axis=(1, 2))
+    return out / _window_counts(x.shape[1:3], ksize, strides, padding)
+
+
+def np_avg_pool_grad(dy, input_size, ksize, strides, padding):
+    _, _, pads = _geometry(input_size, ksize, strides, padding, (1, 1))
+    shape = (dy.shape[0], *input_size, dy.shape[3])
+    dxp = np.zeros(np.add(shape, np.sum(pads, axis=1)))
+    scaled = dy / _window_counts(input_size, ksize, strides, padding)
+    for p in range(dy.shape[1]):
+        for q in range(dy.shape[2]):
+            view = _patch(dxp, p, q, ksize, strides, (1, 1))
+            view += scaled[:, p, q][:, None, None, :]
+    return _crop(dxp, pads, input_size)
+
+
+_POOLS = {  # name: (x shape, ksize, strides, padding)
+    "valid-k23-s2": ((2, 5, 7, 3), (2, 3), (2, 2), "VALID"),
+    "same-k3-s2": ((1, 6, 5, 2), (3, 3), (2, 2), "SAME"),
+    "same-k2-s1-overlap": ((2, 4, 5, 1), (2, 2), (1, 1), "SAME"),
+    "valid-k31-s12": ((1, 7, 6, 2), (3, 1), (1, 2), "VALID"),
+}
+for _label, (_xs, _k, _s, _p) in _POOLS.items():
+    _attrs = {"ksize": _k, "strides": _s, "padding": _p}
+    _oh, _ow, _ = _geometry(_xs[1:3], _k, _s, _p, (1, 1))
+    _dy_shape = (_xs[0], _oh, _ow, _xs[3])
+    sample("max_pool2d", _label, [grid(*_xs)], _attrs, lambda x, a=_attrs: np_max_pool(x, **a))
+    sample("avg_pool2d", _label, [normal(*_xs)], _attrs, lambda x, a=_attrs: np_avg_pool(x, **a))
+    sample(
+        "max_pool2d_grad",
+        _label,
+        [grid(*_xs), normal(*_dy_shape)],
+        _attrs,
+        lambda x, dy, a=_attrs: np_max_pool_grad(x, dy, **a),
+    )
+    sample(
+        "max_pool2d_grad_grad",
+        _label,
+        [grid(*_xs), normal(*_xs)],
+        _attrs,
+        lambda x, g, a=_attrs: np_max_pool_grad_grad(x, g, **a),
+    )
+    sample(
+        "avg_pool2d_grad",
+        _label,
+        [normal(*_dy_shape)],
+        {"input_size": _xs[1:3], **_attrs},
+        lambda dy, i=_xs[1:3], a=_attrs: np_avg_pool_grad(dy, i, **a),
+    )
+
+
+# ------------------------------------------------------------------ nn misc
+sample("relu_grad", "3x4", [normal(3, 4), away(3, 4)], {}, lambda g, y: np.where(y > 0, g, 0.0))
+
+
+def np_sparse_xent(logits, labels):
+    z = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    rows = np.arange(len(labels))
+    return -np.log(p[rows, labels]), p - np.eye(logits.shape[1])[labels]
+
+
+sample(
+    "sparse_softmax_cross_entropy_with_logits", "5x4", [normal(5, 4) * 2, np.array([0, 3, 1, 3, 2])], {}, np_sparse_xent
+)
+sample(
+    "sparse_softmax_cross_entropy_with_logits",
+    "1x3-int32",
+    [normal(1, 3), np.array([2], dtype=np.int32)],
+    {},
+    np_sparse_xent,
+)
+sample(
+    "sparse_softmax_cross_entropy_with_logits",
+    "loss-only",
+    [normal(4, 3), np.array([2, 0, 1, 1])],
+    {},
+    np_sparse_xent,
+    used=(0,),
+)
+sample(
+    "sparse_softmax_cross_entropy_with_logits",
+    "backprop-only",
+    [normal(4, 3), np.array([2, 0, 1, 1])],
+    {},
+    np_sparse_xent,
+    used=(1,),
+)
+sample(
+    "sparse_softmax_cross_entropy_with_logits",
+    "large-logits",
+    [normal(3, 4) + 800.0, np.array([1, 0, 3])],
+    {},
+    np_sparse_xent,
+)
+
+
+# ----------------------------------------------------------------- random
+def _pcg(seed):
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def _truncated(seed, shape, mean, stddev):
+    g = _pcg(seed)
+    draw = g.standard_normal(shape)
+    while (np.abs(draw) > 2.0).any():
+        bad = np.abs(draw) > 2.0
+        draw[bad] = g.standard_normal(int(bad.sum()))
+    return draw * stddev + mean
+
+
+def _categorical(seed, logits, num_samples):
+    u = _pcg(seed).random((logits.shape[0], num_samples))
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    cdf = np.cumsum(z / z.sum(axis=1, keepdims=True), axis=1)
+    counts = (cdf[:, None, :] <= u[:, :, None]).sum(axis=2)
+    return np.minimum(counts, logits.shape[1] - 1)
+
+
+def _random_case(op, name, seed, shape, dtype, params, expected):
+    sample(
+        op,
+        name,
+        [],
+        lambda: {"shape": shape, "dtype": dtype, "generator": tp.random.Generator(seed), **params},
+        lambda: expected().astype(dtype),
+        exact=True,
+    )
+
+
+_random_case(
+    "random_normal",
+    "f64",
+    7,
+    (3, 5),
+    "float64",
+    {"mean": 0.5, "stddev": 2.0},
+    lambda: _pcg(7).standard_normal((3, 5)) * 2.0 + 0.5,
+)
+_random_case(
+    "random_normal",
+    "f32",
+    8,
+    (4,),
+    "float32",
+    {"mean": 0.0, "stddev": 1.0},
+    lambda: _pcg(8).standard_normal((4,)) * 1.0 + 0.0,
+)
+_random_case(
+    "random_uniform",
+    "f64",
+    9,
+    (2, 3, 2),
+    "float64",
+    {"minval": -2.0, "maxval": 3.0},
+    lambda: _pcg(9).uniform(-2.0, 3.0, (2, 3, 2)),
+)
+_random_case(
+    "truncated_normal",
+    "f64-redraws",
+    10,
+    (60,),
+    "float64",
+    {"mean": 1.0, "stddev": 0.5},
+    lambda: _truncated(10, (60,), 1.0, 0.5),
+)
+_random_case(
+    "truncated_normal",
+    "f32",
+    11,
+    (3, 4),
+    "float32",
+    {"mean": 0.0, "stddev": 1.0},
+    lambda: _truncated(11, (3, 4), 0.0, 1.0),
+)
+sample(
+    "categorical",
+    "3x5",
+    [normal(3, 5)],
+    lambda logits: {"num_samples": 7, "generator": tp.random.Generator(12)},
+    lambda logits: _categorical(12, logits, 7),
+    exact=True,
+)
+sample(
+    "random_permutation",
+    "9",
+    [],
+    lambda: {"n": 9, "generator": tp.random.Generator(13)},
+    lambda: _pcg(13).permutation(9),
+    exact=True,
+)
+
+
+# ------------------------------------------------------------- optimizers
+def np_adam(param, m, v, grad, lr, beta1, beta2, epsilon, step):
+    m = beta1 * m + (1 - beta1) * grad
+    v = beta2 * v + (1 - beta2) * np.square(grad)
+    step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+    return param - step_size * m / (np.sqrt(v) + epsilon * math.sqrt(1 - beta2**step)), m, v
+
+
+_ADAM = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7, "step": 3}
+sample(
+    "adam_update",
+    "step-3",
+    [normal(3, 4), normal(3, 4), positive(3, 4), normal(3, 4)],
+    _ADAM,
+    lambda p, m, v, g: np_adam(p, m, v, g, **_ADAM),
+)
+sample(
+    "adam_update",
+    "step-1-zero-slots",
+    [normal(5), np.zeros(5), np.zeros(5), normal(5)],
+    {**_ADAM, "step": 1},
+    lambda p, m, v, g: np_adam(p, m, v, g, **{**_ADAM, "step": 1}),
+)
+
+
+# ----------------------------------------------------------- custom_gradient
+def _product_and_sine_attrs(x, y):
+    """Attrs of the custom_gradient op for (x * y, sin(x)) with a hand-written VJP."""
+    tx, ty = tp.tensor(x), tp.tensor(y)
+
+    def grad_fn(g_prod, g_sin):
+        return g_prod * ty + g_sin * tp.cos(tx), g_prod * tx
+
+    outs = (tp.tensor(x * y), tp.tensor(np.sin(x)))
+    return {"outputs": outs, "grad_fn": grad_fn, "variables": ()}
+
+
+@tp.custom_gradient
+def product_and_sine(x, y):
+    def grad_fn(g_prod, g_sin):
+        return g_prod * y + g_sin * tp.cos(x), g_prod * x
+
+    return (x * y, tp.sin(x)), grad_fn
+
+
+sample(
+    "custom_gradient", "apply", [normal(3, 2), normal(3, 2)], _product_and_sine_attrs, lambda x, y: (x * y, np.sin(x))
+)
+sample(
+    "custom_gradient",
+    "second-output-only",
+    [normal(4), normal(4)],
+    _product_and_sine_attrs,
+    lambda x, y: (x * y, np.sin(x)),
+    used=(1,),
+)
+sample(
+    "custom_gradient",
+    "decorator",
+    [normal(2, 3), normal(2, 3)],
+    _product_and_sine_attrs,
+    lambda x, y: (x * y, np.sin(x)),
+    call=lambda tensors: tuple(product_and_sine(*tensors)),
+)
+
+
+# ===================================================================== helpers
+def _as_tuple(value) -> tuple:
+    return tuple(value) if isinstance(value, tuple | list) else (value,)
+
+
+def _params(kind: str, ops=None, need_floats=False):
+    out = []
+    for op_name in sorted(SAMPLES):
+        if ops is not None and op_name not in ops:
+            continue
+        for case in SAMPLES[op_name]:
+            if ops is not None and case.name not in ops[op_name]:
+                continue
+            if need_floats and not _float_inputs(case):
+                continue
+            marks = []
+            if kind in case.bugs:
+                marks = [pytest.mark.xfail(strict=True, reason=case.bugs[kind])]
+            out.append(pytest.param(op_name, case, id=f"{op_name}-{case.name}", marks=marks))
+    return out
+
+
+def _op_inputs(case: Case, values: list) -> list:
+    """The op's inputs, given one value per case input."""
+    return values if case.aliases is None else [values[j] for j in case.aliases]
+
+
+def _run(op, case: Case, tensors: list) -> tuple:
+    """Run the case on one tensor per case input; return the outputs as a tuple."""
+    if case.call is not None:
+        return _as_tuple(case.call(tensors))
+    out = registry.apply(op, tuple(_op_inputs(case, tensors)), case.make_attrs())
+    return (out,) if op.num_outputs == 1 else tuple(out)
+
+
+def _assert_matches(actual, expected, exact: bool, what: str, check_dtype: bool = True) -> None:
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    if check_dtype:
+        assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    if expected.dtype.kind == "f" and not exact:
+        rtol = 1e-10 if expected.dtype == np.float64 else 1e-6
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * 1e-2, err_msg=what)
+    else:
+        np.testing.assert_array_equal(actual, expected.astype(actual.dtype, copy=False), err_msg=what)
+
+
+def _float_inputs(case: Case) -> list[int]:
+    return [i for i, a in enumerate(case.inputs) if np.asarray(a).dtype.kind == "f"]
+
+
+def _weighted_sum(outputs, cotangents):
+    """sum_k sum(outputs[k] * cotangents[k]), with outputs taken as float64."""
+    total = None
+    for o, c in zip(outputs, cotangents, strict=True):
+        term = tp.sum(tp.cast(o, "float64") * tp.tensor(c))
+        total = term if total is None else total + term
+    return total
+
+
+def _used(case: Case, outputs) -> list:
+    """The outputs a gradient test differentiates (the others stay unconnected)."""
+    return [outputs[k] for k in case.used] if case.used is not None else list(outputs)
+
+
+def _tape_gradient(op, case: Case, arrays, cotangents, floats):
+    tensors = [tp.tensor(a) for a in arrays]
+    sources = [tensors[i] for i in floats]
+    with tp.GradientTape() as tape:
+        tape.watch(sources)
+        target = _weighted_sum(_used(case, _run(op, case, tensors)), cotangents)
+    return tape.gradient(target, sources)
+
+
+def _finite_difference(f, arrays, i: int, eps: float) -> np.ndarray:
+    """Central differences of scalar f(*arrays) with respect to arrays[i]."""
+    arrays = [np.array(a, copy=True) for a in arrays]
+    x = arrays[i]
+    grad = np.zeros(x.shape)
+    for j in np.ndindex(x.shape):
+        orig = x[j]
+        x[j] = orig + eps
+        up = f(*arrays)
+        x[j] = orig - eps
+        down = f(*arrays)
+        x[j] = orig
+        grad[j] = (up - down) / (2 * eps)
+    return grad
+
+
+# ======================================================================= tests
+def test_every_op_has_samples():
+    registered = {op.name for op in registry.all_ops()}
+    missing = sorted(registered - set(SAMPLES))
+    unknown = sorted(set(SAMPLES) - registered)
+    assert not missing, f"ops without samples in SAMPLES: {missing}"
+    assert not unknown, f"SAMPLES names ops that are not registered: {unknown}"
+    untested = [
+        op.name
+        for op in registry.all_ops()
+        if op.differentiable and not any(_float_inputs(c) for c in SAMPLES[op.name])
+    ]
+    assert not untested, f"differentiable ops without a float-input sample: {untested}"
+
+
+@pytest.mark.parametrize("op", registry.all_ops(), ids=lambda op: op.name)
+def test_op_is_differentiable_unless_listed(op):
+    assert op.differentiable == (op.name not in NOT_DIFFERENTIABLE), (
+        f"{op.name}: vjp is {'set' if op.differentiable else 'None'}; update NOT_DIFFERENTIABLE if that is intended"
+    )
+
+
+@pytest.mark.parametrize(("op_name", "case"), _params("forward"))
+def test_forward_matches_numpy(op_name, case):
+    op = registry.get_op(op_name)
+    expected = [np.asarray(e) for e in _as_tuple(case.expected(*case.inputs))]
+    tensors = [tp.tensor(a) for a in case.inputs]
+    outputs = _run(op, case, tensors)
+    assert len(outputs) == len(expected), f"{op_name}: {len(outputs)} outputs"
+    for k, (o, e) in enumerate(zip(outputs, expected, strict=True)):
+        _assert_matches(o.numpy(), e, case.exact, f"{op_name} output {k} (apply)")
+
+    specs = op.infer(*_op_inputs(case, tensors), **case.make_attrs())
+    assert [(tuple(s), d) for s, d in specs] == [(o.shape, o.dtype) for o in outputs], f"{op_name}: infer gives {specs}"
+
+    for label, fn in (("reference", op.reference), ("cpu kernel", op.kernel("cpu"))):
+        arrays = [np.array(a, copy=True) for a in case.inputs]
+        raw = fn(*_op_inputs(case, arrays), **case.make_attrs())
+        raw = (raw,) if op.num_outputs == 1 else tuple(raw)
+        assert len(raw) == len(expected)
+        for k, (r, e) in enumerate(zip(raw, expected, strict=True)):
+            _assert_matches(r, e, case.exact, f"{op_name} output {k} ({label})", check_dtype=False)
+        for a, orig in zip(arrays, case.inputs, strict=True):
+            np.testing.assert_array_equal(a, orig, err_msg=f"{op_name} ({label}) changed an input")
+
+
+@pytest.mark.parametrize(("op_name", "case"), _params("vjp", need_floats=True))
+def test_vjp_matches_finite_differences(op_name, case):
+    """Cases without float inputs (random, logical, int-only) have nothing to differentiate;
+    test_op_is_differentiable_unless_listed covers them."""
+    op = registry.get_op(op_name)
+    floats = _float_inputs(case)
+    rng = np.random.default_rng(7)
+    expected = _used(case, _as_tuple(case.expected(*case.inputs)))
+    cotangents = [rng.standard_normal(np.shape(e)) for e in expected]
+    grads = _tape_gradient(op, case, case.inputs, cotangents, floats)
+    if not op.differentiable:
+        assert all(g is None for g in grads), f"{op_name} is not differentiable but got gradients"
+        return
+
+    def objective(*arrays):
+        outs = _used(case, _as_tuple(case.expected(*arrays)))
+        return sum(float(np.sum(c * np.asarray(o, dtype=np.float64))) for c, o in zip(cotangents, outs, strict=True))
+
+    for i, g in zip(floats, grads, strict=True):
+        fd = _finite_difference(objective, case.inputs, i, case.fd_eps)
+        if g is None:
+            got = np.zeros_like(fd)
+        else:
+            assert g.dtype == tp.float64, f"{op_name}: gradient of input {i} has dtype {g.dtype}"
+            got = g.numpy()
+        assert got.shape == fd.shape, f"{op_name}: gradient of input {i} has shape {got.shape}"
+        np.testing.assert_allclose(
+            got, fd, rtol=case.grad_tol, atol=case.grad_tol, err_msg=f"{op_name}[{case.name}]: d/d input {i}"
+        )
+
+
+def test_custom_gradient_with_variable():
+    v = tp.Variable(np.array([0.7, -1.3, 2.1]), name="scale")
+    x_np = np.array([0.4, -0.9, 1.7])
+
+    @tp.custom_gradient
+    def scaled_sine(x):
+        def grad_fn(g, variables):
+            return g * tp.cos(x) * v, [g * tp.sin(x)]
+
+        return tp.sin(x) * v, grad_fn
+
+    x = tp.tensor(x_np)
+    cot = np.array([1.5, -0.5, 2.0])
+    with tp.GradientTape() as tape:
+        tape.watch(x)
+        target = tp.sum(scaled_sine(x) * tp.tensor(cot))
+    gx, gv = tape.gradient(target, [x, v])
+    np.testing.assert_allclose(gx.numpy(), cot * np.cos(x_np) * v.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gv.numpy(), cot * np.sin(x_np), rtol=1e-12)
+
+
+# ----------------------------------------------------------- second order
+SECOND_ORDER = {
+    "exp": ["3x5"],
+    "tanh": ["2x3x4"],
+    "sigmoid": ["3x5"],
+    "matmul": ["batch-broadcast"],
+    "conv2d": ["same-s2", "explicit-s21-d21"],
+    "max_pool2d": ["same-k3-s2"],
+    "sparse_softmax_cross_entropy_with_logits": ["5x4"],
+    "logsumexp": ["axes-0-2"],
+    "getitem": ["int-array-repeats", "negative-step"],
+    "gather": ["rows-repeats", "axis-1"],
+    # beyond the required handful
+    "prod": ["axes-0-2", "zeros-in-rows"],
+    "pow": ["broadcast"],
+    "divide": ["broadcast"],
+    "avg_pool2d": ["same-k3-s2"],
+    "scatter_add": ["rows-repeats"],
+    "erf": ["3x5"],
+    "softplus": ["3x5"],
+    "split": ["middle-part-only"],
+    "where": ["broadcast"],
+    "relu": ["3x5"],
+}
+
+
+@pytest.mark.parametrize(("op_name", "case"), _params("second_order", SECOND_ORDER))
+def test_second_order_matches_finite_differences(op_name, case):
+    """d/dx <grad L(x), v> from nested tapes against finite differences of grad L along v.
+
+    L = sum(c1 * y) + sum(c2 * y * y) over the outputs y, so that the gradient depends on
+    y and every op's VJP is itself differentiated.
+    """
+    op = registry.get_op(op_name)
+    floats = _float_inputs(case)
+    rng = np.random.default_rng(11)
+    outs = _used(case, _as_tuple(case.expected(*case.inputs)))
+    c1 = [rng.standard_normal(np.shape(o)) for o in outs]
+    c2 = [rng.standard_normal(np.shape(o)) for o in outs]
+    vs = [rng.standard_normal(case.inputs[i].shape) for i in floats]
+
+    def first_order(arrays, outer=None):
+        tensors = [tp.tensor(a) for a in arrays]
+        sources = [tensors[i] for i in floats]
+        if outer is not None:
+            outer.watch(sources)
+        with tp.GradientTape() as tape:
+            tape.watch(sources)
+            ys = _used(case, _run(op, case, tensors))
+            loss = _weighted_sum(ys, c1) + _weighted_sum([y * y for y in ys], c2)
+        grads = tape.gradient(loss, sources, unconnected_gradients="zero")
+        return sources, grads
+
+    with tp.GradientTape() as outer:
+        sources, grads = first_order(case.inputs, outer)
+        h = _weighted_sum(grads, vs)
+    hvp = outer.gradient(h, sources, unconnected_gradients="zero")
+
+    eps = 1e-5
+
+    def shifted(sign):
+        arrays = list(case.inputs)
+        for i, v in zip(floats, vs, strict=True):
+            arrays[i] = arrays[i] + sign * eps * v
+        return [g.numpy() for g in first_order(arrays)[1]]
+
+    for k, (got, up, down) in enumerate(zip(hvp, shifted(1), shifted(-1), strict=True)):
+        np.testing.assert_allclose(
+            got.numpy(),
+            (up - down) / (2 * eps),
+            rtol=1e-6,
+            atol=1e-6,
+            err_msg=f"{op_name}[{case.name}]: Hessian-vector product {k}",
+        )
