@@ -70,6 +70,7 @@ setup(
     package_dir={"tapeflow": "lib"},
     packages=["tapeflow", *(f"tapeflow.{name}" for name in find_packages("lib"))],
     package_data={"tapeflow._kernels": ["*.pyx", "*.pxi"]},
+    exclude_package_data={"tapeflow._kernels": ["*.c"]},
     ext_modules=cythonize(
         kernel_extensions(),
         compiler_directives={

@@ -158,7 +158,11 @@ class GradientTape:
             if all(g is None for g in out_grads):
                 continue
             inputs = _inputs_at_record_time(rec)
-            in_grads = rec.op.vjp(out_grads, inputs, rec.outputs, **rec.attrs)
+            if rec.op.partial_vjp:
+                needs = tuple(id(t) in reachable and t.dtype.kind == "f" for t in rec.inputs)
+                in_grads = rec.op.vjp(out_grads, inputs, rec.outputs, needs=needs, **rec.attrs)
+            else:
+                in_grads = rec.op.vjp(out_grads, inputs, rec.outputs, **rec.attrs)
             for t, g in zip(rec.inputs, in_grads, strict=True):
                 if g is None or id(t) not in reachable or t.dtype.kind != "f":
                     continue

@@ -6,7 +6,7 @@ and an SGD update that we write ourselves. It has no layers, no optimizer object
 backwards. Parts 2 and 3 use the same mechanism to train two classifiers on the real
 Fashion-MNIST data: softmax regression, then a two-layer perceptron.
 
-Run it (about a minute on two CPU cores):
+Run it (each epoch prints its loss, test accuracy and elapsed time):
 
     python tutorials/00_tensors_and_tapes.py
     python tutorials/00_tensors_and_tapes.py --epochs-mlp 10 --batch-size 64
@@ -86,7 +86,7 @@ def part1_tapes() -> None:
     assert by_tape == by_hand
 
     # The VJPs are themselves tapeflow ops, so an outer tape can record the backward
-    # pass of an inner one. That gives second derivatives: d2/dx2 of x**3 is 6x.
+    # pass of an inner one. That gives second derivatives: d2/dt2 of t**3 is 6t.
     t = tp.tensor(3.0)
     with tp.GradientTape() as outer:
         outer.watch(t)
@@ -115,7 +115,10 @@ def load_fashion(path: str | None) -> tuple:
 # Part 3. Models are functions of Variables; training is tape + SGD.
 # ---------------------------------------------------------------------------
 def softmax_regression(rng: tp.random.Generator):
-    """logits = x W + b: one linear map from 784 pixels to 10 class scores."""
+    """logits = x W + b: one linear map from 784 pixels to 10 class scores.
+
+    Zero initial weights are fine here (the loss is convex), so `rng` goes unused.
+    """
     w = tp.Variable(tp.zeros((784, 10)), name="W")
     b = tp.Variable(tp.zeros((10,)), name="b")
     return [w, b], lambda x: x @ w + b
@@ -238,13 +241,10 @@ def main(argv=None) -> int:
         results[name] = train(name, params, forward, train_data, test_data, epochs, args, rng)
 
     print(f"\nTest accuracy (total time {time.perf_counter() - began:.1f} s):")
-    missed = []
     for name, acc in results.items():
-        ok = acc >= TARGETS[name]
-        print(f"  {name:20s} {acc:.2%}  (target {TARGETS[name]:.0%}: {'met' if ok else 'MISSED'})")
-        if not ok:
-            missed.append(name)
-    return 1 if missed else 0
+        verdict = "met" if acc >= TARGETS[name] else "MISSED"
+        print(f"  {name:20s} {acc:.2%}  (target {TARGETS[name]:.0%}: {verdict})")
+    return 0 if all(acc >= TARGETS[name] for name, acc in results.items()) else 1
 
 
 if __name__ == "__main__":

@@ -4,11 +4,12 @@ Padding is explicit: ``pad_top`` and ``pad_left`` rows/columns of zeros before t
 the bottom/right padding follows from the output size. Every input read is bounds-checked,
 so any combination of pads and output size is memory-safe.
 
-The batch is cut into chunks of whole images. Each OpenMP thread takes whole chunks and
-runs im2col and a *single-threaded* gemm on them in its own cache-sized buffer, which beats
-letting BLAS's thread pool and ours fight over the cores. When OpenBLAS's thread count
-cannot be controlled (another BLAS behind scipy), or there is only one chunk, the chunks run
-one after another and BLAS threads each gemm itself.
+The output rows (n, oh) are cut into chunks whose im2col matrix fits a small per-thread
+scratch buffer. Each OpenMP thread takes whole chunks and runs im2col and a
+*single-threaded* gemm on them, which beats letting BLAS's thread pool and ours fight over
+the cores. The chunks run one after another, and BLAS threads each gemm itself, when there
+is only one chunk, when OpenBLAS's thread count cannot be controlled (another BLAS behind
+scipy), or when chunks of conv2d_backward_input would write to the same image.
 """
 
 include "_common.pxi"
@@ -73,7 +74,7 @@ cdef struct Geometry:
 
 
 cdef struct Plan:
-    Py_ssize_t images    # images per chunk
+    Py_ssize_t rows      # output rows (n, oh) per chunk
     Py_ssize_t chunks
     int threads          # > 1: chunks in parallel, BLAS single-threaded inside each
 
@@ -107,19 +108,28 @@ cdef inline bint _is_pointwise(const Geometry* g) noexcept nogil:
             and g.oh == g.h and g.ow == g.w)
 
 
-cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize) noexcept nogil:
-    """Chunks that fit the scratch bound, balanced over the threads when BLAS allows it."""
+cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize, bint whole_images) noexcept nogil:
+    """Chunks of output rows that fit the scratch bound, balanced over the threads.
+
+    With `whole_images`, parallel chunks hold whole images, so that no two threads write
+    into the same image.
+    """
     cdef Plan p
-    cdef Py_ssize_t per_image = max(1, g.oh * g.ow * g.kh * g.kw * g.c * itemsize)
+    cdef Py_ssize_t fit = max(1, _col_buffer_bytes // max(1, g.ow * g.kh * g.kw * g.c * itemsize))
     cdef int nt = _num_threads if _blas_set_threads != NULL else 1
-    p.images = max(1, min(g.n, _col_buffer_bytes // per_image))
-    p.chunks = (g.n + p.images - 1) // p.images
-    if nt > 1 and g.n > 1:
-        p.chunks = max(p.chunks, min(g.n, nt))
+    cdef bint by_image = fit >= g.oh and (whole_images or g.n >= nt)
+    cdef bint in_parallel = nt > 1 and (by_image or not whole_images)
+    cdef Py_ssize_t unit = g.oh if by_image else 1
+    cdef Py_ssize_t units = g.n * g.oh // unit
+    cdef Py_ssize_t per_chunk = max(1, min(units, fit // unit))
+    p.chunks = (units + per_chunk - 1) // per_chunk
+    if in_parallel:
+        p.chunks = max(p.chunks, min(units, nt))
         p.chunks = (p.chunks + nt - 1) // nt * nt
-        p.images = (g.n + p.chunks - 1) // p.chunks
-        p.chunks = (g.n + p.images - 1) // p.images
-    p.threads = <int>min(nt, p.chunks)
+        per_chunk = (units + p.chunks - 1) // p.chunks
+        p.chunks = (units + per_chunk - 1) // per_chunk
+    p.rows = per_chunk * unit
+    p.threads = <int>min(nt, p.chunks) if in_parallel else 1
     return p
 
 
@@ -162,48 +172,45 @@ cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_
               &beta, c, &ldc_)
 
 
-cdef void _im2col(const Geometry* g, const floating* x, floating* col,
-                  Py_ssize_t images) noexcept nogil:
-    """col[(n, oh, ow), (i, j, c)] = x[n, oh*sh - pt + i*dh, ow*sw - pl + j*dw, c] or 0."""
-    cdef Py_ssize_t n, oh, ow, i, j, ih, iw
+cdef void _im2col(const Geometry* g, const floating* x, floating* col, Py_ssize_t r0,
+                  Py_ssize_t r1) noexcept nogil:
+    """col[(r, ow), (i, j, c)] = x[n, oh*sh - pt + i*dh, ow*sw - pl + j*dw, c] or 0,
+    for the output rows r = n*OH + oh in [r0, r1)."""
+    cdef Py_ssize_t r, n, oh, ow, i, j, ih, iw
     cdef size_t row_bytes = g.c * sizeof(floating)
-    for n in range(images):
-        for oh in range(g.oh):
-            for ow in range(g.ow):
-                for i in range(g.kh):
-                    ih = oh * g.sh - g.pt + i * g.dh
-                    for j in range(g.kw):
-                        iw = ow * g.sw - g.pl + j * g.dw
-                        if 0 <= ih < g.h and 0 <= iw < g.w:
-                            memcpy(col, x + ((n * g.h + ih) * g.w + iw) * g.c, row_bytes)
-                        else:
-                            memset(col, 0, row_bytes)
-                        col += g.c
+    for r in range(r0, r1):
+        n = r // g.oh
+        oh = r % g.oh
+        for ow in range(g.ow):
+            for i in range(g.kh):
+                ih = oh * g.sh - g.pt + i * g.dh
+                for j in range(g.kw):
+                    iw = ow * g.sw - g.pl + j * g.dw
+                    if 0 <= ih < g.h and 0 <= iw < g.w:
+                        memcpy(col, x + ((n * g.h + ih) * g.w + iw) * g.c, row_bytes)
+                    else:
+                        memset(col, 0, row_bytes)
+                    col += g.c
 
 
-cdef void _col2im(const Geometry* g, const floating* col, floating* dx,
-                  Py_ssize_t images) noexcept nogil:
-    """The adjoint of _im2col, as a gather: dx[n, ih, iw, :] sums the col rows that read it."""
-    cdef Py_ssize_t n, ih, iw, i, j, t, u, c
-    cdef Py_ssize_t kkc = g.kh * g.kw * g.c
-    cdef const floating* src
-    for n in range(images):
-        for ih in range(g.h):
-            for iw in range(g.w):
-                memset(dx, 0, g.c * sizeof(floating))
-                for i in range(g.kh):
-                    t = ih + g.pt - i * g.dh
-                    if t < 0 or t % g.sh != 0 or t // g.sh >= g.oh:
-                        continue
-                    for j in range(g.kw):
-                        u = iw + g.pl - j * g.dw
-                        if u < 0 or u % g.sw != 0 or u // g.sw >= g.ow:
-                            continue
-                        src = col + ((n * g.oh + t // g.sh) * g.ow + u // g.sw) * kkc
-                        src += (i * g.kw + j) * g.c
+cdef void _col2im(const Geometry* g, const floating* col, floating* dx, Py_ssize_t r0,
+                  Py_ssize_t r1) noexcept nogil:
+    """dx += the adjoint of _im2col over output rows [r0, r1)."""
+    cdef Py_ssize_t r, n, oh, ow, i, j, ih, iw, c
+    cdef floating* dst
+    for r in range(r0, r1):
+        n = r // g.oh
+        oh = r % g.oh
+        for ow in range(g.ow):
+            for i in range(g.kh):
+                ih = oh * g.sh - g.pt + i * g.dh
+                for j in range(g.kw):
+                    iw = ow * g.sw - g.pl + j * g.dw
+                    if 0 <= ih < g.h and 0 <= iw < g.w:
+                        dst = dx + ((n * g.h + ih) * g.w + iw) * g.c
                         for c in range(g.c):
-                            dx[c] += src[c]
-                dx += g.c
+                            dst[c] += col[c]
+                    col += g.c
 
 
 cdef inline floating* _alloc(Py_ssize_t count, floating* like) noexcept nogil:
@@ -224,35 +231,34 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
                                 stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)
     y = np.zeros((g.n, g.oh, g.ow, g.o), dtype=np.float32 if floating is float else np.float64)
     cdef floating[:, :, :, ::1] y_view = y
-    cdef Py_ssize_t rows = g.oh * g.ow, kkc = g.kh * g.kw * g.c
-    if g.n * rows * g.o == 0 or kkc == 0:
+    cdef Py_ssize_t total = g.n * g.oh, kkc = g.kh * g.kw * g.c
+    if total * g.ow * g.o == 0 or kkc == 0:
         return y
     cdef const floating* xp = &x[0, 0, 0, 0]
     cdef const floating* wp = &w[0, 0, 0, 0]
     cdef floating* yp = &y_view[0, 0, 0, 0]
     cdef bint pointwise = _is_pointwise(&g)
-    cdef Plan p = _plan(&g, sizeof(floating))
-    cdef Py_ssize_t chunk, start, count
+    cdef Plan p = _plan(&g, sizeof(floating), False)
+    cdef Py_ssize_t chunk, r0, r1
     cdef floating* col = NULL
     cdef int failed = 0
     cdef int* failed_p = &failed
     _enter_plan(&p)
-    with nogil:
-        with parallel(num_threads=p.threads):
-            col = NULL if pointwise else _alloc(p.images * rows * kkc, yp)
-            if not pointwise and col == NULL:
-                failed_p[0] = 1
-            for chunk in prange(p.chunks, schedule="static"):
-                start = chunk * p.images
-                count = min(p.images, g.n - start)
-                if pointwise:
-                    _gemm(c'N', c'N', count * rows, g.o, kkc, 1, xp + start * rows * kkc, kkc,
-                          wp, g.o, 0, yp + start * rows * g.o, g.o)
-                elif col != NULL:
-                    _im2col(&g, xp + start * g.h * g.w * g.c, col, count)
-                    _gemm(c'N', c'N', count * rows, g.o, kkc, 1, col, kkc, wp, g.o, 0,
-                          yp + start * rows * g.o, g.o)
-            free(col)
+    with nogil, parallel(num_threads=p.threads):
+        col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, yp)
+        if not pointwise and col == NULL:
+            failed_p[0] = 1
+        for chunk in prange(p.chunks, schedule="static"):
+            r0 = chunk * p.rows
+            r1 = min(r0 + p.rows, total)
+            if pointwise:
+                _gemm(c'N', c'N', (r1 - r0) * g.ow, g.o, kkc, 1, xp + r0 * g.ow * kkc, kkc,
+                      wp, g.o, 0, yp + r0 * g.ow * g.o, g.o)
+            elif col != NULL:
+                _im2col(&g, xp, col, r0, r1)
+                _gemm(c'N', c'N', (r1 - r0) * g.ow, g.o, kkc, 1, col, kkc, wp, g.o, 0,
+                      yp + r0 * g.ow * g.o, g.o)
+        free(col)
     _leave_plan(&p)
     if failed:
         raise MemoryError("conv2d_forward: cannot allocate the im2col buffer")
@@ -273,35 +279,34 @@ def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, 
                                 pad_top, pad_left, dil_h, dil_w)
     dx = np.zeros((g.n, g.h, g.w, g.c), dtype=np.float32 if floating is float else np.float64)
     cdef floating[:, :, :, ::1] dx_view = dx
-    cdef Py_ssize_t rows = g.oh * g.ow, kkc = g.kh * g.kw * g.c
-    if g.n * g.h * g.w * g.c == 0 or rows * g.o == 0:
+    cdef Py_ssize_t total = g.n * g.oh, kkc = g.kh * g.kw * g.c
+    if g.n * g.h * g.w * g.c == 0 or total * g.ow * g.o == 0:
         return dx
     cdef const floating* dyp = &dy[0, 0, 0, 0]
     cdef const floating* wp = &w[0, 0, 0, 0]
     cdef floating* dxp = &dx_view[0, 0, 0, 0]
     cdef bint pointwise = _is_pointwise(&g)
-    cdef Plan p = _plan(&g, sizeof(floating))
-    cdef Py_ssize_t chunk, start, count
+    cdef Plan p = _plan(&g, sizeof(floating), not pointwise)
+    cdef Py_ssize_t chunk, r0, r1
     cdef floating* col = NULL
     cdef int failed = 0
     cdef int* failed_p = &failed
     _enter_plan(&p)
-    with nogil:
-        with parallel(num_threads=p.threads):
-            col = NULL if pointwise else _alloc(p.images * rows * kkc, dxp)
-            if not pointwise and col == NULL:
-                failed_p[0] = 1
-            for chunk in prange(p.chunks, schedule="static"):
-                start = chunk * p.images
-                count = min(p.images, g.n - start)
-                if pointwise:
-                    _gemm(c'N', c'T', count * rows, kkc, g.o, 1, dyp + start * rows * g.o, g.o,
-                          wp, g.o, 0, dxp + start * rows * kkc, kkc)
-                elif col != NULL:
-                    _gemm(c'N', c'T', count * rows, kkc, g.o, 1, dyp + start * rows * g.o, g.o,
-                          wp, g.o, 0, col, kkc)
-                    _col2im(&g, col, dxp + start * g.h * g.w * g.c, count)
-            free(col)
+    with nogil, parallel(num_threads=p.threads):
+        col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, dxp)
+        if not pointwise and col == NULL:
+            failed_p[0] = 1
+        for chunk in prange(p.chunks, schedule="static"):
+            r0 = chunk * p.rows
+            r1 = min(r0 + p.rows, total)
+            if pointwise:
+                _gemm(c'N', c'T', (r1 - r0) * g.ow, kkc, g.o, 1, dyp + r0 * g.ow * g.o, g.o,
+                      wp, g.o, 0, dxp + r0 * g.ow * kkc, kkc)
+            elif col != NULL:
+                _gemm(c'N', c'T', (r1 - r0) * g.ow, kkc, g.o, 1, dyp + r0 * g.ow * g.o, g.o,
+                      wp, g.o, 0, col, kkc)
+                _col2im(&g, col, dxp, r0, r1)
+        free(col)
     _leave_plan(&p)
     if failed:
         raise MemoryError("conv2d_backward_input: cannot allocate the col2im buffer")
@@ -322,16 +327,15 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
                                 stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)
     dw = np.zeros((g.kh, g.kw, g.c, g.o), dtype=np.float32 if floating is float else np.float64)
     cdef floating[:, :, :, ::1] dw_view = dw
-    cdef Py_ssize_t rows = g.oh * g.ow, kkc = g.kh * g.kw * g.c
-    if kkc * g.o == 0 or g.n * rows == 0:
+    cdef Py_ssize_t total = g.n * g.oh, kkc = g.kh * g.kw * g.c, size = kkc * g.o, i
+    if size == 0 or total * g.ow == 0:
         return dw
     cdef const floating* xp = &x[0, 0, 0, 0]
     cdef const floating* dyp = &dy[0, 0, 0, 0]
     cdef floating* dwp = &dw_view[0, 0, 0, 0]
     cdef bint pointwise = _is_pointwise(&g)
-    cdef Plan p = _plan(&g, sizeof(floating))
-    cdef Py_ssize_t chunk, start, count, i
-    cdef Py_ssize_t size = kkc * g.o
+    cdef Plan p = _plan(&g, sizeof(floating), False)
+    cdef Py_ssize_t chunk, r0, r1
     cdef floating* col = NULL
     cdef floating* acc = NULL
     cdef int t = 0, failed = 0
@@ -342,24 +346,23 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
         raise MemoryError("conv2d_backward_filter: cannot allocate partial sums")
     memset(partials, 0, (p.threads - 1) * size * sizeof(floating))
     _enter_plan(&p)
-    with nogil:
-        with parallel(num_threads=p.threads):
-            col = NULL if pointwise else _alloc(p.images * rows * kkc, dwp)
-            if not pointwise and col == NULL:
-                failed_p[0] = 1
-            t = threadid()
-            acc = dwp if t == 0 else partials + (t - 1) * size
-            for chunk in prange(p.chunks, schedule="static"):
-                start = chunk * p.images
-                count = min(p.images, g.n - start)
-                if pointwise:
-                    _gemm(c'T', c'N', kkc, g.o, count * rows, 1, xp + start * rows * kkc, kkc,
-                          dyp + start * rows * g.o, g.o, 1, acc, g.o)
-                elif col != NULL:
-                    _im2col(&g, xp + start * g.h * g.w * g.c, col, count)
-                    _gemm(c'T', c'N', kkc, g.o, count * rows, 1, col, kkc,
-                          dyp + start * rows * g.o, g.o, 1, acc, g.o)
-            free(col)
+    with nogil, parallel(num_threads=p.threads):
+        col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, dwp)
+        if not pointwise and col == NULL:
+            failed_p[0] = 1
+        t = threadid()
+        acc = dwp if t == 0 else partials + (t - 1) * size
+        for chunk in prange(p.chunks, schedule="static"):
+            r0 = chunk * p.rows
+            r1 = min(r0 + p.rows, total)
+            if pointwise:
+                _gemm(c'T', c'N', kkc, g.o, (r1 - r0) * g.ow, 1, xp + r0 * g.ow * kkc, kkc,
+                      dyp + r0 * g.ow * g.o, g.o, 1, acc, g.o)
+            elif col != NULL:
+                _im2col(&g, xp, col, r0, r1)
+                _gemm(c'T', c'N', kkc, g.o, (r1 - r0) * g.ow, 1, col, kkc,
+                      dyp + r0 * g.ow * g.o, g.o, 1, acc, g.o)
+        free(col)
     _leave_plan(&p)
     with nogil:
         for i in range((p.threads - 1) * size):

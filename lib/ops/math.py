@@ -391,14 +391,14 @@ def _swap_last(t: Tensor) -> Tensor:
     return transpose(t, perm)
 
 
-def _matmul_vjp(gs, xs, ys):
+def _matmul_vjp(gs, xs, ys, needs=(True, True)):
     g, (a, b) = gs[0], xs
-    ga = apply(_MATMUL, (g, _swap_last(b)), {})
-    gb = apply(_MATMUL, (_swap_last(a), g), {})
-    return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+    ga = unbroadcast(apply(_MATMUL, (g, _swap_last(b)), {}), a.shape) if needs[0] else None
+    gb = unbroadcast(apply(_MATMUL, (_swap_last(a), g), {}), b.shape) if needs[1] else None
+    return ga, gb
 
 
-_MATMUL = defop("matmul", infer=_matmul_infer, vjp=_matmul_vjp)(np.matmul)
+_MATMUL = defop("matmul", infer=_matmul_infer, vjp=_matmul_vjp, partial_vjp=True)(np.matmul)
 
 
 def matmul(a, b) -> Tensor:

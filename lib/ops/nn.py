@@ -226,16 +226,16 @@ def _pad_image(x, rows, cols, value=0.0):
     return np.pad(x, ((0, 0), rows, cols, (0, 0)), constant_values=value)
 
 
-def _conv_vjp(gs, xs, ys, strides, padding, dilations):
+def _conv_vjp(gs, xs, ys, strides, padding, dilations, needs=(True, True)):
     x, w = xs
     g = gs[0]
     attrs = {"strides": strides, "padding": padding, "dilations": dilations}
-    dx = apply(_CONV_INPUT_GRAD, (g, w), {"input_size": x.shape[1:3], **attrs})
-    dw = apply(_CONV_FILTER_GRAD, (x, g), {"filter_size": w.shape[0:2], **attrs})
+    dx = apply(_CONV_INPUT_GRAD, (g, w), {"input_size": x.shape[1:3], **attrs}) if needs[0] else None
+    dw = apply(_CONV_FILTER_GRAD, (x, g), {"filter_size": w.shape[0:2], **attrs}) if needs[1] else None
     return dx, dw
 
 
-@defop("conv2d", infer=_conv_infer, vjp=_conv_vjp)
+@defop("conv2d", infer=_conv_infer, vjp=_conv_vjp, partial_vjp=True)
 def _CONV2D(x, w, strides, padding, dilations):
     kh, kw, _, o = w.shape
     taps, rows, cols, (oh, ow) = _windows(x.shape[1], x.shape[2], kh, kw, strides, padding, dilations, "conv2d")

@@ -24,14 +24,15 @@ from tapeflow.tensor import Tensor
 class OpDef:
     """One op: name, shape/dtype rule, NumPy reference forward and VJP."""
 
-    __slots__ = ("name", "reference", "infer", "vjp", "num_outputs", "_kernels", "doc")
+    __slots__ = ("name", "reference", "infer", "vjp", "num_outputs", "partial_vjp", "_kernels", "doc")
 
-    def __init__(self, name, reference, infer, vjp, num_outputs):
+    def __init__(self, name, reference, infer, vjp, num_outputs, partial_vjp):
         self.name = name
         self.reference = reference
         self.infer = infer
         self.vjp = vjp
         self.num_outputs = num_outputs
+        self.partial_vjp = partial_vjp
         self._kernels = {}
         self.doc = reference.__doc__
 
@@ -54,20 +55,22 @@ class OpDef:
 _REGISTRY: dict[str, OpDef] = {}
 
 
-def defop(name: str, *, infer, vjp=None, num_outputs: int = 1):
+def defop(name: str, *, infer, vjp=None, num_outputs: int = 1, partial_vjp: bool = False):
     """Register the decorated NumPy reference forward as op `name`.
 
     `infer(*inputs, **attrs)` sees objects with `.shape` and `.dtype` and
     returns a list of (shape, dtype), raising a clear error for bad input.
     `num_outputs` is None for ops whose output count depends on attrs (split).
     `vjp(grads, inputs, outputs, **attrs)` gets one gradient per output (None
-    where unconnected) and returns one gradient (or None) per input.
+    where unconnected) and returns one gradient (or None) per input. With
+    `partial_vjp=True` it also gets `needs`, one bool per input, and may skip
+    the gradients nobody asked for (worth it when each costs a matmul).
     """
 
     def wrap(reference):
         if name in _REGISTRY:
             raise ValueError(f"op {name!r} is already registered")
-        _REGISTRY[name] = OpDef(name, reference, infer, vjp, num_outputs)
+        _REGISTRY[name] = OpDef(name, reference, infer, vjp, num_outputs, partial_vjp)
         return _REGISTRY[name]
 
     return wrap

@@ -145,11 +145,15 @@ def test_load_data_bad_variant():
 
 
 # ---------------------------------------------------------------- search order
-def test_explicit_path_comes_first(isolated, monkeypatch):
+def test_explicit_path_is_the_only_place(isolated, monkeypatch):
     write_dataset(isolated / "env" / "mnist", label=1)
     monkeypatch.setenv("TAPEFLOW_DATA", str(isolated / "env"))
     assert loaded_label(path=write_dataset(isolated / "mine", label=2)) == 2
-    assert loaded_label(path=str(isolated / "empty")) == 1  # falls through to the next place
+    assert loaded_label() == 1
+    with pytest.raises(FileNotFoundError) as info:  # a wrong path is an error, not other data
+        mnist.load_data(path=str(isolated / "typo"))
+    message = str(info.value)
+    assert str(isolated / "typo") in message and str(isolated / "env") not in message
 
 
 def test_tapeflow_data_variant_subdirectory_then_root(isolated, monkeypatch):
@@ -173,20 +177,19 @@ def test_tapeflow_data_before_home_cache_before_system(isolated, monkeypatch):
 
 
 def test_incomplete_directory_is_skipped(isolated, monkeypatch):
-    partial = write_dataset(isolated / "partial", label=1)
-    (partial / "t10k-labels-idx1-ubyte.gz").unlink()
-    monkeypatch.setenv("TAPEFLOW_DATA", str(write_dataset(isolated / "env", label=2)))
-    assert loaded_label(path=partial) == 2
+    env = write_dataset(isolated / "env", label=2)
+    (write_dataset(env / "mnist", label=1) / "t10k-labels-idx1-ubyte.gz").unlink()
+    monkeypatch.setenv("TAPEFLOW_DATA", str(env))
+    assert loaded_label() == 2
 
 
 def test_not_found_lists_every_place_and_remedy(isolated, monkeypatch):
     monkeypatch.setenv("TAPEFLOW_DATA", str(isolated / "env"))
     monkeypatch.setattr(mnist, "SYSTEM_DIRS", {"fashion": (str(isolated / "debian"),)})
     with pytest.raises(FileNotFoundError) as info:
-        mnist.load_data("fashion", path=isolated / "mine")
+        mnist.load_data("fashion")
     message = str(info.value)
     places = [
-        isolated / "mine",
         isolated / "env" / "fashion",
         isolated / "env",
         isolated / "home" / ".tapeflow" / "datasets" / "fashion",
@@ -234,6 +237,13 @@ def test_download_verifies_and_caches(isolated, mirror):
     assert len(requested) == 4
     mnist.load_data("mnist", download=True)  # found in the cache now: nothing fetched
     assert len(requested) == 4
+
+
+def test_download_into_explicit_path(isolated, mirror):
+    target = isolated / "mine"
+    mnist.load_data("mnist", path=target, download=True)
+    assert len(os.listdir(target)) == 4
+    assert not (isolated / "home" / ".tapeflow").exists()
 
 
 def test_download_checksum_mismatch_leaves_nothing(isolated, mirror, monkeypatch):

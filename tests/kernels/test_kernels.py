@@ -135,14 +135,15 @@ def test_conv_matches_reference(stride, dilation, padding, dtype, threads):
         (2, 3, 3, 1, 0, 1, 1, 5),  # output smaller than VALID would give
     ],
 )
-def test_conv_odd_geometry_and_small_chunks(kh, kw, sh, sw, pt, pl, out_h, out_w, threads):
+@pytest.mark.parametrize("batch", [1, 5])
+def test_conv_odd_geometry_and_small_chunks(kh, kw, sh, sw, pt, pl, out_h, out_w, batch, threads):
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((5, H, W, C_IN))
+    x = rng.standard_normal((batch, H, W, C_IN))
     w = rng.standard_normal((kh, kw, C_IN, C_OUT))
-    dy = rng.standard_normal((5, out_h, out_w, C_OUT))
+    dy = rng.standard_normal((batch, out_h, out_w, C_OUT))
     y_ref, dx_ref, dw_ref = conv_reference_2d(x, w, dy, sh, sw, pt, pl, out_h, out_w)
     geom = (sh, sw, pt, pl, 1, 1)
-    for scratch in (1, 1 << 30):  # one image per chunk, then the whole batch at once
+    for scratch in (1, 1 << 30):  # one output row per chunk, then the whole batch at once
         old = K._conv._set_col_buffer_bytes(scratch)
         try:
             close(K.conv2d_forward(x, w, *geom, out_h, out_w), y_ref, np.float64)

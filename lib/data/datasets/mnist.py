@@ -1,17 +1,18 @@
 """MNIST and Fashion-MNIST from IDX files: found locally, downloaded only on request.
 
-`load_data` looks in these places, in order, and uses the first that holds all
-four files (each gzipped or not):
+`load_data(path=...)` reads the four files (each gzipped or not) from that directory
+and nowhere else, so a mistyped path is an error rather than other data. Without
+`path` it uses the first of these places that holds all four:
 
-1. the `path` argument;
-2. `$TAPEFLOW_DATA/<variant>`, then `$TAPEFLOW_DATA`;
-3. `~/.tapeflow/datasets/<variant>` (where `download=True` puts them);
-4. for "fashion", Debian's `/usr/share/datasets/fashion-mnist`
+1. `$TAPEFLOW_DATA/<variant>`, then `$TAPEFLOW_DATA`;
+2. `~/.tapeflow/datasets/<variant>` (where `download=True` puts them);
+3. for "fashion", Debian's `/usr/share/datasets/fashion-mnist`
    (`apt-get install dataset-fashion-mnist`).
 
 Example (needs the data files, so not a doctest)::
 
-    (x_train, y_train), (x_test, y_test) = tp.datasets.mnist.load_data("fashion")
+    from tapeflow.data.datasets import mnist
+    (x_train, y_train), (x_test, y_test) = mnist.load_data("fashion")
     x_train.shape, x_train.dtype, y_train.dtype  # (60000, 28, 28) uint8 int64
 """
 
@@ -131,9 +132,10 @@ def load_data(
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """(x_train, y_train), (x_test, y_test): uint8 images [N, 28, 28] and int64 labels.
 
-    `variant` is "mnist" or "fashion". The files are searched for as the module
-    docstring lists; with `download=True`, missing files are fetched from the
-    public mirror into ~/.tapeflow/datasets/<variant> and checked by sha256.
+    `variant` is "mnist" or "fashion". The files are read from `path`, or else
+    searched for as the module docstring lists. If they are not found and
+    `download=True`, they are fetched from the public mirror into `path` (default
+    ~/.tapeflow/datasets/<variant>) and checked against their sha256.
 
     Example (needs the data files)::
 
@@ -149,9 +151,9 @@ def load_data(
         if found is not None:
             break
     if found is None and download:
-        found = _download(variant, _cache_dir(variant))
+        found = _download(variant, places[0] if path is not None else _cache_dir(variant))
     if found is None:
-        raise FileNotFoundError(_not_found_message(variant, places))
+        raise FileNotFoundError(_not_found_message(variant, places, path is not None))
     splits = []
     for split in ("train", "test"):
         images = _checked_images(read_idx(found[split, "images"]), found[split, "images"])
@@ -186,7 +188,9 @@ def _cache_dir(variant: str) -> Path:
 
 
 def _search_dirs(variant: str, path) -> list[Path]:
-    places = [Path(path).expanduser()] if path is not None else []
+    if path is not None:
+        return [Path(path).expanduser()]
+    places = []
     root = os.environ.get("TAPEFLOW_DATA")
     if root:
         places += [Path(root).expanduser() / variant, Path(root).expanduser()]
@@ -208,16 +212,20 @@ def _files_in(directory: Path) -> dict | None:
     return found
 
 
-def _not_found_message(variant: str, places: list[Path]) -> str:
+def _not_found_message(variant: str, places: list[Path], explicit: bool) -> str:
     looked = "\n".join(f"  {place}" for place in places)
     names = ", ".join(f"{stem}[.gz]" for stem in FILES.values())
-    how = [
-        f"set TAPEFLOW_DATA to a directory holding them (or its '{variant}' subdirectory)",
-        "pass path= to load_data",
-        f"call load_data({variant!r}, download=True) to fetch them from {MIRRORS[variant]}",
-    ]
-    if variant == "fashion":
-        how.insert(0, "apt-get install dataset-fashion-mnist (Debian/Ubuntu)")
+    fetch = f"call load_data({variant!r}, download=True) to fetch them from {MIRRORS[variant]}"
+    if explicit:
+        how = ["copy them into that directory", "leave path unset to search the usual places", fetch]
+    else:
+        how = [
+            f"set TAPEFLOW_DATA to a directory holding them (or its '{variant}' subdirectory)",
+            "pass path= (a directory holding them) to load_data",
+            fetch,
+        ]
+        if variant == "fashion":
+            how.insert(0, "apt-get install dataset-fashion-mnist (Debian/Ubuntu)")
     return (
         f"load_data: no {variant} IDX files ({names}) found. Looked in:\n{looked}\n"
         "To get them: " + "; or ".join(how) + "."
