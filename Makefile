@@ -19,7 +19,7 @@ $(INSTALLED): pyproject.toml setup.py
 	touch $@
 
 $(KERNELS_BUILT): $(INSTALLED) $(KERNEL_SOURCES) setup.py
-	$(BIN)/python setup.py -q build_ext --inplace
+	$(BIN)/python setup.py -q build_ext --inplace --force --parallel 2
 	touch $@
 
 build: $(KERNELS_BUILT)

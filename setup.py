@@ -8,7 +8,7 @@ Each kernel module gets the sha256 of its .pyx baked in (``SOURCE_SHA256``) so t
 compiled with OpenMP (``OPENMP``). Set TAPEFLOW_OPENMP=0 to build without OpenMP.
 """
 
-import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -39,8 +39,14 @@ def compiler_supports_openmp() -> bool:
     return result.returncode == 0
 
 
-def source_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _load_source_hash():
+    spec = importlib.util.spec_from_file_location("source_hash", ROOT / KERNEL_DIR / "source_hash.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.source_sha256
+
+
+source_sha256 = _load_source_hash()
 
 
 def kernel_extensions() -> list[Extension]:
@@ -59,7 +65,7 @@ def kernel_extensions() -> list[Extension]:
                     ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
                     ("TAPEFLOW_SOURCE_SHA256", f'"{source_sha256(pyx)}"'),
                 ],
-                extra_compile_args=["-O3", *omp_flags],
+                extra_compile_args=["-O3", "-fno-math-errno", *omp_flags],
                 extra_link_args=omp_flags,
             )
         )

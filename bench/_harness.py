@@ -17,14 +17,25 @@ def pin_threads() -> None:
 
 def median_seconds(fn, repeats: int = 30, warmup: int = 5) -> float:
     """Median wall time of fn() over `repeats` calls after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return compare(fn, repeats=repeats, warmup=warmup)[0]
+
+
+def compare(*fns, repeats: int = 30, warmup: int = 5, block: int = 5) -> list[float]:
+    """Median wall time of each function, measured in alternating blocks of `block` calls.
+
+    Alternating spreads any drift in machine load over all of them alike.
+    """
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(max(1, repeats // block)):
+        for fn, bucket in zip(fns, times, strict=True):
+            for _ in range(block):
+                start = time.perf_counter()
+                fn()
+                bucket.append(time.perf_counter() - start)
+    return [statistics.median(bucket) for bucket in times]
 
 
 def print_table(rows, reference: str) -> None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import THREADS, median_seconds, pin_threads, print_table  # noqa: E402
+from _harness import THREADS, compare, pin_threads, print_table  # noqa: E402
 
 pin_threads()
 
@@ -33,7 +33,7 @@ def _pair(shape):
 
 def bench_matmul():
     (a, ta), (b, tb) = _pair((128, 784)), _pair((784, 256))
-    return median_seconds(lambda: tp.matmul(a, b), 200), median_seconds(lambda: ta @ tb, 200)
+    return compare(lambda: tp.matmul(a, b), lambda: ta @ tb, repeats=200)
 
 
 def bench_conv():
@@ -53,7 +53,7 @@ def bench_conv():
         y.backward(torch.ones_like(y))
         tx.grad = tw.grad = None
 
-    return median_seconds(ours, 20), median_seconds(theirs, 20)
+    return compare(ours, theirs, repeats=20)
 
 
 def bench_pool():
@@ -71,7 +71,7 @@ def bench_pool():
         y.backward(torch.ones_like(y))
         tx.grad = None
 
-    return median_seconds(ours, 50), median_seconds(theirs, 50)
+    return compare(ours, theirs, repeats=50)
 
 
 def bench_xent():
@@ -91,7 +91,7 @@ def bench_xent():
         loss.backward()
         tlogits.grad = None
 
-    return median_seconds(ours, 300), median_seconds(theirs, 300)
+    return compare(ours, theirs, repeats=300)
 
 
 def _mlp_weights():
@@ -133,7 +133,7 @@ def bench_mlp():
         loss.backward()
         topt.step()
 
-    return median_seconds(ours, 100), median_seconds(theirs, 100)
+    return compare(ours, theirs, repeats=100)
 
 
 def main() -> None:

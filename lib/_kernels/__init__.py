@@ -11,12 +11,13 @@ True
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 from pathlib import Path
 from types import ModuleType
 
-MODULES = ("conv", "pool", "softmax_xent", "embedding", "fused")
+from tapeflow._kernels.source_hash import source_sha256
+
+MODULES = ("conv", "gemm", "pool", "softmax_xent", "embedding", "fused")
 REBUILD = "run `make build` (or `python setup.py build_ext --inplace`) to rebuild the kernels"
 
 
@@ -27,7 +28,7 @@ def check_fresh(name: str, built_sha256: str, pyx: Path) -> None:
     """
     if not pyx.exists():
         return
-    on_disk = hashlib.sha256(pyx.read_bytes()).hexdigest()
+    on_disk = source_sha256(pyx)
     if built_sha256 != on_disk:
         raise ImportError(
             f"tapeflow._kernels.{name} is stale: it was built from a different {pyx.name} "
@@ -78,9 +79,10 @@ def get_num_threads() -> int:
     return _modules["conv"]._get_num_threads()
 
 
-_conv, _pool, _xent, _embedding, _fused = (_modules[name] for name in MODULES)
+_conv, _gemm, _pool, _xent, _embedding, _fused = (_modules[name] for name in MODULES)
 
 conv2d_forward = _conv.conv2d_forward
+matmul = _gemm.matmul
 conv2d_backward_input = _conv.conv2d_backward_input
 conv2d_backward_filter = _conv.conv2d_backward_filter
 max_pool2d_forward = _pool.max_pool2d_forward
@@ -99,6 +101,7 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "conv2d_forward",
+    "matmul",
     "conv2d_backward_input",
     "conv2d_backward_filter",
     "max_pool2d_forward",

@@ -13,53 +13,17 @@ scipy), or when chunks of conv2d_backward_input would write to the same image.
 """
 
 include "_common.pxi"
-
-import ctypes
+include "_blas.pxi"
 
 import numpy as np
-import scipy.linalg.cython_blas
 
 from cython cimport floating
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
-from scipy.linalg.cython_blas cimport dgemm, sgemm
 
 # Per-thread bound on the im2col scratch buffer.
 cdef Py_ssize_t _col_buffer_bytes = 4 * 1024 * 1024
-
-ctypedef int (*get_threads_fn)() noexcept nogil
-ctypedef void (*set_threads_fn)(int) noexcept nogil
-cdef get_threads_fn _blas_get_threads = NULL
-cdef set_threads_fn _blas_set_threads = NULL
-
-
-def _bind_blas_threading():
-    """Find the thread-count functions of the OpenBLAS that scipy's cython_blas calls."""
-    global _blas_get_threads, _blas_set_threads
-    try:
-        lib = ctypes.CDLL(scipy.linalg.cython_blas.__file__)
-    except OSError:
-        return False
-    for prefix in ("scipy_openblas", "openblas"):
-        try:
-            get_fn = getattr(lib, prefix + "_get_num_threads")
-            set_fn = getattr(lib, prefix + "_set_num_threads")
-        except AttributeError:
-            continue
-        _blas_get_threads = <get_threads_fn><size_t>ctypes.cast(get_fn, ctypes.c_void_p).value
-        _blas_set_threads = <set_threads_fn><size_t>ctypes.cast(set_fn, ctypes.c_void_p).value
-        return True
-    return False
-
-
-BLAS_THREAD_CONTROL = _bind_blas_threading()
-
-
-def _blas_num_threads():
-    """OpenBLAS's current thread count, or None when it cannot be controlled."""
-    return _blas_get_threads() if BLAS_THREAD_CONTROL else None
-
 
 def _set_col_buffer_bytes(Py_ssize_t n):
     """Change the scratch bound and return the old one (tests use a tiny one for many chunks)."""
@@ -133,45 +97,6 @@ cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize, bint whole_images) noexc
     return p
 
 
-cdef int _blas_users = 0, _blas_saved_threads = 0
-
-
-cdef void _enter_plan(const Plan* p):
-    """Make BLAS single-threaded while our threads run chunks in parallel.
-
-    Called with the GIL held, which makes the count of concurrent users safe: the first
-    saves BLAS's thread count and the last restores it.
-    """
-    global _blas_users, _blas_saved_threads
-    if p.threads > 1:
-        if _blas_users == 0:
-            _blas_saved_threads = _blas_get_threads()
-            _blas_set_threads(1)
-        _blas_users += 1
-
-
-cdef void _leave_plan(const Plan* p):
-    global _blas_users
-    if p.threads > 1:
-        _blas_users -= 1
-        if _blas_users == 0:
-            _blas_set_threads(_blas_saved_threads)
-
-
-cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
-                       floating alpha, const floating* a, Py_ssize_t lda, const floating* b,
-                       Py_ssize_t ldb, floating beta, floating* c, Py_ssize_t ldc) noexcept nogil:
-    """Row-major C[m, n] = alpha op(A) op(B) + beta C: column-major BLAS on the transposes."""
-    cdef int m_ = <int>m, n_ = <int>n, k_ = <int>k, lda_ = <int>lda, ldb_ = <int>ldb
-    cdef int ldc_ = <int>ldc
-    if floating is float:
-        sgemm(&transb, &transa, &n_, &m_, &k_, &alpha, <float*>b, &ldb_, <float*>a, &lda_,
-              &beta, c, &ldc_)
-    else:
-        dgemm(&transb, &transa, &n_, &m_, &k_, &alpha, <double*>b, &ldb_, <double*>a, &lda_,
-              &beta, c, &ldc_)
-
-
 cdef void _im2col(const Geometry* g, const floating* x, floating* col, Py_ssize_t r0,
                   Py_ssize_t r1) noexcept nogil:
     """col[(r, ow), (i, j, c)] = x[n, oh*sh - pt + i*dh, ow*sw - pl + j*dw, c] or 0,
@@ -243,7 +168,7 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     cdef floating* col = NULL
     cdef int failed = 0
     cdef int* failed_p = &failed
-    _enter_plan(&p)
+    _enter_parallel(p.threads)
     with nogil, parallel(num_threads=p.threads):
         col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, yp)
         if not pointwise and col == NULL:
@@ -259,7 +184,7 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
                 _gemm(c'N', c'N', (r1 - r0) * g.ow, g.o, kkc, 1, col, kkc, wp, g.o, 0,
                       yp + r0 * g.ow * g.o, g.o)
         free(col)
-    _leave_plan(&p)
+    _leave_parallel(p.threads)
     if failed:
         raise MemoryError("conv2d_forward: cannot allocate the im2col buffer")
     return y
@@ -291,7 +216,7 @@ def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, 
     cdef floating* col = NULL
     cdef int failed = 0
     cdef int* failed_p = &failed
-    _enter_plan(&p)
+    _enter_parallel(p.threads)
     with nogil, parallel(num_threads=p.threads):
         col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, dxp)
         if not pointwise and col == NULL:
@@ -307,7 +232,7 @@ def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, 
                       wp, g.o, 0, col, kkc)
                 _col2im(&g, col, dxp, r0, r1)
         free(col)
-    _leave_plan(&p)
+    _leave_parallel(p.threads)
     if failed:
         raise MemoryError("conv2d_backward_input: cannot allocate the col2im buffer")
     return dx
@@ -345,7 +270,7 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
     if partials == NULL:
         raise MemoryError("conv2d_backward_filter: cannot allocate partial sums")
     memset(partials, 0, (p.threads - 1) * size * sizeof(floating))
-    _enter_plan(&p)
+    _enter_parallel(p.threads)
     with nogil, parallel(num_threads=p.threads):
         col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, dwp)
         if not pointwise and col == NULL:
@@ -363,7 +288,7 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
                 _gemm(c'T', c'N', kkc, g.o, (r1 - r0) * g.ow, 1, col, kkc,
                       dyp + r0 * g.ow * g.o, g.o, 1, acc, g.o)
         free(col)
-    _leave_plan(&p)
+    _leave_parallel(p.threads)
     with nogil:
         for i in range((p.threads - 1) * size):
             dwp[i % size] += partials[i]

@@ -127,8 +127,16 @@ def scatter_add(x, indices, updates, axis):
 
 def adam_update(param, m, v, grad, lr, beta1, beta2, epsilon, step):
     dtype = param.dtype
-    p_new, m_new, v_new, g = (
-        np.array(a, dtype=np.float32 if dtype not in _FAST else dtype, order="C") for a in (param, m, v, grad)
-    )
-    _kernels.adam_update(p_new, m_new, v_new, g, lr, beta1, beta2, epsilon, 1.0 - beta1**step, 1.0 - beta2**step)
-    return p_new.astype(dtype, copy=False), m_new.astype(dtype, copy=False), v_new.astype(dtype, copy=False)
+    p, m, v, g = _ready(param, m, v, grad)
+    outs = _kernels.adam_update(p, m, v, g, lr, beta1, beta2, epsilon, 1.0 - beta1**step, 1.0 - beta2**step)
+    return tuple(o.astype(dtype, copy=False) for o in outs)
+
+
+def matmul(a, b):
+    if a.dtype == b.dtype and a.dtype in _FAST:
+        if a.ndim == b.ndim == 2 or (a.ndim == b.ndim == 3 and a.shape[0] == b.shape[0]):
+            return _kernels.matmul(a, b)
+        if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:  # a dense layer over a sequence
+            rows = _kernels.matmul(a.reshape(-1, a.shape[-1]), b)
+            return rows.reshape(a.shape[:-1] + (b.shape[1],))
+    return np.matmul(a, b)

@@ -68,7 +68,22 @@ def _other_cases():
     yield "adam_update", (p, m, v, g), {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7, "step": 3}
 
 
-CASES = list(_conv_cases()) + list(_pool_cases()) + list(_other_cases())
+def _matmul_cases():
+    a, b = RNG.standard_normal((67, 45)), RNG.standard_normal((45, 31))
+    yield "matmul", (a, b), {}
+    yield "matmul", (b.T, a.T), {}  # transposed views go to BLAS as flags
+    yield "matmul", (np.ascontiguousarray(a.T).T, b), {}
+    yield "matmul", (a[:, ::2], b[::2]), {}  # strided views are copied
+    yield "matmul", (RNG.standard_normal((600, 700)), RNG.standard_normal((700, 9))), {}  # split across threads
+    x, y = RNG.standard_normal((5, 7, 6)), RNG.standard_normal((5, 6, 4))
+    yield "matmul", (x, y), {}
+    yield "matmul", (y.transpose(0, 2, 1), x.transpose(0, 2, 1)), {}
+    yield "matmul", (x, RNG.standard_normal((6, 3))), {}
+    yield "matmul", (RNG.standard_normal((2, 1, 3, 4)), RNG.standard_normal((5, 4, 2))), {}  # broadcast batch
+    yield "matmul", (np.ones((3, 0)), np.ones((0, 2))), {}
+
+
+CASES = list(_matmul_cases()) + list(_conv_cases()) + list(_pool_cases()) + list(_other_cases())
 
 
 def _ids():

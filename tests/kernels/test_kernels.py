@@ -318,7 +318,10 @@ def test_adam_update_matches_reference(shape, dtype, threads):
         ref[1] = b1 * ref[1] + (1 - b1) * grad
         ref[2] = b2 * ref[2] + (1 - b2) * grad * grad
         ref[0] = ref[0] - lr * (ref[1] / c1) / (np.sqrt(ref[2] / c2) + eps)
-        K.adam_update(*ours, grad.astype(dtype), lr, b1, b2, eps, c1, c2)
+        given, snapshot = ours, [a.copy() for a in ours]
+        ours = list(K.adam_update(*given, grad.astype(dtype), lr, b1, b2, eps, c1, c2))
+        for before, after in zip(snapshot, given, strict=True):
+            np.testing.assert_array_equal(after, before)  # the update is out of place
     for actual, expected in zip(ours, ref, strict=True):
         close(actual, expected, dtype)
 
@@ -336,7 +339,7 @@ def test_adam_update_rejects_mismatched_arrays():
 
 def test_build_info_reports_every_module():
     info = K.build_info()
-    assert set(info) == set(K.MODULES) == {"conv", "pool", "softmax_xent", "embedding", "fused"}
+    assert set(info) == set(K.MODULES) == {"conv", "gemm", "pool", "softmax_xent", "embedding", "fused"}
     for name, entry in info.items():
         path = Path(entry["path"])
         assert path.name.startswith(name + ".") and path.exists()

@@ -1,0 +1,106 @@
+"""Matrix products on BLAS gemm, with the rows split across our OpenMP threads.
+
+Each thread runs a single-threaded gemm on its share of the rows, so the process keeps
+one thread pool (OpenMP's) instead of letting OpenBLAS's pool and ours fight over the
+cores. An operand may be C-contiguous or the transpose of a C-contiguous array (as the
+gradient of a matmul produces); that is passed to BLAS as a flag, never copied.
+"""
+
+include "_common.pxi"
+include "_blas.pxi"
+
+import numpy as np
+
+from cython.parallel cimport prange
+
+# Below this many multiply-adds a single gemm call beats splitting it.
+cdef Py_ssize_t _PARALLEL_MIN_FLOPS = 1 << 26
+
+
+cdef inline int _threads_for(Py_ssize_t rows, Py_ssize_t flops) noexcept nogil:
+    if _blas_set_threads == NULL or flops < _PARALLEL_MIN_FLOPS:
+        return 1
+    return <int>min(<Py_ssize_t>_num_threads, rows)
+
+
+def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::1] c,
+              bint trans_a, bint trans_b):
+    cdef Py_ssize_t m = c.shape[0], n = c.shape[1]
+    cdef Py_ssize_t k = a.shape[0] if trans_a else a.shape[1]
+    cdef Py_ssize_t lda = a.shape[1], ldb = b.shape[1], t, r0, r1
+    cdef char ta = b'T' if trans_a else b'N', tb = b'T' if trans_b else b'N'
+    cdef int threads = _threads_for(m, m * n * k)
+    if m == 0 or n == 0:
+        return
+    cdef const floating* ap = &a[0, 0] if a.shape[0] * a.shape[1] else NULL
+    cdef const floating* bp = &b[0, 0] if b.shape[0] * b.shape[1] else NULL
+    cdef floating* cp = &c[0, 0]
+    if k == 0:
+        c[:, :] = 0
+        return
+    _enter_parallel(threads)
+    for t in prange(threads, nogil=True, num_threads=threads, schedule="static"):
+        r0 = m * t // threads
+        r1 = m * (t + 1) // threads
+        if r1 > r0:
+            # Rows r0..r1 of op(A) start r0 rows down (plain) or r0 columns in (transposed).
+            _gemm(ta, tb, r1 - r0, n, k, 1, ap + (r0 if trans_a else r0 * lda), lda,
+                  bp, ldb, 0, cp + r0 * n, n)
+    _leave_parallel(threads)
+
+
+def _matmul3d(const floating[:, :, ::1] a, const floating[:, :, ::1] b, floating[:, :, ::1] c,
+              bint trans_a, bint trans_b):
+    cdef Py_ssize_t batch = c.shape[0], m = c.shape[1], n = c.shape[2]
+    cdef Py_ssize_t k = a.shape[1] if trans_a else a.shape[2]
+    cdef Py_ssize_t lda = a.shape[2], ldb = b.shape[2], i
+    cdef Py_ssize_t sa = a.shape[1] * a.shape[2], sb = b.shape[1] * b.shape[2], sc = m * n
+    cdef char ta = b'T' if trans_a else b'N', tb = b'T' if trans_b else b'N'
+    cdef int threads = _threads_for(batch, batch * m * n * k)
+    if batch == 0 or m == 0 or n == 0:
+        return
+    if k == 0:
+        c[:, :, :] = 0
+        return
+    cdef const floating* ap = &a[0, 0, 0]
+    cdef const floating* bp = &b[0, 0, 0]
+    cdef floating* cp = &c[0, 0, 0]
+    _enter_parallel(threads)
+    for i in prange(batch, nogil=True, num_threads=threads, schedule="static"):
+        _gemm(ta, tb, m, n, k, 1, ap + i * sa, lda, bp + i * sb, ldb, 0, cp + i * sc, n)
+    _leave_parallel(threads)
+
+
+cdef tuple _stored(x):
+    """(buffer, transposed): x itself if C-contiguous, else the C-contiguous array x transposes."""
+    if x.flags.c_contiguous:
+        return x, False
+    swapped = np.swapaxes(x, x.ndim - 1, x.ndim - 2)
+    if swapped.flags.c_contiguous:
+        return swapped, True
+    return np.ascontiguousarray(x), False
+
+
+def matmul(a, b):
+    """a @ b for float32/float64 arrays of rank 2, or rank 3 with equal batch sizes.
+
+    >>> import numpy as np
+    >>> a, b = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
+    >>> matmul(a, b).tolist(), matmul(b.T, a.T).tolist()
+    ([[3.0, 3.0], [12.0, 12.0]], [[3.0, 12.0], [3.0, 12.0]])
+    """
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+        raise TypeError(f"matmul: need two float32 or two float64 arrays, got {a.dtype} and {b.dtype}")
+    cdef int nd = a.ndim
+    if b.ndim != nd or nd not in (2, 3) or (nd == 3 and a.shape[0] != b.shape[0]):
+        raise ValueError(f"matmul: unsupported shapes {a.shape} and {b.shape}")
+    if a.shape[nd - 1] != b.shape[nd - 2]:
+        raise ValueError(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
+    abuf, ta = _stored(a)
+    bbuf, tb = _stored(b)
+    out = np.empty(a.shape[:nd - 1] + (b.shape[nd - 1],), dtype=a.dtype)
+    if a.ndim == 2:
+        _matmul2d(abuf, bbuf, out, ta, tb)
+    else:
+        _matmul3d(abuf, bbuf, out, ta, tb)
+    return out
