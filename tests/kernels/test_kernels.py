@@ -2,6 +2,7 @@
 
 import doctest
 import hashlib
+import re
 import itertools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -346,7 +347,11 @@ def test_build_info_reports_every_module():
         assert isinstance(entry["openmp"], bool)
         pyx = path.with_name(f"{name}.pyx")
         if pyx.exists():
-            assert entry["source_sha256"] == hashlib.sha256(pyx.read_bytes()).hexdigest()
+            includes = re.findall(rb'^include "([^"]+)"', pyx.read_bytes(), re.MULTILINE)
+            digest = hashlib.sha256(pyx.read_bytes())
+            for include in includes:
+                digest.update(pyx.with_name(include.decode()).read_bytes())
+            assert entry["source_sha256"] == digest.hexdigest()
 
 
 def test_stale_or_missing_build_names_the_rebuild_command(monkeypatch):
