@@ -2,8 +2,8 @@
 
 import doctest
 import hashlib
-import re
 import itertools
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
