@@ -18,8 +18,13 @@ $(INSTALLED): pyproject.toml setup.py
 	$(BIN)/python -m pip install --no-build-isolation -e '.[test]'
 	touch $@
 
+# Rebuild when the import check finds a kernel missing or built from older sources, or
+# when setup.py (compiler flags) changed since the last build.
 $(KERNELS_BUILT): $(INSTALLED) $(KERNEL_SOURCES) setup.py
-	$(BIN)/python setup.py -q build_ext --inplace --force --parallel 2
+	@if { [ -f $@ ] && [ setup.py -nt $@ ]; } || ! $(BIN)/python -c "import tapeflow._kernels" 2>/dev/null; then \
+		echo "building the kernels"; \
+		$(BIN)/python setup.py -q build_ext --inplace --force --parallel 2; \
+	fi
 	touch $@
 
 build: $(KERNELS_BUILT)

@@ -9,8 +9,9 @@
 [[2.0, 4.0]]
 """
 
-from tapeflow import _kernels, optimizers
+from tapeflow import _kernels, data, optimizers
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
+from tapeflow.data import datasets
 from tapeflow.devices import Device, device, list_devices
 from tapeflow.dtypes import (
     DType,

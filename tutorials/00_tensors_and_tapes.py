@@ -24,7 +24,6 @@ import sys
 import time
 
 import tapeflow as tp
-from tapeflow.data.datasets import mnist
 
 TARGETS = {"softmax regression": 0.84, "MLP 784-256-10": 0.87}
 CLASSES = "T-shirt trouser pullover dress coat sandal shirt sneaker bag ankle-boot".split()
@@ -103,7 +102,7 @@ def part1_tapes() -> None:
 # ---------------------------------------------------------------------------
 def load_fashion(path: str | None) -> tuple:
     """Train and test tensors: images flattened to 784 floats in [0, 1], int64 labels."""
-    (x_train, y_train), (x_test, y_test) = mnist.load_data("fashion", path=path)
+    (x_train, y_train), (x_test, y_test) = tp.datasets.mnist.load_data("fashion", path=path)
 
     def images(x):  # uint8 [N, 28, 28] -> float32 [N, 784], scaled to [0, 1]
         return tp.tensor(x.reshape(len(x), 28 * 28), dtype="float32") / 255.0

@@ -177,5 +177,5 @@ def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
             if arr.dtype.kind == "u" or arr.dtype in (np.int8, np.int16):
                 arr = arr.astype(np.int64)
             else:
-                raise TypeError(f"{name}: unsupported dtype {arr.dtype} for input {value!r:.60}")
+                raise TypeError(f"{name}: unsupported dtype {arr.dtype} for an input of type {type(value).__name__}")
     return Tensor._wrap(arr, current_device())
