@@ -86,10 +86,10 @@ class GradientTape:
         for t in inputs:
             if id(t) in watched:
                 hit = True
-            elif self._watch_variables and type(t) is Variable and t.trainable and t.dtype.kind == "f":
+            elif self._watch_variables and isinstance(t, Variable) and t.trainable and t.dtype.kind == "f":
                 watched[id(t)] = t
                 hit = True
-            if type(t) is Variable:
+            if isinstance(t, Variable):
                 values = values or {}
                 values[id(t)] = t._value
         if not hit:

@@ -65,13 +65,14 @@ def build_info() -> dict[str, dict]:
 
 
 def set_num_threads(n: int) -> None:
-    """Set the OpenMP thread count of every kernel's parallel loops (ignored without OpenMP).
+    """Set the thread count of every kernel's parallel loops and of BLAS (1 without OpenMP).
 
     >>> old = get_num_threads(); set_num_threads(1); get_num_threads(); set_num_threads(old)
     1
     """
     for module in _modules.values():
         module._set_num_threads(n)
+    _modules["gemm"]._set_blas_threads(get_num_threads())
 
 
 def get_num_threads() -> int:
@@ -80,6 +81,7 @@ def get_num_threads() -> int:
 
 
 _conv, _gemm, _pool, _xent, _embedding, _fused = (_modules[name] for name in MODULES)
+_gemm._set_blas_threads(get_num_threads())
 
 conv2d_forward = _conv.conv2d_forward
 matmul = _gemm.matmul

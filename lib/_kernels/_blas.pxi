@@ -37,6 +37,12 @@ def _bind_blas_threading():
 BLAS_THREAD_CONTROL = _bind_blas_threading()
 
 
+def _set_blas_threads(int n):
+    """Give OpenBLAS's own pool `n` threads (used for gemms run outside our parallel loops)."""
+    if BLAS_THREAD_CONTROL:
+        _blas_set_threads(max(1, n))
+
+
 def _blas_num_threads():
     """OpenBLAS's current thread count, or None when it cannot be controlled."""
     return _blas_get_threads() if BLAS_THREAD_CONTROL else None

@@ -4,6 +4,8 @@ include "_common.pxi"
 
 import numpy as np
 
+from cython cimport floating
+
 cdef extern from *:
     """
     #include <math.h>
@@ -79,24 +81,18 @@ def _flat_inputs(param, m, v, grad):
     return [array.reshape(-1) for array in (param, m, v, grad)]
 
 
-def _adam_f32(const float[::1] p, const float[::1] m, const float[::1] v, const float[::1] g,
-              float[::1] po, float[::1] mo, float[::1] vo, double lr, double b1, double b2,
-              double eps, double c1, double c2):
+def _adam(const floating[::1] p, const floating[::1] m, const floating[::1] v,
+          const floating[::1] g, floating[::1] po, floating[::1] mo, floating[::1] vo,
+          double lr, double b1, double b2, double eps, double c1, double c2):
     cdef Py_ssize_t n = p.shape[0]
     cdef int threads = _num_threads if n >= _PARALLEL_MIN else 1
     with nogil:
-        tapeflow_adam_f32(&p[0], &m[0], &v[0], &g[0], &po[0], &mo[0], &vo[0], n, lr, b1, b2,
-                          eps, c1, c2, threads)
-
-
-def _adam_f64(const double[::1] p, const double[::1] m, const double[::1] v, const double[::1] g,
-              double[::1] po, double[::1] mo, double[::1] vo, double lr, double b1, double b2,
-              double eps, double c1, double c2):
-    cdef Py_ssize_t n = p.shape[0]
-    cdef int threads = _num_threads if n >= _PARALLEL_MIN else 1
-    with nogil:
-        tapeflow_adam_f64(&p[0], &m[0], &v[0], &g[0], &po[0], &mo[0], &vo[0], n, lr, b1, b2,
-                          eps, c1, c2, threads)
+        if floating is float:
+            tapeflow_adam_f32(&p[0], &m[0], &v[0], &g[0], &po[0], &mo[0], &vo[0], n, lr, b1,
+                              b2, eps, c1, c2, threads)
+        else:
+            tapeflow_adam_f64(&p[0], &m[0], &v[0], &g[0], &po[0], &mo[0], &vo[0], n, lr, b1,
+                              b2, eps, c1, c2, threads)
 
 
 def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double eps,
@@ -115,6 +111,5 @@ def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double
     flat = _flat_inputs(param, m, v, grad)
     outs = [np.empty_like(param) for _ in range(3)]
     if param.size:
-        kernel = _adam_f32 if param.dtype == np.float32 else _adam_f64
-        kernel(*flat, *(o.reshape(-1) for o in outs), lr, beta1, beta2, eps, bias_c1, bias_c2)
+        _adam(*flat, *(o.reshape(-1) for o in outs), lr, beta1, beta2, eps, bias_c1, bias_c2)
     return tuple(outs)

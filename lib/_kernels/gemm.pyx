@@ -1,9 +1,9 @@
-"""Matrix products on BLAS gemm, with the rows split across our OpenMP threads.
+"""Matrix products on BLAS gemm.
 
-Each thread runs a single-threaded gemm on its share of the rows, so the process keeps
-one thread pool (OpenMP's) instead of letting OpenBLAS's pool and ours fight over the
-cores. An operand may be C-contiguous or the transpose of a C-contiguous array (as the
-gradient of a matmul produces); that is passed to BLAS as a flag, never copied.
+A 2-D product is one gemm call, threaded by OpenBLAS itself (its thread count follows
+tapeflow.set_num_threads). A batch of products runs one single-threaded gemm per item across
+our OpenMP threads. An operand may be C-contiguous or the transpose of a C-contiguous array
+(as the gradient of a matmul produces); that is passed to BLAS as a flag, never copied.
 """
 
 include "_common.pxi"
@@ -13,40 +13,22 @@ import numpy as np
 
 from cython.parallel cimport prange
 
-# Below this many multiply-adds a single gemm call beats splitting it.
-cdef Py_ssize_t _PARALLEL_MIN_FLOPS = 1 << 26
-
-
-cdef inline int _threads_for(Py_ssize_t rows, Py_ssize_t flops) noexcept nogil:
-    if _blas_set_threads == NULL or flops < _PARALLEL_MIN_FLOPS:
-        return 1
-    return <int>min(<Py_ssize_t>_num_threads, rows)
+# Below this many multiply-adds a batch runs on one thread.
+cdef Py_ssize_t _PARALLEL_MIN_FLOPS = 1 << 19
 
 
 def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::1] c,
               bint trans_a, bint trans_b):
     cdef Py_ssize_t m = c.shape[0], n = c.shape[1]
     cdef Py_ssize_t k = a.shape[0] if trans_a else a.shape[1]
-    cdef Py_ssize_t lda = a.shape[1], ldb = b.shape[1], t, r0, r1
     cdef char ta = b'T' if trans_a else b'N', tb = b'T' if trans_b else b'N'
-    cdef int threads = _threads_for(m, m * n * k)
     if m == 0 or n == 0:
         return
-    cdef const floating* ap = &a[0, 0] if a.shape[0] * a.shape[1] else NULL
-    cdef const floating* bp = &b[0, 0] if b.shape[0] * b.shape[1] else NULL
-    cdef floating* cp = &c[0, 0]
     if k == 0:
         c[:, :] = 0
         return
-    _enter_parallel(threads)
-    for t in prange(threads, nogil=True, num_threads=threads, schedule="static"):
-        r0 = m * t // threads
-        r1 = m * (t + 1) // threads
-        if r1 > r0:
-            # Rows r0..r1 of op(A) start r0 rows down (plain) or r0 columns in (transposed).
-            _gemm(ta, tb, r1 - r0, n, k, 1, ap + (r0 if trans_a else r0 * lda), lda,
-                  bp, ldb, 0, cp + r0 * n, n)
-    _leave_parallel(threads)
+    with nogil:
+        _gemm(ta, tb, m, n, k, 1, &a[0, 0], a.shape[1], &b[0, 0], b.shape[1], 0, &c[0, 0], n)
 
 
 def _matmul3d(const floating[:, :, ::1] a, const floating[:, :, ::1] b, floating[:, :, ::1] c,
@@ -56,7 +38,9 @@ def _matmul3d(const floating[:, :, ::1] a, const floating[:, :, ::1] b, floating
     cdef Py_ssize_t lda = a.shape[2], ldb = b.shape[2], i
     cdef Py_ssize_t sa = a.shape[1] * a.shape[2], sb = b.shape[1] * b.shape[2], sc = m * n
     cdef char ta = b'T' if trans_a else b'N', tb = b'T' if trans_b else b'N'
-    cdef int threads = _threads_for(batch, batch * m * n * k)
+    cdef int threads = 1
+    if _blas_set_threads != NULL and batch * m * n * k >= _PARALLEL_MIN_FLOPS:
+        threads = <int>min(<Py_ssize_t>_num_threads, batch)
     if batch == 0 or m == 0 or n == 0:
         return
     if k == 0:
