@@ -7,6 +7,7 @@ import statistics
 import time
 
 THREADS = int(os.environ.get("TAPEFLOW_BENCH_THREADS", "2"))
+BLOCK = 5  # calls per alternating block; None times each function in one block
 
 
 def pin_threads() -> None:
@@ -20,11 +21,12 @@ def median_seconds(fn, repeats: int = 30, warmup: int = 5) -> float:
     return compare(fn, repeats=repeats, warmup=warmup)[0]
 
 
-def compare(*fns, repeats: int = 30, warmup: int = 5, block: int = 5) -> list[float]:
-    """Median wall time of each function, measured in alternating blocks of `block` calls.
+def compare(*fns, repeats: int = 30, warmup: int = 5) -> list[float]:
+    """Median wall time of each function, measured in alternating blocks of BLOCK calls.
 
     Alternating spreads any drift in machine load over all of them alike.
     """
+    block = BLOCK or repeats
     for fn in fns:
         for _ in range(warmup):
             fn()

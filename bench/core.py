@@ -3,15 +3,19 @@
     make bench            # or: .venv/bin/python bench/core.py
 
 Prints the median time of each workload in both libraries and the ratio
-tapeflow / PyTorch (below 1.0 means tapeflow is faster).
+tapeflow / PyTorch (below 1.0 means tapeflow is faster). By default the two run in
+alternating blocks of five calls, so that both see the same machine; `--sequential`
+times all of one library's calls, then all of the other's.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness  # noqa: E402
 from _harness import THREADS, compare, pin_threads, print_table  # noqa: E402
 
 pin_threads()
@@ -96,7 +100,7 @@ def bench_xent():
 
 def _mlp_weights():
     shapes = [(784, 256), (256, 256), (256, 10)]
-    return [RNG.standard_normal(s).astype(np.float32) * np.sqrt(2.0 / s[0]) for s in shapes]
+    return [(RNG.standard_normal(s) * np.sqrt(2.0 / s[0])).astype(np.float32) for s in shapes]
 
 
 def bench_mlp():
@@ -107,6 +111,7 @@ def bench_mlp():
     params = []
     for i, w in enumerate(weights):
         params += [tp.Variable(w, name=f"w{i}"), tp.Variable(np.zeros(w.shape[1], np.float32), name=f"b{i}")]
+    assert all(p.dtype == tp.float32 for p in params), "the MLP must train in float32, as PyTorch's does"
     opt = tp.optimizers.Adam(1e-3)
 
     def ours():
@@ -137,6 +142,10 @@ def bench_mlp():
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sequential", action="store_true", help="time each library in one block")
+    if parser.parse_args().sequential:
+        _harness.BLOCK = None
     print(f"threads: {THREADS}; kernels: {', '.join(tp.build_info())}; torch {torch.__version__}")
     rows = [
         ("matmul 128x784 @ 784x256", *bench_matmul()),

@@ -17,7 +17,7 @@ from types import ModuleType
 
 from tapeflow._kernels.source_hash import source_sha256
 
-MODULES = ("conv", "gemm", "pool", "softmax_xent", "embedding", "fused")
+MODULES = ("conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv")
 REBUILD = "run `make build` (or `python setup.py build_ext --inplace`) to rebuild the kernels"
 
 
@@ -80,7 +80,7 @@ def get_num_threads() -> int:
     return _modules["conv"]._get_num_threads()
 
 
-_conv, _gemm, _pool, _xent, _embedding, _fused = (_modules[name] for name in MODULES)
+_conv, _gemm, _pool, _xent, _embedding, _fused, _fpenv = (_modules[name] for name in MODULES)
 _gemm._set_blas_threads(get_num_threads())
 
 conv2d_forward = _conv.conv2d_forward
@@ -95,6 +95,8 @@ sparse_softmax_xent = _xent.sparse_softmax_xent
 gather_rows = _embedding.gather_rows
 scatter_add_rows = _embedding.scatter_add_rows
 adam_update = _fused.adam_update
+flush_denormals_enter = _fpenv.flush_denormals_enter
+flush_denormals_leave = _fpenv.flush_denormals_leave
 
 __all__ = [
     "MODULES",
@@ -103,6 +105,8 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "conv2d_forward",
+    "flush_denormals_enter",
+    "flush_denormals_leave",
     "matmul",
     "conv2d_backward_input",
     "conv2d_backward_filter",

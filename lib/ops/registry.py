@@ -16,6 +16,8 @@ import threading
 import numpy as np
 
 from tapeflow import dtypes
+from tapeflow._kernels import flush_denormals_enter as _flush_denormals_enter
+from tapeflow._kernels import flush_denormals_leave as _flush_denormals_leave
 from tapeflow.backends import kernel_module
 from tapeflow.devices import current_device
 from tapeflow.tensor import Tensor
@@ -132,7 +134,11 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
     """Run `op` on tensors now; return a Tensor, or a tuple for multi-output ops."""
     specs = op.infer(*inputs, **attrs)
     device = inputs[0]._device if inputs else current_device()
-    out = op.kernel(device.family)(*[t._value for t in inputs], **attrs)
+    flush = _flush_denormals_enter()  # as TensorFlow does: subnormals would cost ~100x
+    try:
+        out = op.kernel(device.family)(*[t._value for t in inputs], **attrs)
+    finally:
+        _flush_denormals_leave(flush)
     if op.num_outputs == 1:
         out = (out,)
     elif len(out) != len(specs):

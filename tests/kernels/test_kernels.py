@@ -340,7 +340,7 @@ def test_adam_update_rejects_mismatched_arrays():
 
 def test_build_info_reports_every_module():
     info = K.build_info()
-    assert set(info) == set(K.MODULES) == {"conv", "gemm", "pool", "softmax_xent", "embedding", "fused"}
+    assert set(info) == set(K.MODULES) == {"conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv"}
     for name, entry in info.items():
         path = Path(entry["path"])
         assert path.name.startswith(name + ".") and path.exists()
