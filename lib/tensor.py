@@ -107,11 +107,18 @@ class Tensor:
             )
         return bool(self._value)
 
+    def _scalar(self, kind: str):
+        if self._value.size != 1:
+            raise TypeError(
+                f"{kind}: only a tensor with one element converts to a Python {kind}, got shape {self.shape}"
+            )
+        return self._value.item()
+
     def __float__(self) -> float:
-        return float(self._value)
+        return float(self._scalar("float"))
 
     def __int__(self) -> int:
-        return int(self._value)
+        return int(self._scalar("int"))
 
     def __index__(self) -> int:
         if self.dtype.kind != "i" or self._value.ndim != 0:
