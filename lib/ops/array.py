@@ -128,12 +128,8 @@ def flatten(x, start_axis: int = 0) -> Tensor:
     (2, 12)
     """
     x = as_tensor(x, name="flatten")
-    a = shapes.normalize_axis("flatten", start_axis, builtins_max(x.ndim, 1))
+    a = shapes.normalize_axis("flatten", start_axis, max(x.ndim, 1))
     return reshape(x, x.shape[:a] + (-1,))
-
-
-def builtins_max(a, b):
-    return a if a > b else b
 
 
 def _broadcast_to_infer(x, shape):

@@ -179,14 +179,10 @@ def _select_vjp(pick_first):
     return vjp
 
 
-def _true_divide(x, y):
-    return np.true_divide(x, y)
-
-
 _ADD = defop("add", infer=shapes.binary("add"), vjp=_add_vjp)(np.add)
 _SUBTRACT = defop("subtract", infer=shapes.binary("subtract", kinds="if"), vjp=_sub_vjp)(np.subtract)
 _MULTIPLY = defop("multiply", infer=shapes.binary("multiply"), vjp=_mul_vjp)(np.multiply)
-_DIVIDE = defop("divide", infer=shapes.binary("divide", result="float", kinds="if"), vjp=_div_vjp)(_true_divide)
+_DIVIDE = defop("divide", infer=shapes.binary("divide", result="float", kinds="if"), vjp=_div_vjp)(np.true_divide)
 _POW = defop("pow", infer=shapes.binary("pow", kinds="if"), vjp=_pow_vjp)(np.power)
 _MAXIMUM = defop(
     "maximum", infer=shapes.binary("maximum", kinds="if"), vjp=_select_vjp(lambda x, y: greater_equal(x, y))
