@@ -9,7 +9,7 @@
 [[2.0, 4.0]]
 """
 
-from tapeflow import _kernels, data, optimizers
+from tapeflow import _kernels, callbacks, data, initializers, layers, losses, metrics, optimizers, regularizers
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
 from tapeflow.data import datasets
 from tapeflow.devices import Device, device, list_devices
@@ -24,6 +24,7 @@ from tapeflow.dtypes import (
     int64,
     result_type,
 )
+from tapeflow.models import Model, Sequential
 from tapeflow.ops import *  # noqa: F403 - the op namespace is the public API
 from tapeflow.ops import nn, random
 from tapeflow.ops.registry import get_op

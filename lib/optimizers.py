@@ -1,86 +1,600 @@
-"""Optimizers: turn gradients into Variable updates.
+"""Optimizers: turn gradients into Variable updates, with Keras 3 semantics.
+
+Every update assigns a new array to a Variable; none is written in place, so
+the values a GradientTape saved stay as they were.
 
 >>> import tapeflow as tp
->>> w = tp.Variable([1.0, 2.0])
->>> opt = tp.optimizers.Adam(learning_rate=0.1)
+>>> w = tp.Variable([1.0, 2.0], name="w")
+>>> opt = tp.optimizers.SGD(learning_rate=0.1, momentum=0.9)
 >>> opt.apply_gradients([(tp.tensor([1.0, -1.0]), w)])
->>> [round(x, 3) for x in w.numpy().tolist()]
-[0.9, 2.1]
+>>> [round(x, 3) for x in w.numpy().tolist()], opt.iterations
+([0.9, 2.1], 1)
+>>> sorted(opt.get_state())
+['iterations', 'w/momentum']
 """
 
 from __future__ import annotations
 
-from tapeflow.ops.creation import zeros_like
+import math
+import re
+import warnings
+
+import numpy as np
+
+from tapeflow import schedules
+from tapeflow.autodiff import GradientTape
+from tapeflow.ops.creation import full_like
+from tapeflow.ops.math import cast, clip, maximum, sqrt, square
 from tapeflow.ops.optim import adam_update
+from tapeflow.ops.reduce import sum as reduce_sum
+from tapeflow.ops.registry import as_tensor
+from tapeflow.schedules import LearningRateSchedule
 from tapeflow.tensor import Tensor, Variable
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "get", "serialize", "schedules"]
+
+
+def _nonnegative(owner: str, label: str, value, upper: float | None = None, closed: bool = True) -> float:
+    """`value` as a float, or a ValueError naming `owner` and `label`."""
+    ok = isinstance(value, int | float | np.floating | np.integer) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value) and value >= 0
+    if ok and upper is not None:
+        ok = value <= upper if closed else value < upper
+    if not ok:
+        bound = "" if upper is None else f" and {'<=' if closed else '<'} {upper}"
+        raise ValueError(f"{owner}: {label} must be a number >= 0{bound}, got {value!r}")
+    return float(value)
 
 
 class Optimizer:
-    """Base class: keeps per-variable slots and a step counter."""
+    """Base class: learning rate (float or schedule), clipping, decoupled weight
+    decay, per-variable slots and a step counter.
 
-    def __init__(self, learning_rate: float = 0.01, name: str = "optimizer"):
-        if learning_rate <= 0:
-            raise ValueError(f"{type(self).__name__}: learning_rate must be positive, got {learning_rate}")
-        self.learning_rate = float(learning_rate)
-        self.name = name
-        self.iterations = 0
-        self._slots: dict[int, dict[str, Variable]] = {}
-
-    def slot(self, var: Variable, name: str) -> Variable:
-        """The optimizer state `name` kept for `var` (zeros at first)."""
-        slots = self._slots.setdefault(id(var), {})
-        if name not in slots:
-            slots[name] = Variable(zeros_like(var), trainable=False, name=f"{var.name}/{name}")
-        return slots[name]
-
-    def apply_gradients(self, grads_and_vars) -> None:
-        """Update each variable from its gradient; pairs whose gradient is None are skipped."""
-        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
-        for g, v in pairs:
-            if not isinstance(v, Variable):
-                raise TypeError(f"{type(self).__name__}.apply_gradients: expected Variables, got {type(v).__name__}")
-            if not isinstance(g, Tensor) or g.shape != v.shape:
-                raise ValueError(
-                    f"{type(self).__name__}.apply_gradients: gradient of shape "
-                    f"{getattr(g, 'shape', None)} for variable '{v.name}' of shape {v.shape}"
-                )
-        self.iterations += 1
-        for g, v in pairs:
-            self.update(v, g)
-
-    def update(self, var: Variable, grad: Tensor) -> None:
-        raise NotImplementedError
-
-
-class SGD(Optimizer):
-    """Plain gradient descent: var -= learning_rate * grad."""
-
-    def __init__(self, learning_rate: float = 0.01, name: str = "SGD"):
-        super().__init__(learning_rate, name)
-
-    def update(self, var: Variable, grad: Tensor) -> None:
-        var.assign_sub(grad * self.learning_rate)
-
-
-class Adam(Optimizer):
-    """Adam with bias correction, run as one fused update per variable."""
+    Subclasses declare their slots in `slot_initials` and implement
+    `update_step(gradient, variable, learning_rate)`. `iterations` counts the
+    updates applied; a schedule sees it before the update (0 on the first).
+    """
 
     def __init__(
         self,
-        learning_rate: float = 0.001,
+        learning_rate=0.001,
+        weight_decay: float | None = None,
+        clipnorm: float | None = None,
+        clipvalue: float | None = None,
+        global_clipnorm: float | None = None,
+        name: str | None = None,
+    ):
+        owner = type(self).__name__
+        given = {"clipnorm": clipnorm, "clipvalue": clipvalue, "global_clipnorm": global_clipnorm}
+        if sum(v is not None for v in given.values()) > 1:
+            raise ValueError(f"{owner}: only one of clipnorm, clipvalue and global_clipnorm can be set, got {given}")
+        for label, value in given.items():
+            if value is not None and _nonnegative(owner, label, value) == 0:
+                raise ValueError(f"{owner}: {label} must be > 0, got {value!r}")
+        self.clipnorm = None if clipnorm is None else float(clipnorm)
+        self.clipvalue = None if clipvalue is None else float(clipvalue)
+        self.global_clipnorm = None if global_clipnorm is None else float(global_clipnorm)
+        self.weight_decay = None if weight_decay is None else _nonnegative(owner, "weight_decay", weight_decay)
+        self.name = name or owner.lower()
+        self.iterations = 0
+        self._learning_rate = self._checked_learning_rate(learning_rate)
+        self._variables: list[Variable] = []  # tracked model variables, in the order first seen
+        self._index: dict[int, int] = {}  # id(variable) -> position in _variables
+        self._slots: list[dict[str, Variable]] = []
+        self._keys: list[str] = []  # each variable's unique name in get_state
+        self._no_decay_ids: set[int] = set()
+        self._no_decay_pattern: re.Pattern | None = None
+
+    # ------------------------------------------------------------ learning rate
+    def _checked_learning_rate(self, value):
+        """A number >= 0, a LearningRateSchedule, or a zero-argument callable (as in Keras)."""
+        if callable(value):
+            return value
+        return _nonnegative(type(self).__name__, "learning_rate", value)
+
+    @property
+    def learning_rate(self) -> float:
+        """The learning rate the next update will use."""
+        lr = self._learning_rate
+        if isinstance(lr, LearningRateSchedule):
+            return float(lr(self.iterations))
+        if callable(lr):
+            return float(lr())
+        return lr
+
+    @learning_rate.setter
+    def learning_rate(self, value) -> None:
+        if isinstance(self._learning_rate, LearningRateSchedule) and not callable(value):
+            raise TypeError(
+                f"{type(self).__name__}: this optimizer was created with a LearningRateSchedule, so its "
+                "learning rate cannot be set to a number; create it with a float learning_rate instead"
+            )
+        self._learning_rate = self._checked_learning_rate(value)
+
+    # ------------------------------------------------------------------- slots
+    def slot_initials(self, variable: Variable) -> dict[str, float]:
+        """The slots kept per variable, as {slot name: initial fill value}."""
+        return {}
+
+    def build(self, var_list) -> None:
+        """Create the slots of every variable in `var_list` (done lazily on the first
+        update otherwise; needed before `set_state` on a fresh optimizer)."""
+        for var in var_list:
+            self._track(var)
+
+    def _track(self, var: Variable) -> dict[str, Variable]:
+        pos = self._index.get(id(var))
+        if pos is not None:
+            return self._slots[pos]
+        if not isinstance(var, Variable):
+            raise TypeError(f"{type(self).__name__}: expected a Variable, got {type(var).__name__}")
+        key, n = var.name, 0
+        while key in self._keys:
+            n += 1
+            key = f"{var.name}_{n}"
+        slots = {
+            slot: Variable(full_like(var, fill), trainable=False, name=f"{key}/{slot}")
+            for slot, fill in self.slot_initials(var).items()
+        }
+        self._index[id(var)] = len(self._variables)
+        self._variables.append(var)
+        self._slots.append(slots)
+        self._keys.append(key)
+        return slots
+
+    def slots(self, variable: Variable) -> dict[str, Variable]:
+        """The slot variables kept for `variable`, by slot name."""
+        return self._track(variable)
+
+    @property
+    def variables(self) -> list[Variable]:
+        """Every slot variable, variable by variable in tracking order."""
+        return [v for slots in self._slots for v in slots.values()]
+
+    # ---------------------------------------------------------------- updating
+    def apply_gradients(self, grads_and_vars) -> None:
+        """Update each variable from its gradient, then count one iteration.
+
+        Pairs whose gradient is None are skipped with a warning; if every
+        gradient is None that is an error. An empty list does nothing.
+        """
+        pairs = self._checked_pairs(grads_and_vars)
+        if not pairs:
+            return
+        grads = self._clipped([g for g, _ in pairs])
+        lr = self.learning_rate
+        variables = [v for _, v in pairs]
+        for var in variables:
+            self._track(var)
+        if self.weight_decay:
+            for var in variables:
+                if self._decays(var):
+                    var.assign(var - var * (self.weight_decay * lr))
+        for grad, var in zip(grads, variables, strict=True):
+            self.update_step(grad, var, lr)
+        self.iterations += 1
+
+    def apply(self, grads, trainable_variables) -> None:
+        """`apply_gradients(zip(grads, trainable_variables))`, the Keras 3 form."""
+        self.apply_gradients(zip(grads, trainable_variables, strict=True))
+
+    def minimize(self, loss, var_list, tape: GradientTape | None = None):
+        """Take one step on `loss` (a zero-argument callable, or a tensor recorded
+        on `tape`) with respect to `var_list` (a list or a callable returning one).
+        Returns the loss value.
+
+        >>> import tapeflow as tp
+        >>> x = tp.Variable(10.0)
+        >>> _ = tp.optimizers.SGD(0.1).minimize(lambda: x * x / 2.0, [x])
+        >>> round(float(x), 4)
+        9.0
+        """
+        if callable(loss):
+            with GradientTape() as tape:
+                value = loss()
+        elif tape is None:
+            raise ValueError(f"{type(self).__name__}.minimize: a loss tensor needs the tape that recorded it")
+        else:
+            value = loss
+        variables = list(var_list() if callable(var_list) else var_list)
+        grads = tape.gradient(value, variables)
+        self.apply_gradients(zip(grads, variables, strict=True))
+        return value
+
+    def update_step(self, gradient: Tensor, variable: Variable, learning_rate: float) -> None:
+        """Update one variable (its slots are in `self.slots(variable)`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement update_step")
+
+    def _checked_pairs(self, grads_and_vars) -> list[tuple[Tensor, Variable]]:
+        owner = f"{type(self).__name__}.apply_gradients"
+        pairs, missing = [], []
+        for g, v in grads_and_vars:
+            if not isinstance(v, Variable):
+                raise TypeError(f"{owner}: expected Variables, got {type(v).__name__}")
+            if g is None:
+                missing.append(v.name)
+                continue
+            g = g if isinstance(g, Tensor) else as_tensor(g, name=owner)
+            if g.shape != v.shape:
+                raise ValueError(f"{owner}: gradient of shape {g.shape} for variable '{v.name}' of shape {v.shape}")
+            if g.dtype.kind != "f":
+                raise TypeError(f"{owner}: gradient for variable '{v.name}' has non-float dtype {g.dtype}")
+            pairs.append((g if g.dtype is v.dtype else cast(g, v.dtype), v))
+        if missing and not pairs:
+            raise ValueError(f"{owner}: no gradients provided for any variable (all None for {missing})")
+        if missing:
+            warnings.warn(f"{owner}: gradients do not exist for variables {missing}; skipped", stacklevel=3)
+        return pairs
+
+    def _clipped(self, grads: list[Tensor]) -> list[Tensor]:
+        if self.clipnorm is not None:
+            c = self.clipnorm
+            return [g * c / maximum(sqrt(reduce_sum(square(g))), c) for g in grads]
+        if self.global_clipnorm is not None:
+            c = self.global_clipnorm
+            total = sqrt(sum(cast(reduce_sum(square(g)), "float64") for g in grads))
+            # An infinite or NaN norm makes the scale NaN (as in Keras) rather than zero.
+            scale = c / maximum(total, c) + (total - total)
+            return [g * cast(scale, g.dtype) for g in grads]
+        if self.clipvalue is not None:
+            return [clip(g, -self.clipvalue, self.clipvalue) for g in grads]
+        return grads
+
+    # ------------------------------------------------------------ weight decay
+    def exclude_from_weight_decay(self, var_list=None, var_names=None) -> None:
+        """Skip weight decay for the given variables, and for every variable whose
+        name contains one of `var_names` (regular expressions, searched)."""
+        self._no_decay_ids = {id(v) for v in var_list or ()}
+        self._no_decay_pattern = re.compile("|".join(var_names)) if var_names else None
+
+    def _decays(self, var: Variable) -> bool:
+        if id(var) in self._no_decay_ids:
+            return False
+        return self._no_decay_pattern is None or self._no_decay_pattern.search(var.name) is None
+
+    # ------------------------------------------------------------------ config
+    def get_config(self) -> dict:
+        """The constructor arguments; `from_config` rebuilds an optimizer (without state)."""
+        lr = self._learning_rate
+        return {
+            "name": self.name,
+            "learning_rate": schedules.serialize(lr) if isinstance(lr, LearningRateSchedule) else lr,
+            "weight_decay": self.weight_decay,
+            "clipnorm": self.clipnorm,
+            "global_clipnorm": self.global_clipnorm,
+            "clipvalue": self.clipvalue,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict, custom_objects: dict | None = None) -> Optimizer:
+        config = dict(config)
+        if isinstance(config.get("learning_rate"), dict):
+            config["learning_rate"] = schedules.deserialize(config["learning_rate"], custom_objects)
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, learning_rate={self._learning_rate!r})"
+
+    # ------------------------------------------------------------------- state
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Copies of the step counter and every slot, keyed "iterations" and
+        "<variable name>/<slot name>" (a repeated variable name gets "_1", "_2"...
+        in the order the optimizer first saw the variables)."""
+        state = {"iterations": np.array(self.iterations, dtype=np.int64)}
+        for key, slots in zip(self._keys, self._slots, strict=True):
+            for slot, var in slots.items():
+                state[f"{key}/{slot}"] = np.array(var.numpy(), copy=True)
+        return state
+
+    def set_state(self, state: dict, var_list=None) -> None:
+        """Restore what `get_state` returned. A fresh optimizer must first learn its
+        variables: pass `var_list` (or call `build`) with them in the same order.
+        Nothing changes unless every name and shape matches.
+
+        >>> import tapeflow as tp
+        >>> w = tp.Variable([1.0], name="w")
+        >>> opt = SGD(0.1, momentum=0.9)
+        >>> opt.apply_gradients([(tp.tensor([1.0]), w)])
+        >>> fresh = SGD(0.1, momentum=0.9)
+        >>> fresh.set_state(opt.get_state(), var_list=[w])
+        >>> fresh.iterations, [round(x, 3) for x in fresh.slots(w)["momentum"].numpy().tolist()]
+        (1, [-0.1])
+        """
+        owner = f"{type(self).__name__}.set_state"
+        if var_list is not None:
+            self.build(var_list)
+        expected = {"iterations": ()}
+        targets = {}
+        for key, slots in zip(self._keys, self._slots, strict=True):
+            for slot, var in slots.items():
+                expected[f"{key}/{slot}"] = var.shape
+                targets[f"{key}/{slot}"] = var
+        missing = [k for k in expected if k not in state]
+        unexpected = [k for k in state if k not in expected]
+        if missing or unexpected:
+            hint = "" if self._variables else "; this optimizer tracks no variables yet: pass var_list="
+            raise ValueError(f"{owner}: state names do not match: missing {missing}, unexpected {unexpected}{hint}")
+        arrays = {}
+        for key, shape in expected.items():
+            arr = np.asarray(state[key])
+            if arr.shape != tuple(shape):
+                raise ValueError(f"{owner}: '{key}' has shape {arr.shape}, expected {tuple(shape)}")
+            if arr.dtype.kind not in "iuf":
+                raise ValueError(f"{owner}: '{key}' must be numeric, got dtype {arr.dtype}")
+            arrays[key] = arr
+        steps = arrays.pop("iterations")
+        if steps < 0 or steps != np.floor(steps):
+            raise ValueError(f"{owner}: 'iterations' must be a whole number >= 0, got {steps}")
+        for key, arr in arrays.items():
+            targets[key].assign(arr)
+        self.iterations = int(steps)
+
+
+class SGD(Optimizer):
+    """Gradient descent, with optional (Nesterov) momentum, as in Keras:
+    m = momentum * m - lr * g; w += m (Nesterov: w += momentum * m - lr * g).
+
+    >>> import tapeflow as tp
+    >>> w = tp.Variable([1.0])
+    >>> SGD(0.5).apply_gradients([(tp.tensor([2.0]), w)])
+    >>> w.numpy().tolist()
+    [0.0]
+    """
+
+    def __init__(self, learning_rate=0.01, momentum: float = 0.0, nesterov: bool = False, name: str = "SGD", **kwargs):
+        super().__init__(learning_rate, name=name, **kwargs)
+        self.momentum = _nonnegative("SGD", "momentum", momentum, upper=1.0)
+        self.nesterov = bool(nesterov)
+
+    def slot_initials(self, variable: Variable) -> dict[str, float]:
+        return {"momentum": 0.0} if self.momentum else {}
+
+    def update_step(self, gradient, variable, learning_rate):
+        if not self.momentum:
+            variable.assign(variable - gradient * learning_rate)
+            return
+        m = self.slots(variable)["momentum"]
+        m_new = m * self.momentum - gradient * learning_rate
+        m.assign(m_new)
+        if self.nesterov:
+            variable.assign(variable + (m_new * self.momentum - gradient * learning_rate))
+        else:
+            variable.assign(variable + m_new)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
+
+
+class Adam(Optimizer):
+    """Adam (Kingma and Ba) in the Keras form, with epsilon added to sqrt(v) before
+    bias correction: w -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + epsilon).
+    `amsgrad` divides by the running maximum of v instead.
+
+    >>> import tapeflow as tp
+    >>> w = tp.Variable([1.0, 2.0])
+    >>> Adam(learning_rate=0.1).apply_gradients([(tp.tensor([1.0, -1.0]), w)])
+    >>> [round(x, 3) for x in w.numpy().tolist()]
+    [0.9, 2.1]
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.001,
         beta_1: float = 0.9,
         beta_2: float = 0.999,
         epsilon: float = 1e-7,
-        name: str = "Adam",
+        amsgrad: bool = False,
+        name: str = "adam",
+        **kwargs,
     ):
-        super().__init__(learning_rate, name)
-        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        super().__init__(learning_rate, name=name, **kwargs)
+        owner = type(self).__name__
+        self.beta_1 = _nonnegative(owner, "beta_1", beta_1, upper=1.0, closed=False)
+        self.beta_2 = _nonnegative(owner, "beta_2", beta_2, upper=1.0, closed=False)
+        self.epsilon = _nonnegative(owner, "epsilon", epsilon)
+        self.amsgrad = bool(amsgrad)
 
-    def update(self, var: Variable, grad: Tensor) -> None:
-        m, v = self.slot(var, "m"), self.slot(var, "v")
-        p_new, m_new, v_new = adam_update(
-            var, m, v, grad, self.learning_rate, self.iterations, self.beta_1, self.beta_2, self.epsilon
-        )
-        var.assign(p_new)
+    def slot_initials(self, variable: Variable) -> dict[str, float]:
+        names = ("momentum", "velocity", "velocity_hat") if self.amsgrad else ("momentum", "velocity")
+        return dict.fromkeys(names, 0.0)
+
+    def update_step(self, gradient, variable, learning_rate):
+        slots = self.slots(variable)
+        m, v = slots["momentum"], slots["velocity"]
+        step = self.iterations + 1
+        b1, b2 = self.beta_1, self.beta_2
+        if not self.amsgrad:
+            # The fused op adds its epsilon to sqrt(v_hat) (the paper's form); scaling it by
+            # 1/sqrt(1 - b2^t) turns that into Keras's epsilon on sqrt(v).
+            eps = self.epsilon / math.sqrt(1.0 - b2**step)
+            p_new, m_new, v_new = adam_update(variable, m, v, gradient, learning_rate, step, b1, b2, eps)
+            variable.assign(p_new)
+            m.assign(m_new)
+            v.assign(v_new)
+            return
+        m_new = m + (gradient - m) * (1.0 - b1)
+        v_new = v + (square(gradient) - v) * (1.0 - b2)
+        v_hat = maximum(slots["velocity_hat"], v_new)
+        alpha = learning_rate * math.sqrt(1.0 - b2**step) / (1.0 - b1**step)
+        variable.assign(variable - m_new * alpha / (sqrt(v_hat) + self.epsilon))
         m.assign(m_new)
         v.assign(v_new)
+        slots["velocity_hat"].assign(v_hat)
+
+    def get_config(self) -> dict:
+        return {
+            **super().get_config(),
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
+            "amsgrad": self.amsgrad,
+        }
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay: each step first does
+    w -= learning_rate * weight_decay * w (Loshchilov and Hutter).
+
+    >>> import tapeflow as tp
+    >>> w = tp.Variable([1.0])
+    >>> AdamW(learning_rate=0.1, weight_decay=0.5).apply_gradients([(tp.tensor([0.0]), w)])
+    >>> [round(x, 4) for x in w.numpy().tolist()]
+    [0.95]
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.001,
+        weight_decay: float = 0.004,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+        amsgrad: bool = False,
+        name: str = "adamw",
+        **kwargs,
+    ):
+        if weight_decay is None:
+            raise ValueError("AdamW: weight_decay must be a number, got None (use Adam for no decay)")
+        super().__init__(
+            learning_rate, beta_1, beta_2, epsilon, amsgrad, name=name, weight_decay=weight_decay, **kwargs
+        )
+
+
+class RMSprop(Optimizer):
+    """Divide each gradient by a running root mean square, as in Keras:
+    v = rho v + (1 - rho) g^2; w -= lr g / sqrt(v + epsilon) (epsilon inside the
+    root); `centered` subtracts the squared running mean of g; `momentum`
+    accumulates the increments.
+
+    >>> import tapeflow as tp
+    >>> x = tp.Variable(10.0)
+    >>> _ = RMSprop(learning_rate=0.1).minimize(lambda: x * x / 2.0, [x])
+    >>> round(float(x), 5)
+    9.68377
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.001,
+        rho: float = 0.9,
+        momentum: float = 0.0,
+        epsilon: float = 1e-7,
+        centered: bool = False,
+        name: str = "rmsprop",
+        **kwargs,
+    ):
+        super().__init__(learning_rate, name=name, **kwargs)
+        self.rho = _nonnegative("RMSprop", "rho", rho, upper=1.0)
+        self.momentum = _nonnegative("RMSprop", "momentum", momentum)
+        self.epsilon = _nonnegative("RMSprop", "epsilon", epsilon)
+        self.centered = bool(centered)
+
+    def slot_initials(self, variable: Variable) -> dict[str, float]:
+        names = ["velocity"] + ["momentum"] * (self.momentum > 0) + ["average_gradient"] * self.centered
+        return dict.fromkeys(names, 0.0)
+
+    def update_step(self, gradient, variable, learning_rate):
+        slots = self.slots(variable)
+        rho = self.rho
+        velocity = slots["velocity"]
+        v_new = velocity * rho + square(gradient) * (1.0 - rho)
+        velocity.assign(v_new)
+        if self.centered:
+            average = slots["average_gradient"]
+            a_new = average * rho + gradient * (1.0 - rho)
+            average.assign(a_new)
+            denominator = v_new - square(a_new) + self.epsilon
+        else:
+            denominator = v_new + self.epsilon
+        increment = gradient * learning_rate / sqrt(denominator)
+        if self.momentum > 0:
+            momentum = slots["momentum"]
+            increment = momentum * self.momentum + increment
+            momentum.assign(increment)
+        variable.assign(variable - increment)
+
+    def get_config(self) -> dict:
+        return {
+            **super().get_config(),
+            "rho": self.rho,
+            "momentum": self.momentum,
+            "epsilon": self.epsilon,
+            "centered": self.centered,
+        }
+
+
+class Adagrad(Optimizer):
+    """Per-coordinate rates from the sum of squared gradients, as in Keras:
+    a += g^2; w -= lr g / sqrt(a + epsilon), with a starting at
+    `initial_accumulator_value`.
+
+    >>> import tapeflow as tp
+    >>> w = tp.Variable([1.0])
+    >>> Adagrad(learning_rate=0.1, initial_accumulator_value=0.0, epsilon=0.0).apply_gradients([(tp.tensor([3.0]), w)])
+    >>> [round(x, 6) for x in w.numpy().tolist()]
+    [0.9]
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.001,
+        initial_accumulator_value: float = 0.1,
+        epsilon: float = 1e-7,
+        name: str = "adagrad",
+        **kwargs,
+    ):
+        super().__init__(learning_rate, name=name, **kwargs)
+        self.initial_accumulator_value = _nonnegative("Adagrad", "initial_accumulator_value", initial_accumulator_value)
+        self.epsilon = _nonnegative("Adagrad", "epsilon", epsilon)
+
+    def slot_initials(self, variable: Variable) -> dict[str, float]:
+        return {"accumulator": self.initial_accumulator_value}
+
+    def update_step(self, gradient, variable, learning_rate):
+        accumulator = self.slots(variable)["accumulator"]
+        a_new = accumulator + square(gradient)
+        accumulator.assign(a_new)
+        variable.assign(variable - gradient * learning_rate / sqrt(a_new + self.epsilon))
+
+    def get_config(self) -> dict:
+        return {
+            **super().get_config(),
+            "initial_accumulator_value": self.initial_accumulator_value,
+            "epsilon": self.epsilon,
+        }
+
+
+_BY_NAME = {cls.__name__.lower(): cls for cls in (SGD, Adam, AdamW, RMSprop, Adagrad)}
+
+
+def serialize(optimizer: Optimizer) -> dict:
+    """{"class_name": ..., "config": ...}, which `get` turns back into an optimizer.
+
+    >>> serialize(SGD(0.1))["class_name"]
+    'SGD'
+    """
+    return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}
+
+
+def get(identifier) -> Optimizer:
+    """An optimizer from an instance (returned as is), a name such as "adam"
+    (default arguments), or a `serialize` dict.
+
+    >>> get("rmsprop").get_config()["rho"]
+    0.9
+    """
+    if isinstance(identifier, Optimizer):
+        return identifier
+    if isinstance(identifier, dict):
+        cls = _BY_NAME.get(str(identifier.get("class_name", "")).lower())
+        if cls is None:
+            raise ValueError(
+                f"optimizers.get: unknown optimizer {identifier.get('class_name')!r}; known: {sorted(_BY_NAME)}"
+            )
+        return cls.from_config(identifier.get("config", {}))
+    if isinstance(identifier, str):
+        cls = _BY_NAME.get(identifier.lower())
+        if cls is None:
+            raise ValueError(f"optimizers.get: unknown optimizer {identifier!r}; known names: {sorted(_BY_NAME)}")
+        return cls()
+    raise TypeError(f"optimizers.get: expected an Optimizer, a name or a config dict, got {type(identifier).__name__}")

@@ -41,7 +41,12 @@ def _ADAM(param, m, v, grad, lr, beta1, beta2, epsilon, step):
 def adam_update(
     param, m, v, grad, lr: float, step: int, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-7
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One Adam step (Kingma and Ba, with bias correction); returns (param, m, v)."""
+    """One Adam step (Kingma and Ba, with bias correction); returns (param, m, v).
+
+    `epsilon` is added to sqrt(v_hat), after bias correction (the paper's and
+    torch's form); tp.optimizers.Adam passes epsilon / sqrt(1 - beta2**step)
+    to get Keras's form, epsilon added to sqrt(v).
+    """
     if step < 1:
         raise ValueError(f"adam_update: step must be >= 1, got {step}")
     ins = tuple(as_tensor(t, name="adam_update") for t in (param, m, v, grad))

@@ -1,0 +1,459 @@
+"""The Layer lifecycle (config in `__init__`, weights in `build`, math in `call`),
+input checks, symbolic inputs, and layer (de)serialization.
+
+>>> import tapeflow as tp
+>>> class Scale(tp.layers.Layer):
+...     def build(self, input_shape):
+...         self.w = self.add_weight("w", (input_shape[-1],), initializer="ones")
+...     def call(self, inputs):
+...         return inputs * self.w
+>>> layer = Scale(name="scale")
+>>> layer(tp.ones((2, 3))).shape, [w.name for w in layer.weights]
+((2, 3), ['scale/w'])
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import re
+import threading
+from collections import defaultdict
+
+import numpy as np
+
+from tapeflow import dtypes, initializers, regularizers
+from tapeflow.ops.creation import tensor as as_tensor
+from tapeflow.ops.math import cast
+from tapeflow.tensor import Tensor, Variable
+
+_REGISTRY: dict[str, type] = {}  # class name -> Layer subclass, for deserialize()
+_NAME_COUNTS: defaultdict = defaultdict(int)
+
+
+def snake_case(name: str) -> str:
+    """A class name in Keras' default layer-name form.
+
+    >>> snake_case("Conv2DTranspose"), snake_case("SimpleRNN")
+    ('conv2d_transpose', 'simple_rnn')
+    """
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def unique_name(prefix: str) -> str:
+    """`prefix` the first time, then prefix_1, prefix_2, ... (as Keras names layers).
+
+    >>> unique_name("doc_probe"), unique_name("doc_probe")
+    ('doc_probe', 'doc_probe_1')
+    """
+    count = _NAME_COUNTS[prefix]
+    _NAME_COUNTS[prefix] += 1
+    return prefix if count == 0 else f"{prefix}_{count}"
+
+
+# ------------------------------------------------------------ symbolic inputs
+class SymbolicTensor:
+    """A placeholder with a shape (None for unknown sizes) and a dtype, but no value.
+
+    `Input` makes one; calling a layer on one builds the layer and returns another,
+    whose `history` is (layer, inputs, kwargs): the links a functional Model follows.
+
+    >>> import tapeflow as tp
+    >>> x = tp.layers.Input(shape=(784,))
+    >>> y = tp.layers.Dense(10)(x)
+    >>> y.shape, y.dtype, type(y.history[0]).__name__
+    ((None, 10), tapeflow.float32, 'Dense')
+    """
+
+    def __init__(self, shape, dtype="float32", name: str | None = None, history=None):
+        self.shape = _as_shape(shape)
+        self.dtype = dtypes.as_dtype(dtype)
+        self.name = name
+        self.history = history
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"<SymbolicTensor shape={self.shape} dtype={self.dtype.name} name={self.name}>"
+
+
+def Input(shape, batch_size: int | None = None, dtype="float32", name: str | None = None) -> SymbolicTensor:
+    """A symbolic model input: `shape` excludes the batch dimension.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Input(shape=(28, 28, 1), dtype="float64").shape
+    (None, 28, 28, 1)
+    """
+    return SymbolicTensor((batch_size, *_as_shape(shape)), dtype, name or unique_name("input_layer"))
+
+
+def _as_shape(shape) -> tuple:
+    if isinstance(shape, int | np.integer):
+        shape = (shape,)
+    try:
+        return tuple(None if d is None else int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"expected a shape (a sequence of ints or None), got {shape!r}") from None
+
+
+def _map_structure(fn, value):
+    if isinstance(value, list | tuple):
+        return [fn(v) for v in value]
+    return fn(value)
+
+
+def _shape_of(value):
+    return _map_structure(lambda v: tuple(v.shape), value)
+
+
+# -------------------------------------------------------------- input checks
+class InputSpec:
+    """What a layer accepts: an exact rank, bounds on the rank, and fixed axis sizes.
+
+    >>> spec = InputSpec(min_ndim=2, axes={-1: 4})
+    >>> spec.check("dense", (3,))
+    Traceback (most recent call last):
+    ...
+    ValueError: dense: expected input of rank >= 2, got shape (3,)
+    """
+
+    def __init__(self, ndim: int | None = None, min_ndim: int | None = None, max_ndim: int | None = None, axes=None):
+        self.ndim = ndim
+        self.min_ndim = min_ndim
+        self.max_ndim = max_ndim
+        self.axes = dict(axes or {})
+
+    def check(self, layer_name: str, shape: tuple) -> None:
+        rank = len(shape)
+        if self.ndim is not None and rank != self.ndim:
+            raise ValueError(f"{layer_name}: expected input of rank {self.ndim}, got shape {shape}")
+        if self.min_ndim is not None and rank < self.min_ndim:
+            raise ValueError(f"{layer_name}: expected input of rank >= {self.min_ndim}, got shape {shape}")
+        if self.max_ndim is not None and rank > self.max_ndim:
+            raise ValueError(f"{layer_name}: expected input of rank <= {self.max_ndim}, got shape {shape}")
+        for axis, size in self.axes.items():
+            if -rank <= axis < rank and shape[axis] is not None and shape[axis] != size:
+                raise ValueError(
+                    f"{layer_name}: expected axis {axis} of input to have size {size} "
+                    f"(the size the layer was built for), got shape {shape}"
+                )
+
+    def __repr__(self) -> str:
+        return f"InputSpec(ndim={self.ndim}, min_ndim={self.min_ndim}, max_ndim={self.max_ndim}, axes={self.axes})"
+
+
+# ------------------------------------------------------------- call context
+class _CallContext(threading.local):
+    """The `training` flag of the outermost layer call, inherited by nested calls."""
+
+    def __init__(self):
+        self.training: list = []
+
+
+_CONTEXT = _CallContext()
+
+
+@functools.cache
+def _call_parameters(cls) -> frozenset:
+    return frozenset(inspect.signature(cls.call).parameters)
+
+
+# -------------------------------------------------------------------- Layer
+class Layer:
+    """Base class of all layers.
+
+    Subclasses take their configuration in `__init__`, create weights in
+    `build(input_shape)` with `add_weight`, and compute in `call(inputs, training=None,
+    mask=None)`. The first `__call__` builds the layer from the input's shape.
+    Layers held in attributes (or in lists, tuples and dicts of them) are tracked:
+    their weights appear in `weights`, `get_weights()` and `count_params()`.
+
+    >>> import tapeflow as tp
+    >>> dense = tp.layers.Dense(3, name="head")
+    >>> dense(tp.ones((2, 4))).shape, dense.count_params()
+    ((2, 3), 15)
+    >>> [w.name for w in dense.weights]
+    ['head/kernel', 'head/bias']
+    """
+
+    supports_masking = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _REGISTRY[cls.__name__] = cls
+        if "build" in cls.__dict__:  # every build, however it is reached, marks the layer built
+            cls.build = _marks_built(cls.__dict__["build"])
+
+    def __init__(self, name: str | None = None, trainable: bool = True, dtype="float32", **kwargs):
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}: unexpected keyword arguments {sorted(kwargs)}")
+        self.name = name or unique_name(snake_case(type(self).__name__))
+        self.dtype = dtypes.as_dtype(dtype)
+        if self.dtype.kind != "f":
+            raise TypeError(f"{self.name}: the layer dtype must be floating point, got {self.dtype}")
+        self._trainable = bool(trainable)
+        self.built = False
+        self.input_spec: InputSpec | list | None = None
+        self._trainable_variables: list[Variable] = []
+        self._non_trainable_variables: list[Variable] = []
+        self._regularized: list[tuple[Variable, object]] = []
+
+    # ----- lifecycle -----
+    def build(self, input_shape) -> None:
+        """Create the weights for inputs of `input_shape` (the batch size may be None)."""
+
+    def call(self, inputs, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must implement call()")
+
+    def compute_output_shape(self, input_shape):
+        """The output shape for `input_shape` (None dims allowed), without computing.
+
+        A layer with several outputs returns a list of shapes.
+        """
+        raise NotImplementedError(f"{self.name}: {type(self).__name__} does not implement compute_output_shape()")
+
+    def compute_mask(self, inputs, mask=None):
+        """The mask of the output: passed through by layers that support masking."""
+        return mask if self.supports_masking else None
+
+    def __call__(self, inputs, *args, **kwargs):
+        if isinstance(inputs, SymbolicTensor) or (
+            isinstance(inputs, list | tuple) and inputs and all(isinstance(x, SymbolicTensor) for x in inputs)
+        ):
+            return self._call_symbolic(inputs, *args, **kwargs)
+        inputs = _map_structure(self._convert_input, inputs)
+        self._maybe_build(_shape_of(inputs))
+        params = _call_parameters(type(self))
+        training = kwargs.pop("training", None)
+        if training is None:
+            training = _CONTEXT.training[-1] if _CONTEXT.training else False
+        if "training" in params:
+            kwargs["training"] = bool(training)
+        if "mask" not in params:
+            kwargs.pop("mask", None)
+        _CONTEXT.training.append(bool(training))
+        try:
+            return self.call(inputs, *args, **kwargs)
+        finally:
+            _CONTEXT.training.pop()
+
+    def _convert_input(self, value):
+        """Arrays become tensors; floating inputs take the layer's dtype (as Keras autocasts)."""
+        if not isinstance(value, Tensor):
+            value = as_tensor(value)
+        if value.dtype.kind == "f" and value.dtype is not self.dtype:
+            value = cast(value, self.dtype)
+        return value
+
+    def _maybe_build(self, input_shape) -> None:
+        self._check_input(input_shape)
+        if not self.built:
+            self.build(input_shape)
+            self._check_input(input_shape)
+
+    def _check_input(self, input_shape) -> None:
+        spec = self.input_spec
+        if spec is None:
+            return
+        if isinstance(input_shape, list):
+            specs = spec if isinstance(spec, list) else [spec] * len(input_shape)
+            for s, shape in zip(specs, input_shape, strict=False):
+                s.check(self.name, shape)
+        else:
+            if isinstance(spec, list):
+                raise ValueError(f"{self.name}: expected a list of {len(spec)} inputs, got one of shape {input_shape}")
+            spec.check(self.name, input_shape)
+
+    def _call_symbolic(self, inputs, *args, **kwargs):
+        shape = _shape_of(inputs)
+        self._maybe_build(shape)
+        out = self.compute_output_shape(shape)
+        history = (self, inputs, kwargs)
+        if isinstance(out, list):
+            return [SymbolicTensor(s, self.dtype, f"{self.name}/output_{i}", history) for i, s in enumerate(out)]
+        return SymbolicTensor(out, self.dtype, f"{self.name}/output", history)
+
+    # ----- weights -----
+    def add_weight(
+        self,
+        name: str,
+        shape,
+        initializer="glorot_uniform",
+        regularizer=None,
+        trainable: bool = True,
+        dtype=None,
+    ) -> Variable:
+        """A new Variable named '<layer name>/<name>', tracked by this layer.
+
+        `initializer` and `regularizer` are names or objects understood by
+        `tp.initializers.get` and `tp.regularizers.get`.
+        """
+        dtype = dtypes.as_dtype(dtype or self.dtype)
+        shape = _as_shape(shape)
+        if any(d is None or d < 0 for d in shape):
+            raise ValueError(f"{self.name}: weight '{name}' needs a fully known shape, got {shape}")
+        value = initializers.get(initializer)(shape, dtype.name)
+        var = Variable(value, trainable=trainable and self._trainable, name=f"{self.name}/{name}", dtype=dtype)
+        if tuple(var.shape) != shape:
+            raise ValueError(f"{self.name}: initializer for '{name}' returned shape {var.shape}, expected {shape}")
+        (self._trainable_variables if trainable else self._non_trainable_variables).append(var)
+        if regularizer is not None:
+            self._regularized.append((var, regularizers.get(regularizer)))
+        return var
+
+    def _flatten_layers(self) -> list[Layer]:
+        """This layer and every layer it holds, depth first, each once."""
+        out, seen, stack = [], set(), [self]
+        while stack:
+            layer = stack.pop()
+            if id(layer) in seen:
+                continue
+            seen.add(id(layer))
+            out.append(layer)
+            stack.extend(reversed(list(_layers_in(vars(layer).values()))))
+        return out
+
+    @property
+    def weights(self) -> list[Variable]:
+        """All weights in Keras order: own trainable, own non-trainable, then each held layer's."""
+        out, seen = [], set()
+        for layer in self._flatten_layers():
+            for v in layer._trainable_variables + layer._non_trainable_variables:
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    out.append(v)
+        return out
+
+    @property
+    def trainable_weights(self) -> list[Variable]:
+        return [v for v in self.weights if v.trainable]
+
+    @property
+    def non_trainable_weights(self) -> list[Variable]:
+        return [v for v in self.weights if not v.trainable]
+
+    @property
+    def trainable(self) -> bool:
+        return self._trainable
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        """Freezing a layer freezes all its weights and the layers it holds."""
+        for layer in self._flatten_layers():
+            layer._trainable = bool(value)
+            for v in layer._trainable_variables:
+                v.trainable = bool(value)
+
+    @property
+    def losses(self) -> list[Tensor]:
+        """Regularization losses of the trainable weights, computed from their current values."""
+        return [reg(v) for layer in self._flatten_layers() for v, reg in layer._regularized if v.trainable]
+
+    def count_params(self) -> int:
+        if not self.built:
+            raise ValueError(f"{self.name}: count_params needs a built layer; call it on an input or build() it first")
+        return sum(math.prod(v.shape) for v in self.weights)
+
+    def get_weights(self) -> list[np.ndarray]:
+        """Copies of the weights' values, in `weights` order."""
+        return [np.array(v.numpy()) for v in self.weights]
+
+    def set_weights(self, values) -> None:
+        """Assign values in `weights` order; the count and every shape must match."""
+        weights = self.weights
+        values = list(values)
+        if len(values) != len(weights):
+            raise ValueError(
+                f"{self.name}: set_weights got {len(values)} arrays, but the layer has {len(weights)} weights "
+                f"({[w.name for w in weights]})"
+            )
+        arrays = [np.asarray(v) for v in values]
+        for w, a in zip(weights, arrays, strict=True):
+            if tuple(a.shape) != tuple(w.shape):
+                raise ValueError(f"{self.name}: set_weights: weight '{w.name}' has shape {w.shape}, got {a.shape}")
+        for w, a in zip(weights, arrays, strict=True):
+            w.assign(a)
+
+    # ----- config -----
+    def get_config(self) -> dict:
+        """The constructor arguments that recreate this layer (without its weights)."""
+        return {"name": self.name, "trainable": self.trainable, "dtype": self.dtype.name}
+
+    @classmethod
+    def from_config(cls, config: dict):
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name} built={self.built}>"
+
+
+def _marks_built(build):
+    @functools.wraps(build)
+    def wrapped(self, input_shape):
+        if isinstance(input_shape, list) and input_shape and isinstance(input_shape[0], list | tuple):
+            input_shape = [_as_shape(s) for s in input_shape]
+        elif input_shape is not None:
+            input_shape = _as_shape(input_shape)
+        build(self, input_shape)
+        self.built = True
+        self._build_input_shape = input_shape
+
+    return wrapped
+
+
+Layer.build = _marks_built(Layer.build)
+
+
+def _layers_in(values):
+    for value in values:
+        if isinstance(value, Layer):
+            yield value
+        elif isinstance(value, list | tuple):
+            yield from _layers_in(value)
+        elif isinstance(value, dict):
+            yield from _layers_in(value.values())
+
+
+# ------------------------------------------------------------ serialization
+def serialize(layer: Layer) -> dict:
+    """{'class_name': ..., 'config': ...}, the form `deserialize` reads.
+
+    >>> import tapeflow as tp
+    >>> config = serialize(tp.layers.Dropout(0.5, name="drop"))
+    >>> config["class_name"], type(deserialize(config)).__name__
+    ('Dropout', 'Dropout')
+    """
+    return {"class_name": type(layer).__name__, "config": layer.get_config()}
+
+
+def deserialize(config: dict) -> Layer:
+    """The layer described by a `serialize` dict (any Layer subclass defined so far)."""
+    name = config.get("class_name")
+    if name not in _REGISTRY:
+        raise ValueError(f"deserialize: unknown layer class {name!r}")
+    return _REGISTRY[name].from_config(config["config"])
+
+
+def _serialize_object(module, identifier):
+    if identifier is None or isinstance(identifier, str | dict):
+        return identifier
+    to_config = getattr(module, "serialize", None)
+    if to_config is not None:
+        return to_config(identifier)
+    if hasattr(identifier, "get_config"):  # the {"class_name", "config"} form that `get` reads
+        return {"class_name": type(identifier).__name__, "config": identifier.get_config()}
+    return identifier  # a plain function: kept as is (not JSON-serializable)
+
+
+def serialize_initializer(identifier):
+    """A config entry for an initializer: names stay names; objects are serialized."""
+    return _serialize_object(initializers, identifier)
+
+
+def serialize_regularizer(identifier):
+    """A config entry for a regularizer: names stay names; objects are serialized."""
+    return _serialize_object(regularizers, identifier)

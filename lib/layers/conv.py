@@ -1,0 +1,234 @@
+"""Convolution layers on NHWC images: Conv2D and Conv2DTranspose (kernels are HWIO).
+
+>>> import tapeflow as tp
+>>> tp.layers.Conv2D(8, 3, padding="same")(tp.ones((1, 5, 5, 2))).shape
+(1, 5, 5, 8)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
+from tapeflow.layers.core import get_activation, serialize_activation
+from tapeflow.ops import nn
+from tapeflow.ops.array import concat, split
+
+
+def pair(layer: str, label: str, value) -> tuple[int, int]:
+    """An int or a pair of positive ints as a pair.
+
+    >>> pair("conv2d", "strides", 2)
+    (2, 2)
+    """
+    values = (value, value) if isinstance(value, int | np.integer) else tuple(value)
+    if len(values) != 2 or any(not isinstance(v, int | np.integer) or v < 1 for v in values):
+        raise ValueError(f"{layer}: {label} must be a positive int or a pair of them, got {value!r}")
+    return tuple(int(v) for v in values)
+
+
+def padding_mode(layer: str, padding: str) -> str:
+    """'valid' or 'same' (either case), lowercased."""
+    if not isinstance(padding, str) or padding.lower() not in ("valid", "same"):
+        raise ValueError(f"{layer}: padding must be 'valid' or 'same', got {padding!r}")
+    return padding.lower()
+
+
+def conv_output_length(layer: str, size, kernel: int, stride: int, padding: str, dilation: int = 1):
+    """Output length of a window op along one axis (None stays None).
+
+    >>> conv_output_length("conv2d", 7, 3, 2, "valid"), conv_output_length("conv2d", 7, 3, 2, "same")
+    (3, 4)
+    """
+    if size is None:
+        return None
+    span = (kernel - 1) * dilation + 1
+    if padding == "same":
+        return -(-size // stride)
+    if size < span:
+        raise ValueError(f"{layer}: input size {size} is smaller than the window {span} with 'valid' padding")
+    return (size - span) // stride + 1
+
+
+def deconv_output_length(size, kernel: int, stride: int, padding: str, output_padding, dilation: int = 1):
+    """Output length of a transposed convolution along one axis (Keras' rule).
+
+    >>> deconv_output_length(4, 3, 2, "valid", None), deconv_output_length(4, 3, 2, "same", None)
+    (9, 8)
+    """
+    if size is None:
+        return None
+    span = (kernel - 1) * dilation + 1
+    if output_padding is None:
+        return size * stride + max(span - stride, 0) if padding == "valid" else size * stride
+    pad = span // 2 if padding == "same" else 0
+    return (size - 1) * stride + span - 2 * pad + output_padding
+
+
+class _Conv(Layer):
+    """Shared configuration of the convolution layers."""
+
+    def __init__(
+        self,
+        filters: int,
+        kernel_size,
+        strides=(1, 1),
+        padding: str = "valid",
+        dilation_rate=(1, 1),
+        activation=None,
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(filters, int | np.integer) or filters < 1:
+            raise ValueError(f"{self.name}: filters must be a positive integer, got {filters!r}")
+        self.filters = int(filters)
+        self.kernel_size = pair(self.name, "kernel_size", kernel_size)
+        self.strides = pair(self.name, "strides", strides)
+        self.padding = padding_mode(self.name, padding)
+        self.dilation_rate = pair(self.name, "dilation_rate", dilation_rate)
+        self.activation = get_activation(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = kernel_initializer
+        self.bias_initializer = bias_initializer
+        self.kernel_regularizer = kernel_regularizer
+        self.bias_regularizer = bias_regularizer
+        self.input_spec = InputSpec(ndim=4)
+
+    def _channels(self, input_shape) -> int:
+        channels = input_shape[-1]
+        if channels is None:
+            raise ValueError(f"{self.name}: the channel axis of the input must be known, got shape {input_shape}")
+        return channels
+
+    def _make_weights(self, kernel_shape, channels: int) -> None:
+        self.kernel = self.add_weight("kernel", kernel_shape, self.kernel_initializer, self.kernel_regularizer)
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer, self.bias_regularizer)
+        self.input_spec = InputSpec(ndim=4, axes={-1: channels})
+
+    def _finish(self, y):
+        if self.bias is not None:
+            y = y + self.bias
+        return self.activation(y)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "filters": self.filters,
+            "kernel_size": self.kernel_size,
+            "strides": self.strides,
+            "padding": self.padding,
+            "dilation_rate": self.dilation_rate,
+            "activation": serialize_activation(self.activation),
+            "use_bias": self.use_bias,
+            "kernel_initializer": serialize_initializer(self.kernel_initializer),
+            "bias_initializer": serialize_initializer(self.bias_initializer),
+            "kernel_regularizer": serialize_regularizer(self.kernel_regularizer),
+            "bias_regularizer": serialize_regularizer(self.bias_regularizer),
+        }
+
+
+class Conv2D(_Conv):
+    """2-D convolution; the kernel is [kh, kw, in_channels / groups, filters].
+
+    With `groups` > 1, the channels are split into groups convolved separately
+    and the results concatenated.
+
+    >>> import tapeflow as tp
+    >>> conv = tp.layers.Conv2D(4, (3, 3), strides=2, groups=2)
+    >>> conv(tp.ones((2, 9, 9, 6))).shape, conv.kernel.shape
+    ((2, 4, 4, 4), (3, 3, 3, 4))
+    """
+
+    def __init__(
+        self, filters: int, kernel_size, strides=(1, 1), padding="valid", dilation_rate=(1, 1), groups=1, **kw
+    ):
+        super().__init__(filters, kernel_size, strides, padding, dilation_rate, **kw)
+        if not isinstance(groups, int | np.integer) or groups < 1 or self.filters % groups:
+            raise ValueError(
+                f"{self.name}: groups must be a positive divisor of filters={self.filters}, got {groups!r}"
+            )
+        self.groups = int(groups)
+
+    def build(self, input_shape):
+        channels = self._channels(input_shape)
+        if channels % self.groups:
+            raise ValueError(
+                f"{self.name}: input channels {channels} (shape {input_shape}) "
+                f"are not divisible by groups={self.groups}"
+            )
+        self._make_weights((*self.kernel_size, channels // self.groups, self.filters), channels)
+
+    def call(self, inputs):
+        self.compute_output_shape(inputs.shape)  # a window larger than the input: an error naming the layer
+        attrs = {"strides": self.strides, "padding": self.padding.upper(), "dilations": self.dilation_rate}
+        if self.groups == 1:
+            return self._finish(nn.conv2d(inputs, self.kernel, **attrs))
+        parts = zip(split(inputs, self.groups, axis=-1), split(self.kernel, self.groups, axis=-1), strict=True)
+        return self._finish(concat([nn.conv2d(x, w, **attrs) for x, w in parts], axis=-1))
+
+    def compute_output_shape(self, input_shape):
+        n, h, w, _ = input_shape
+        sizes = [
+            conv_output_length(self.name, size, k, s, self.padding, d)
+            for size, k, s, d in zip((h, w), self.kernel_size, self.strides, self.dilation_rate, strict=True)
+        ]
+        return (n, *sizes, self.filters)
+
+    def get_config(self):
+        return {**super().get_config(), "groups": self.groups}
+
+
+class Conv2DTranspose(_Conv):
+    """Transposed convolution (the gradient of Conv2D with respect to its input), for
+    upsampling; the kernel is [kh, kw, filters, in_channels].
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Conv2DTranspose(3, 3, strides=2, padding="same")(tp.ones((1, 4, 4, 2))).shape
+    (1, 8, 8, 3)
+    """
+
+    def __init__(self, filters: int, kernel_size, strides=(1, 1), padding="valid", output_padding=None, **kwargs):
+        super().__init__(filters, kernel_size, strides, padding, **kwargs)
+        self.output_padding = None
+        if output_padding is not None:
+            values = (output_padding,) * 2 if isinstance(output_padding, int | np.integer) else tuple(output_padding)
+            if len(values) != 2 or any(not 0 <= int(p) < s for p, s in zip(values, self.strides, strict=True)):
+                raise ValueError(
+                    f"{self.name}: output_padding must be a pair of ints in [0, strides), got {output_padding!r}"
+                )
+            self.output_padding = tuple(int(p) for p in values)
+
+    def build(self, input_shape):
+        channels = self._channels(input_shape)
+        self._make_weights((*self.kernel_size, self.filters, channels), channels)
+
+    def call(self, inputs):
+        _, h, w, _ = self.compute_output_shape(inputs.shape)
+        y = nn.conv2d_transpose(
+            inputs,
+            self.kernel,
+            (h, w),
+            strides=self.strides,
+            padding=self.padding.upper(),
+            dilations=self.dilation_rate,
+        )
+        return self._finish(y)
+
+    def compute_output_shape(self, input_shape):
+        n, h, w, _ = input_shape
+        pads = self.output_padding or (None, None)
+        sizes = [
+            deconv_output_length(size, k, s, self.padding, p, d)
+            for size, k, s, p, d in zip((h, w), self.kernel_size, self.strides, pads, self.dilation_rate, strict=True)
+        ]
+        return (n, *sizes, self.filters)
+
+    def get_config(self):
+        return {**super().get_config(), "output_padding": self.output_padding}

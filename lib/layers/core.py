@@ -1,0 +1,261 @@
+"""Core layers: Dense, Activation, Dropout, Flatten, Reshape, and activations by name.
+
+>>> import tapeflow as tp
+>>> layer = tp.layers.Dense(4, activation="relu")
+>>> layer(tp.ones((2, 3))).shape
+(2, 4)
+"""
+
+from __future__ import annotations
+
+import math
+
+from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
+from tapeflow.ops import nn
+from tapeflow.ops.array import reshape
+from tapeflow.ops.math import matmul, sigmoid, tanh
+from tapeflow.ops.random import Generator
+
+
+# -------------------------------------------------------------- activations
+def linear(x):
+    """The identity activation."""
+    return x
+
+
+ACTIVATIONS = {
+    "relu": nn.relu,
+    "sigmoid": sigmoid,
+    "tanh": tanh,
+    "softmax": nn.softmax,
+    "gelu": nn.gelu,
+    "elu": nn.elu,
+    "leaky_relu": nn.leaky_relu,
+    "softplus": nn.softplus,
+    "linear": linear,
+}
+
+
+def get_activation(identifier):
+    """An activation function from a name, a callable, or None (linear).
+
+    >>> import tapeflow as tp
+    >>> get_activation("relu")(tp.tensor([-1.0, 1.0])).numpy().tolist()
+    [0.0, 1.0]
+    """
+    if identifier is None:
+        return linear
+    if isinstance(identifier, str):
+        try:
+            return ACTIVATIONS[identifier]
+        except KeyError:
+            raise ValueError(f"unknown activation {identifier!r}; known: {sorted(ACTIVATIONS)}") from None
+    if callable(identifier):
+        return identifier
+    raise TypeError(f"activation must be a name or a callable, got {identifier!r}")
+
+
+def serialize_activation(fn):
+    """The name of a built-in activation (the callable itself otherwise).
+
+    >>> serialize_activation(get_activation(None))
+    'linear'
+    """
+    for name, known in ACTIVATIONS.items():
+        if fn is known:
+            return name
+    return fn
+
+
+def _check_positive(layer: str, label: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{layer}: {label} must be a positive integer, got {value!r}")
+    return value
+
+
+# -------------------------------------------------------------------- Dense
+class Dense(Layer):
+    """activation(inputs @ kernel + bias) on the last axis; the kernel is [in, units].
+
+    >>> import tapeflow as tp
+    >>> dense = tp.layers.Dense(2, kernel_initializer="ones", use_bias=False)
+    >>> dense(tp.ones((1, 3))).numpy().tolist()
+    [[3.0, 3.0]]
+    """
+
+    def __init__(
+        self,
+        units: int,
+        activation=None,
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.units = _check_positive(self.name, "units", units)
+        self.activation = get_activation(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = kernel_initializer
+        self.bias_initializer = bias_initializer
+        self.kernel_regularizer = kernel_regularizer
+        self.bias_regularizer = bias_regularizer
+        self.input_spec = InputSpec(min_ndim=2)
+
+    def build(self, input_shape):
+        in_dim = input_shape[-1]
+        if in_dim is None:
+            raise ValueError(f"{self.name}: the last axis of the input must be known, got shape {input_shape}")
+        self.kernel = self.add_weight("kernel", (in_dim, self.units), self.kernel_initializer, self.kernel_regularizer)
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.units,), self.bias_initializer, self.bias_regularizer)
+        self.input_spec = InputSpec(min_ndim=2, axes={-1: in_dim})
+
+    def call(self, inputs):
+        y = matmul(inputs, self.kernel)
+        if self.bias is not None:
+            y = y + self.bias
+        return self.activation(y)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.units,)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "activation": serialize_activation(self.activation),
+            "use_bias": self.use_bias,
+            "kernel_initializer": serialize_initializer(self.kernel_initializer),
+            "bias_initializer": serialize_initializer(self.bias_initializer),
+            "kernel_regularizer": serialize_regularizer(self.kernel_regularizer),
+            "bias_regularizer": serialize_regularizer(self.bias_regularizer),
+        }
+
+
+# --------------------------------------------------------------- Activation
+class Activation(Layer):
+    """Apply an activation given by name or as a callable.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Activation("relu")(tp.tensor([[-1.0, 2.0]])).numpy().tolist()
+    [[0.0, 2.0]]
+    """
+
+    supports_masking = True
+
+    def __init__(self, activation, **kwargs):
+        super().__init__(**kwargs)
+        self.activation = get_activation(activation)
+
+    def call(self, inputs):
+        return self.activation(inputs)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "activation": serialize_activation(self.activation)}
+
+
+# ------------------------------------------------------------------ Dropout
+class Dropout(Layer):
+    """In training, zero each input with probability `rate` and scale the rest by 1/(1 - rate);
+    at inference, pass inputs through. The layer owns its random stream (`seed`).
+
+    >>> import tapeflow as tp
+    >>> drop = tp.layers.Dropout(0.5, seed=0)
+    >>> drop(tp.ones((2, 2))).numpy().tolist()
+    [[1.0, 1.0], [1.0, 1.0]]
+    >>> sorted(set(drop(tp.ones((100,)), training=True).numpy().tolist()))
+    [0.0, 2.0]
+    """
+
+    supports_masking = True
+
+    def __init__(self, rate: float, noise_shape=None, seed: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= float(rate) < 1.0:
+            raise ValueError(f"{self.name}: rate must be in [0, 1), got {rate}")
+        self.rate = float(rate)
+        self.noise_shape = None if noise_shape is None else tuple(noise_shape)
+        self.seed = seed
+        self.generator = Generator(seed)
+
+    def call(self, inputs, training=None):
+        if not training or self.rate == 0.0:
+            return inputs
+        noise_shape = None
+        if self.noise_shape is not None:
+            if len(self.noise_shape) != inputs.ndim:
+                raise ValueError(f"{self.name}: noise_shape {self.noise_shape} does not fit input shape {inputs.shape}")
+            noise_shape = tuple(d if n is None else n for n, d in zip(self.noise_shape, inputs.shape, strict=True))
+        return nn.dropout(inputs, self.rate, training=True, rng=self.generator, noise_shape=noise_shape)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "rate": self.rate, "noise_shape": self.noise_shape, "seed": self.seed}
+
+
+# ---------------------------------------------------------- Flatten, Reshape
+class Flatten(Layer):
+    """Flatten every axis but the batch axis.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Flatten()(tp.ones((2, 3, 4))).shape
+    (2, 12)
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.input_spec = InputSpec(min_ndim=1)
+
+    def call(self, inputs):
+        if inputs.ndim == 1:
+            return reshape(inputs, (inputs.shape[0], 1))
+        return reshape(inputs, (inputs.shape[0], math.prod(inputs.shape[1:])))
+
+    def compute_output_shape(self, input_shape):
+        rest = input_shape[1:]
+        return (input_shape[0], None if None in rest else math.prod(rest))
+
+
+class Reshape(Layer):
+    """Reshape every axis but the batch axis to `target_shape` (one entry may be -1).
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Reshape((3, -1))(tp.ones((2, 12))).shape
+    (2, 3, 4)
+    """
+
+    def __init__(self, target_shape, **kwargs):
+        super().__init__(**kwargs)
+        self.target_shape = tuple(int(d) for d in target_shape)
+        if self.target_shape.count(-1) > 1 or any(d < -1 or d == 0 for d in self.target_shape):
+            raise ValueError(
+                f"{self.name}: target_shape must hold positive sizes and at most one -1, got {target_shape}"
+            )
+
+    def call(self, inputs):
+        return reshape(inputs, (inputs.shape[0],) + self.compute_output_shape(inputs.shape)[1:])
+
+    def compute_output_shape(self, input_shape):
+        rest = input_shape[1:]
+        target = self.target_shape
+        if None in rest:
+            return (input_shape[0], *(None if d == -1 else d for d in target))
+        size, known = math.prod(rest), math.prod(d for d in target if d != -1)
+        if (-1 in target and size % known) or (-1 not in target and size != known):
+            raise ValueError(
+                f"{self.name}: cannot reshape input of shape {tuple(input_shape)} to target shape {target} "
+                f"({size} values per example)"
+            )
+        return (input_shape[0], *(size // known if d == -1 else d for d in target))
+
+    def get_config(self):
+        return {**super().get_config(), "target_shape": self.target_shape}

@@ -1,0 +1,90 @@
+"""Embedding: integer ids -> rows of a trainable [input_dim, output_dim] table.
+
+>>> import tapeflow as tp
+>>> emb = tp.layers.Embedding(10, 4)
+>>> emb(tp.tensor([[1, 2, 3]])).shape
+(1, 3, 4)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow.layers.base import Layer, serialize_initializer, serialize_regularizer
+from tapeflow.ops import nn
+from tapeflow.ops.math import cast, not_equal
+from tapeflow.ops.registry import as_tensor
+
+
+class Embedding(Layer):
+    """Look up `output_dim`-vectors for ids in [0, input_dim); ids outside raise ValueError.
+
+    With mask_zero=True, id 0 is padding: `compute_mask(ids)` is `ids != 0`, to pass to
+    a recurrent layer as `mask=`.
+
+    >>> import tapeflow as tp
+    >>> emb = tp.layers.Embedding(5, 2, mask_zero=True, name="words")
+    >>> ids = tp.tensor([[3, 1, 0, 0]])
+    >>> emb.compute_mask(ids).numpy().tolist()
+    [[True, True, False, False]]
+    >>> emb(tp.tensor([7]))
+    Traceback (most recent call last):
+    ...
+    ValueError: words: id 7 is out of range [0, 5) (input_dim=5), in ids of shape (1,)
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        embeddings_initializer="uniform",
+        embeddings_regularizer=None,
+        mask_zero: bool = False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for label, value in (("input_dim", input_dim), ("output_dim", output_dim)):
+            if not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"{self.name}: {label} must be a positive integer, got {value!r}")
+        self.input_dim = int(input_dim)
+        self.output_dim = int(output_dim)
+        self.embeddings_initializer = embeddings_initializer
+        self.embeddings_regularizer = embeddings_regularizer
+        self.mask_zero = bool(mask_zero)
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(
+            "embeddings",
+            (self.input_dim, self.output_dim),
+            self.embeddings_initializer,
+            self.embeddings_regularizer,
+        )
+
+    def call(self, inputs):
+        ids = inputs if inputs.dtype.kind == "i" else cast(inputs, "int64")
+        values = ids.numpy()
+        if values.size and (values.min() < 0 or values.max() >= self.input_dim):
+            bad = values[(values < 0) | (values >= self.input_dim)].flat[0]
+            raise ValueError(
+                f"{self.name}: id {bad} is out of range [0, {self.input_dim}) (input_dim={self.input_dim}), "
+                f"in ids of shape {ids.shape}"
+            )
+        return nn.embedding_lookup(self.embeddings, ids)
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return not_equal(as_tensor(inputs, name=self.name), 0)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.output_dim,)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "input_dim": self.input_dim,
+            "output_dim": self.output_dim,
+            "embeddings_initializer": serialize_initializer(self.embeddings_initializer),
+            "embeddings_regularizer": serialize_regularizer(self.embeddings_regularizer),
+            "mask_zero": self.mask_zero,
+        }

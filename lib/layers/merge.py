@@ -1,0 +1,161 @@
+"""Merge layers: combine a list of tensors elementwise (Add, Subtract, Multiply, Average,
+Maximum, Minimum) or by joining them along an axis (Concatenate).
+
+>>> import tapeflow as tp
+>>> tp.layers.Add()([tp.ones((2, 3)), tp.ones((2, 3))]).numpy().tolist()
+[[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tapeflow.layers.base import Layer
+from tapeflow.ops.array import concat
+from tapeflow.ops.math import add, maximum, minimum, multiply, subtract
+
+
+class _Merge(Layer):
+    """Elementwise merge of two or more inputs whose shapes broadcast together."""
+
+    _min_inputs, _max_inputs = 2, None
+
+    def _check_count(self, input_shape) -> list:
+        if not isinstance(input_shape, list | tuple) or not input_shape or not isinstance(input_shape[0], tuple):
+            raise ValueError(f"{self.name}: expected a list of input tensors, got one of shape {input_shape}")
+        n = len(input_shape)
+        if n < self._min_inputs or (self._max_inputs is not None and n > self._max_inputs):
+            want = self._min_inputs if self._max_inputs == self._min_inputs else f"at least {self._min_inputs}"
+            raise ValueError(f"{self.name}: expected {want} inputs, got {n} with shapes {list(input_shape)}")
+        return list(input_shape)
+
+    def build(self, input_shape):
+        self.compute_output_shape(input_shape)
+
+    def call(self, inputs):
+        self.compute_output_shape([tuple(x.shape) for x in inputs])
+        return self._merge(list(inputs))
+
+    def compute_output_shape(self, input_shape):
+        shapes = self._check_count(input_shape)
+        ndim = max(len(s) for s in shapes)
+        out = []
+        for i in range(1, ndim + 1):
+            dims = [s[-i] for s in shapes if len(s) >= i]
+            known = {d for d in dims if d not in (None, 1)}
+            if len(known) > 1:
+                raise ValueError(f"{self.name}: input shapes {shapes} do not broadcast together")
+            out.append(known.pop() if known else (None if None in dims else 1))
+        return tuple(reversed(out))
+
+    def _merge(self, inputs):
+        return functools.reduce(self._combine, inputs)
+
+
+class Add(_Merge):
+    """The sum of the inputs.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Add()([tp.ones((1, 2)), tp.ones((1, 2)), tp.ones((1, 2))]).numpy().tolist()
+    [[3.0, 3.0]]
+    """
+
+    _combine = staticmethod(add)
+
+
+class Subtract(_Merge):
+    """inputs[0] - inputs[1] (exactly two inputs).
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Subtract()([tp.ones((1, 2)), tp.ones((1, 2))]).numpy().tolist()
+    [[0.0, 0.0]]
+    """
+
+    _max_inputs = 2
+    _combine = staticmethod(subtract)
+
+
+class Multiply(_Merge):
+    """The elementwise product of the inputs.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Multiply()([tp.full((1, 2), 3.0), tp.full((1, 2), 2.0)]).numpy().tolist()
+    [[6.0, 6.0]]
+    """
+
+    _combine = staticmethod(multiply)
+
+
+class Average(_Merge):
+    """The elementwise mean of the inputs.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Average()([tp.full((1, 2), 3.0), tp.full((1, 2), 1.0)]).numpy().tolist()
+    [[2.0, 2.0]]
+    """
+
+    _combine = staticmethod(add)
+
+    def _merge(self, inputs):
+        return super()._merge(inputs) * (1.0 / len(inputs))
+
+
+class Maximum(_Merge):
+    """The elementwise maximum of the inputs.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Maximum()([tp.tensor([[1.0, 5.0]]), tp.tensor([[3.0, 2.0]])]).numpy().tolist()
+    [[3.0, 5.0]]
+    """
+
+    _combine = staticmethod(maximum)
+
+
+class Minimum(_Merge):
+    """The elementwise minimum of the inputs.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Minimum()([tp.tensor([[1.0, 5.0]]), tp.tensor([[3.0, 2.0]])]).numpy().tolist()
+    [[1.0, 2.0]]
+    """
+
+    _combine = staticmethod(minimum)
+
+
+class Concatenate(_Merge):
+    """Join the inputs along `axis`; every other axis must match.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Concatenate()([tp.ones((2, 3)), tp.ones((2, 5))]).shape
+    (2, 8)
+    """
+
+    def __init__(self, axis: int = -1, **kwargs):
+        super().__init__(**kwargs)
+        self.axis = int(axis)
+
+    def compute_output_shape(self, input_shape):
+        shapes = self._check_count(input_shape)
+        ndim = len(shapes[0])
+        if not -ndim <= self.axis < ndim or any(len(s) != ndim for s in shapes):
+            raise ValueError(f"{self.name}: cannot concatenate shapes {shapes} along axis {self.axis}")
+        axis = self.axis % ndim
+        out = []
+        for i in range(ndim):
+            dims = [s[i] for s in shapes]
+            if i == axis:
+                out.append(None if None in dims else sum(dims))
+                continue
+            known = {d for d in dims if d is not None}
+            if len(known) > 1:
+                raise ValueError(
+                    f"{self.name}: input shapes {shapes} differ outside the concatenation axis {self.axis}"
+                )
+            out.append(known.pop() if known else None)
+        return tuple(out)
+
+    def _merge(self, inputs):
+        return concat(inputs, axis=self.axis)
+
+    def get_config(self):
+        return {**super().get_config(), "axis": self.axis}

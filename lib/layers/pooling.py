@@ -1,0 +1,105 @@
+"""Pooling layers on NHWC images: windowed max/average and global average/max.
+
+>>> import tapeflow as tp
+>>> tp.layers.MaxPooling2D()(tp.ones((1, 4, 4, 3))).shape
+(1, 2, 2, 3)
+"""
+
+from __future__ import annotations
+
+from tapeflow.layers.base import InputSpec, Layer
+from tapeflow.layers.conv import conv_output_length, padding_mode, pair
+from tapeflow.ops import nn
+from tapeflow.ops.reduce import max as reduce_max
+from tapeflow.ops.reduce import mean
+
+
+class _Pooling2D(Layer):
+    _op = None  # the tp.nn pooling function
+
+    def __init__(self, pool_size=(2, 2), strides=None, padding: str = "valid", **kwargs):
+        super().__init__(**kwargs)
+        self.pool_size = pair(self.name, "pool_size", pool_size)
+        self.strides = self.pool_size if strides is None else pair(self.name, "strides", strides)
+        self.padding = padding_mode(self.name, padding)
+        self.input_spec = InputSpec(ndim=4)
+
+    def call(self, inputs):
+        self.compute_output_shape(inputs.shape)  # a window larger than the input: an error naming the layer
+        return self._op(inputs, self.pool_size, self.strides, self.padding.upper())
+
+    def compute_output_shape(self, input_shape):
+        n, h, w, c = input_shape
+        sizes = [
+            conv_output_length(self.name, size, k, s, self.padding)
+            for size, k, s in zip((h, w), self.pool_size, self.strides, strict=True)
+        ]
+        return (n, *sizes, c)
+
+    def get_config(self):
+        return {**super().get_config(), "pool_size": self.pool_size, "strides": self.strides, "padding": self.padding}
+
+
+class MaxPooling2D(_Pooling2D):
+    """The maximum of each pool_size window (strides default to pool_size).
+
+    >>> import tapeflow as tp
+    >>> x = tp.reshape(tp.arange(16, dtype="float32"), (1, 4, 4, 1))
+    >>> tp.layers.MaxPooling2D(2)(x).numpy().ravel().tolist()
+    [5.0, 7.0, 13.0, 15.0]
+    """
+
+    _op = staticmethod(nn.max_pool2d)
+
+
+class AveragePooling2D(_Pooling2D):
+    """The mean of each pool_size window; with 'same' padding, padded cells are not counted.
+
+    >>> import tapeflow as tp
+    >>> x = tp.reshape(tp.arange(16, dtype="float32"), (1, 4, 4, 1))
+    >>> tp.layers.AveragePooling2D(2)(x).numpy().ravel().tolist()
+    [2.5, 4.5, 10.5, 12.5]
+    """
+
+    _op = staticmethod(nn.avg_pool2d)
+
+
+class _GlobalPooling2D(Layer):
+    _reduce = None
+
+    def __init__(self, keepdims: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.keepdims = bool(keepdims)
+        self.input_spec = InputSpec(ndim=4)
+
+    def call(self, inputs):
+        return self._reduce(inputs, (1, 2), keepdims=self.keepdims)
+
+    def compute_output_shape(self, input_shape):
+        n, _, _, c = input_shape
+        return (n, 1, 1, c) if self.keepdims else (n, c)
+
+    def get_config(self):
+        return {**super().get_config(), "keepdims": self.keepdims}
+
+
+class GlobalAveragePooling2D(_GlobalPooling2D):
+    """The mean over height and width: [N, H, W, C] -> [N, C].
+
+    >>> import tapeflow as tp
+    >>> tp.layers.GlobalAveragePooling2D()(tp.ones((2, 3, 3, 4))).shape
+    (2, 4)
+    """
+
+    _reduce = staticmethod(mean)
+
+
+class GlobalMaxPooling2D(_GlobalPooling2D):
+    """The maximum over height and width: [N, H, W, C] -> [N, C].
+
+    >>> import tapeflow as tp
+    >>> tp.layers.GlobalMaxPooling2D(keepdims=True)(tp.ones((2, 3, 3, 4))).shape
+    (2, 1, 1, 4)
+    """
+
+    _reduce = staticmethod(reduce_max)

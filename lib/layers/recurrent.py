@@ -1,0 +1,440 @@
+"""Recurrent layers: cells (one time step) and `RNN`, which runs a cell over a sequence.
+
+SimpleRNN, LSTM and GRU are RNNs over their cells, with Keras' gate orders and
+weight layouts: LSTM kernels are [input, 4 * units] in gate order i, f, c, o; GRU
+kernels are [input, 3 * units] in order z, r, h, with reset_after=True by default
+(bias [2, 3 * units]: input bias, then recurrent bias).
+
+Inputs are [batch, time, features]. A `mask` of shape [batch, time] (True = real
+step) makes masked steps carry the previous state and output forward, as Keras.
+
+>>> import tapeflow as tp
+>>> lstm = tp.layers.LSTM(8, return_sequences=True)
+>>> lstm(tp.ones((2, 5, 3))).shape, [w.shape for w in lstm.weights]
+((2, 5, 8), [(3, 32), (8, 32), (32,)])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow import initializers
+from tapeflow.layers.base import (
+    InputSpec,
+    Layer,
+    deserialize,
+    serialize,
+    serialize_initializer,
+    serialize_regularizer,
+    snake_case,
+)
+from tapeflow.layers.core import get_activation, serialize_activation
+from tapeflow.ops.array import concat, reshape, split, stack
+from tapeflow.ops.creation import ones, zeros
+from tapeflow.ops.math import cast, matmul, where
+from tapeflow.ops.registry import as_tensor
+
+
+# -------------------------------------------------------------------- cells
+class _Cell(Layer):
+    """One recurrent step. `project` applies the input kernel (and input bias) to any
+    number of steps at once; `step` adds the recurrent part for one step and returns
+    (output, new_states). `call(inputs, states)` is both, for a single step."""
+
+    _gates = 1
+
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(units, int | np.integer) or units < 1:
+            raise ValueError(f"{self.name}: units must be a positive integer, got {units!r}")
+        self.units = int(units)
+        self.activation = get_activation(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = kernel_initializer
+        self.recurrent_initializer = recurrent_initializer
+        self.bias_initializer = bias_initializer
+        self.kernel_regularizer = kernel_regularizer
+        self.recurrent_regularizer = recurrent_regularizer
+        self.bias_regularizer = bias_regularizer
+
+    @property
+    def state_size(self) -> list[int]:
+        return [self.units]
+
+    def build(self, input_shape):
+        input_dim = input_shape[-1]
+        if input_dim is None:
+            raise ValueError(f"{self.name}: the feature axis of the input must be known, got shape {input_shape}")
+        width = self._gates * self.units
+        self.kernel = self.add_weight("kernel", (input_dim, width), self.kernel_initializer, self.kernel_regularizer)
+        self.recurrent_kernel = self.add_weight(
+            "recurrent_kernel", (self.units, width), self.recurrent_initializer, self.recurrent_regularizer
+        )
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight("bias", self._bias_shape(), self._bias_init(), self.bias_regularizer)
+        self.input_spec = InputSpec(min_ndim=2, axes={-1: input_dim})
+
+    def _bias_shape(self) -> tuple:
+        return (self._gates * self.units,)
+
+    def _bias_init(self):
+        return self.bias_initializer
+
+    def project(self, inputs):
+        y = matmul(inputs, self.kernel)
+        return y + self.bias if self.bias is not None else y
+
+    def step(self, projected, states):
+        raise NotImplementedError
+
+    def call(self, inputs, states):
+        return self.step(self.project(inputs), list(states))
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.units,)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "activation": serialize_activation(self.activation),
+            "use_bias": self.use_bias,
+            "kernel_initializer": serialize_initializer(self.kernel_initializer),
+            "recurrent_initializer": serialize_initializer(self.recurrent_initializer),
+            "bias_initializer": serialize_initializer(self.bias_initializer),
+            "kernel_regularizer": serialize_regularizer(self.kernel_regularizer),
+            "recurrent_regularizer": serialize_regularizer(self.recurrent_regularizer),
+            "bias_regularizer": serialize_regularizer(self.bias_regularizer),
+        }
+
+
+class SimpleRNNCell(_Cell):
+    """h = activation(x @ kernel + h @ recurrent_kernel + bias).
+
+    >>> import tapeflow as tp
+    >>> cell = tp.layers.SimpleRNNCell(4)
+    >>> out, states = cell(tp.ones((2, 3)), [tp.zeros((2, 4))])
+    >>> out.shape, len(states)
+    ((2, 4), 1)
+    """
+
+    def step(self, projected, states):
+        h = self.activation(projected + matmul(states[0], self.recurrent_kernel))
+        return h, [h]
+
+
+class _GatedCell(_Cell):
+    def __init__(self, units: int, activation="tanh", recurrent_activation="sigmoid", **kwargs):
+        super().__init__(units, activation, **kwargs)
+        self.recurrent_activation = get_activation(recurrent_activation)
+
+    def get_config(self):
+        return {**super().get_config(), "recurrent_activation": serialize_activation(self.recurrent_activation)}
+
+
+class LSTMCell(_GatedCell):
+    """Long short-term memory step; gates i, f, c, o in that order along the kernel's
+    columns. With unit_forget_bias (default) the forget-gate bias starts at one.
+
+    >>> import tapeflow as tp
+    >>> cell = tp.layers.LSTMCell(4)
+    >>> out, (h, c) = cell(tp.ones((2, 3)), [tp.zeros((2, 4)), tp.zeros((2, 4))])
+    >>> cell.bias.numpy().tolist()[4:8]
+    [1.0, 1.0, 1.0, 1.0]
+    """
+
+    _gates = 4
+
+    def __init__(self, units: int, activation="tanh", recurrent_activation="sigmoid", unit_forget_bias=True, **kwargs):
+        super().__init__(units, activation, recurrent_activation, **kwargs)
+        self.unit_forget_bias = bool(unit_forget_bias)
+
+    @property
+    def state_size(self) -> list[int]:
+        return [self.units, self.units]
+
+    def _bias_init(self):
+        if not self.unit_forget_bias:
+            return self.bias_initializer
+        base = initializers.get(self.bias_initializer)
+
+        def forget_bias_ones(shape, dtype):
+            u = self.units
+            return concat([base((u,), dtype), ones((u,), dtype), base((2 * u,), dtype)], axis=0)
+
+        return forget_bias_ones
+
+    def step(self, projected, states):
+        h, c = states
+        z = projected + matmul(h, self.recurrent_kernel)
+        zi, zf, zc, zo = split(z, 4, axis=-1)
+        act, gate = self.activation, self.recurrent_activation
+        c = gate(zf) * c + gate(zi) * act(zc)
+        h = gate(zo) * act(c)
+        return h, [h, c]
+
+    def get_config(self):
+        return {**super().get_config(), "unit_forget_bias": self.unit_forget_bias}
+
+
+class GRUCell(_GatedCell):
+    """Gated recurrent unit step; gates z (update), r (reset), h (candidate) in that order.
+
+    reset_after=True (the Keras and cuDNN form) applies the reset gate after the
+    recurrent matmul and keeps separate input and recurrent biases: bias is
+    [2, 3 * units]. reset_after=False applies it before, with one bias [3 * units].
+
+    >>> import tapeflow as tp
+    >>> cell = tp.layers.GRUCell(4)
+    >>> out, _ = cell(tp.ones((2, 3)), [tp.zeros((2, 4))])
+    >>> out.shape, cell.bias.shape
+    ((2, 4), (2, 12))
+    """
+
+    _gates = 3
+
+    def __init__(self, units: int, activation="tanh", recurrent_activation="sigmoid", reset_after=True, **kwargs):
+        super().__init__(units, activation, recurrent_activation, **kwargs)
+        self.reset_after = bool(reset_after)
+
+    def _bias_shape(self) -> tuple:
+        return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
+
+    def project(self, inputs):
+        y = matmul(inputs, self.kernel)
+        if self.bias is None:
+            return y
+        return y + (self.bias[0] if self.reset_after else self.bias)
+
+    def step(self, projected, states):
+        h = states[0]
+        xz, xr, xh = split(projected, 3, axis=-1)
+        gate = self.recurrent_activation
+        if self.reset_after:
+            rec = matmul(h, self.recurrent_kernel)
+            if self.bias is not None:
+                rec = rec + self.bias[1]
+            rz, rr, rh = split(rec, 3, axis=-1)
+            z, r = gate(xz + rz), gate(xr + rr)
+            candidate = self.activation(xh + r * rh)
+        else:
+            kernel_zr, kernel_h = split(self.recurrent_kernel, [2 * self.units, self.units], axis=-1)
+            rz, rr = split(matmul(h, kernel_zr), 2, axis=-1)
+            z, r = gate(xz + rz), gate(xr + rr)
+            candidate = self.activation(xh + matmul(r * h, kernel_h))
+        h = z * h + (1.0 - z) * candidate
+        return h, [h]
+
+    def get_config(self):
+        return {**super().get_config(), "reset_after": self.reset_after}
+
+
+# ---------------------------------------------------------------------- RNN
+class RNN(Layer):
+    """Run `cell` over the time axis of [batch, time, features] inputs.
+
+    Returns the last output ([batch, units]), or every output ([batch, time, units])
+    with return_sequences; with return_state, a list [output, *final_states].
+    `call` takes `mask` ([batch, time] bools; False steps keep the previous state and
+    output) and `initial_state` (a list of [batch, size] tensors, zeros by default).
+    Any layer with `state_size` and `call(inputs, states) -> (output, new_states)`
+    can be the cell.
+
+    >>> import tapeflow as tp
+    >>> rnn = tp.layers.RNN(tp.layers.GRUCell(4), return_state=True)
+    >>> out, h = rnn(tp.ones((2, 5, 3)))
+    >>> out.shape, h.shape
+    ((2, 4), (2, 4))
+    """
+
+    def __init__(
+        self,
+        cell,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if cell is not None and not (hasattr(cell, "state_size") and isinstance(cell, Layer)):
+            raise TypeError(f"{self.name}: cell must be a Layer with a state_size, got {cell!r}")
+        self.cell = cell
+        self.return_sequences = bool(return_sequences)
+        self.return_state = bool(return_state)
+        self.go_backwards = bool(go_backwards)
+        self.input_spec = InputSpec(ndim=3)
+
+    @property
+    def _state_sizes(self) -> list[int]:
+        size = self.cell.state_size
+        return list(size) if isinstance(size, list | tuple) else [size]
+
+    def build(self, input_shape):
+        features = input_shape[-1]
+        if features is None:
+            raise ValueError(f"{self.name}: the feature axis of the input must be known, got shape {input_shape}")
+        if not self.cell.built:
+            self.cell.build((input_shape[0], features))
+        self.input_spec = InputSpec(ndim=3, axes={-1: features})
+
+    def call(self, inputs, mask=None, training=None, initial_state=None):
+        batch, steps = inputs.shape[0], inputs.shape[1]
+        if steps == 0:
+            raise ValueError(f"{self.name}: the input has no time steps (shape {inputs.shape})")
+        states = self._initial_states(batch, initial_state)
+        project = getattr(self.cell, "project", None)
+        if project is not None:
+            xs, step = split(project(inputs), steps, axis=1), self.cell.step
+        else:  # a plain Keras-style cell: call it once per step
+            xs, step = split(inputs, steps, axis=1), self.cell
+        masks = self._step_masks(mask, batch, steps)
+        order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
+        output, outputs = zeros((batch, self._state_sizes[0]), self.dtype.name) if masks else None, []
+        for t in order:
+            x_t = reshape(xs[t], (batch, xs[t].shape[-1]))
+            new_output, new_states = step(x_t, states)
+            if masks:
+                keep = masks[t]
+                new_output = where(keep, new_output, output)
+                new_states = [where(keep, n, o) for n, o in zip(new_states, states, strict=True)]
+            output, states = new_output, list(new_states)
+            outputs.append(output)
+        result = stack(outputs, axis=1) if self.return_sequences else output
+        return [result, *states] if self.return_state else result
+
+    def _initial_states(self, batch: int, initial_state) -> list:
+        sizes = self._state_sizes
+        if initial_state is None:
+            return [zeros((batch, s), self.dtype.name) for s in sizes]
+        given = list(initial_state) if isinstance(initial_state, list | tuple) else [initial_state]
+        given = [self._convert_input(s) for s in given]
+        want = [(batch, s) for s in sizes]
+        if [tuple(s.shape) for s in given] != want:
+            raise ValueError(
+                f"{self.name}: initial_state must be {len(want)} tensors of shapes {want}, "
+                f"got {[tuple(s.shape) for s in given]}"
+            )
+        return given
+
+    def _step_masks(self, mask, batch: int, steps: int) -> list:
+        if mask is None:
+            return []
+        mask = as_tensor(mask, name=self.name)
+        if tuple(mask.shape) != (batch, steps):
+            raise ValueError(f"{self.name}: mask must have shape {(batch, steps)} (batch, time), got {mask.shape}")
+        if mask.dtype.kind != "b":
+            mask = cast(mask, "bool")
+        return split(mask, steps, axis=1)  # each [batch, 1]: broadcasts over units
+
+    def compute_output_shape(self, input_shape):
+        batch, steps = input_shape[0], input_shape[1]
+        units = self._state_sizes[0]
+        output = (batch, steps, units) if self.return_sequences else (batch, units)
+        if self.return_state:
+            return [output] + [(batch, s) for s in self._state_sizes]
+        return output
+
+    def compute_mask(self, inputs, mask=None):
+        out = mask if self.return_sequences else None
+        return [out] + [None] * len(self._state_sizes) if self.return_state else out
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "cell": serialize(self.cell),
+            "return_sequences": self.return_sequences,
+            "return_state": self.return_state,
+            "go_backwards": self.go_backwards,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{**config, "cell": deserialize(config["cell"])})
+
+
+class _CellRNN(RNN):
+    """An RNN that makes its own cell from keyword arguments and flattens the cell's
+    configuration into its own (as Keras' SimpleRNN, LSTM and GRU do)."""
+
+    _cell_class: type = _Cell
+
+    def __init__(
+        self,
+        units: int,
+        *,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        name: str | None = None,
+        trainable: bool = True,
+        dtype="float32",
+        **cell_kwargs,
+    ):
+        super().__init__(
+            None, return_sequences, return_state, go_backwards, name=name, trainable=trainable, dtype=dtype
+        )
+        cell_name = f"{self.name}/{snake_case(self._cell_class.__name__)}"
+        self.cell = self._cell_class(units, name=cell_name, trainable=trainable, dtype=self.dtype, **cell_kwargs)
+        self.units = self.cell.units
+
+    def get_config(self):
+        config = super().get_config()
+        cell_config = config.pop("cell")["config"]
+        for key in ("name", "trainable", "dtype"):
+            cell_config.pop(key)
+        return {**config, **cell_config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+class SimpleRNN(_CellRNN):
+    """A fully connected RNN: h_t = activation(x_t @ kernel + h_{t-1} @ recurrent_kernel + bias).
+
+    Cell arguments (activation, use_bias, initializers, regularizers) are keywords.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.SimpleRNN(4, activation="relu")(tp.ones((2, 5, 3))).shape
+    (2, 4)
+    """
+
+    _cell_class = SimpleRNNCell
+
+
+class LSTM(_CellRNN):
+    """Long short-term memory over a sequence; states are [h, c]. See LSTMCell for the
+    keyword arguments (activation, recurrent_activation, unit_forget_bias, ...).
+
+    >>> import tapeflow as tp
+    >>> out, h, c = tp.layers.LSTM(4, return_state=True)(tp.ones((2, 5, 3)))
+    >>> bool((out.numpy() == h.numpy()).all()), c.shape
+    (True, (2, 4))
+    """
+
+    _cell_class = LSTMCell
+
+
+class GRU(_CellRNN):
+    """Gated recurrent unit over a sequence (reset_after=True by default, as Keras).
+    See GRUCell for the keyword arguments.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.GRU(4, return_sequences=True, go_backwards=True)(tp.ones((2, 5, 3))).shape
+    (2, 5, 4)
+    """
+
+    _cell_class = GRUCell

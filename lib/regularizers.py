@@ -1,0 +1,125 @@
+"""Weight penalties, Keras style: `regularizer(weight) -> scalar Tensor` to add to a loss.
+
+>>> import tapeflow as tp
+>>> w = tp.Variable([[1.0, -2.0]])
+>>> round(float(tp.regularizers.L2(0.1)(w)), 4), round(float(tp.regularizers.L1(0.1)(w)), 4)
+(0.5, 0.3)
+"""
+
+from __future__ import annotations
+
+import math
+
+from tapeflow.ops.creation import zeros
+from tapeflow.ops.math import abs as tabs
+from tapeflow.ops.math import square
+from tapeflow.ops.reduce import sum as reduce_sum
+from tapeflow.ops.registry import as_tensor
+from tapeflow.tensor import Tensor
+
+__all__ = ["Regularizer", "L1", "L2", "L1L2", "get"]
+
+
+def _factor(owner: str, label: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{owner}: {label} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+class Regularizer:
+    """Base class: `__call__(weight)` returns a scalar penalty."""
+
+    def __call__(self, weight) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__(weight)")
+
+    def get_config(self) -> dict:
+        return {}
+
+    @classmethod
+    def from_config(cls, config: dict) -> Regularizer:
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"
+
+
+class L1L2(Regularizer):
+    """l1 * sum(|w|) + l2 * sum(w^2).
+
+    >>> import tapeflow as tp
+    >>> float(L1L2(l1=1.0, l2=1.0)(tp.tensor([1.0, -2.0])))
+    8.0
+    """
+
+    def __init__(self, l1: float = 0.0, l2: float = 0.0):
+        self.l1 = _factor(type(self).__name__, "l1", l1)
+        self.l2 = _factor(type(self).__name__, "l2", l2)
+
+    def __call__(self, weight) -> Tensor:
+        w = as_tensor(weight, name=type(self).__name__)
+        penalty = zeros((), w.dtype)
+        if self.l1:
+            penalty = penalty + reduce_sum(tabs(w)) * self.l1
+        if self.l2:
+            penalty = penalty + reduce_sum(square(w)) * self.l2
+        return penalty
+
+    def get_config(self) -> dict:
+        return {"l1": self.l1, "l2": self.l2}
+
+
+class L1(L1L2):
+    """l1 * sum(|w|), l1 defaulting to 0.01.
+
+    >>> import tapeflow as tp
+    >>> round(float(L1()(tp.tensor([1.0, -2.0]))), 4)
+    0.03
+    """
+
+    def __init__(self, l1: float = 0.01):
+        super().__init__(l1=l1)
+
+    def get_config(self) -> dict:
+        return {"l1": self.l1}
+
+
+class L2(L1L2):
+    """l2 * sum(w^2), l2 defaulting to 0.01.
+
+    >>> import tapeflow as tp
+    >>> round(float(L2()(tp.tensor([1.0, -2.0]))), 4)
+    0.05
+    """
+
+    def __init__(self, l2: float = 0.01):
+        super().__init__(l2=l2)
+
+    def get_config(self) -> dict:
+        return {"l2": self.l2}
+
+
+_BY_KEY = {"l1": L1, "l2": L2, "l1l2": L1L2}
+
+
+def get(identifier):
+    """A regularizer from a name ("l1", "l2", "l1_l2"; defaults), a
+    {"class_name", "config"} dict, a Regularizer or callable (returned as is),
+    or None (returned as is).
+
+    >>> get("l2")
+    L2(l2=0.01)
+    """
+    if identifier is None or isinstance(identifier, Regularizer):
+        return identifier
+    if isinstance(identifier, str | dict):
+        name = identifier if isinstance(identifier, str) else str(identifier.get("class_name", ""))
+        cls = _BY_KEY.get(name.lower().replace("_", ""))
+        if cls is None:
+            raise ValueError(f"regularizers.get: unknown regularizer {name!r}; known names: ['l1', 'l2', 'l1_l2']")
+        return cls() if isinstance(identifier, str) else cls.from_config(dict(identifier.get("config", {})))
+    if callable(identifier):
+        return identifier
+    raise TypeError(
+        f"regularizers.get: expected a Regularizer, a name, a config dict or a callable, got {identifier!r}"
+    )

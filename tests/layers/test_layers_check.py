@@ -1,0 +1,82 @@
+"""Every layer through `check_layer`: shapes, float64 gradients, config and weight round trips."""
+
+from functools import partial
+
+import pytest
+from layer_check import check_layer
+
+import tapeflow as tp
+
+L = tp.layers
+
+# (id, factory, input shape, check_layer keyword arguments)
+CASES = [
+    ("dense", partial(L.Dense, 3, activation="tanh"), (4, 5), {}),
+    ("dense_no_bias_3d", partial(L.Dense, 2, use_bias=False), (2, 3, 4), {}),
+    ("dense_regularized", partial(L.Dense, 2, kernel_regularizer="l2"), (3, 4), {}),
+    ("conv2d_valid", partial(L.Conv2D, 3, 3, activation="relu"), (2, 5, 6, 2), {}),
+    ("conv2d_same_stride2", partial(L.Conv2D, 2, (3, 2), strides=2, padding="same"), (2, 5, 6, 3), {}),
+    ("conv2d_dilated", partial(L.Conv2D, 2, 2, dilation_rate=2), (1, 6, 6, 2), {}),
+    ("conv2d_groups", partial(L.Conv2D, 4, 3, groups=2, padding="same"), (2, 4, 4, 4), {}),
+    ("conv2d_transpose_valid", partial(L.Conv2DTranspose, 2, 3, strides=2), (2, 3, 3, 3), {}),
+    ("conv2d_transpose_same", partial(L.Conv2DTranspose, 3, 3, strides=2, padding="same"), (1, 3, 4, 2), {}),
+    (
+        "conv2d_transpose_output_padding",
+        partial(L.Conv2DTranspose, 2, 3, strides=2, output_padding=1),
+        (1, 3, 2, 2),
+        {},
+    ),
+    ("max_pooling", partial(L.MaxPooling2D, 2), (2, 5, 4, 3), {}),
+    ("max_pooling_same", partial(L.MaxPooling2D, 3, strides=2, padding="same"), (2, 5, 5, 2), {}),
+    ("average_pooling", partial(L.AveragePooling2D, (2, 3), padding="same"), (2, 5, 5, 2), {}),
+    ("global_average_pooling", L.GlobalAveragePooling2D, (2, 3, 4, 5), {}),
+    ("global_max_pooling", partial(L.GlobalMaxPooling2D, keepdims=True), (2, 3, 4, 5), {}),
+    ("flatten", L.Flatten, (3, 2, 3, 2), {}),
+    ("reshape", partial(L.Reshape, (2, -1)), (3, 6), {}),
+    ("activation_softmax", partial(L.Activation, "softmax"), (3, 4), {}),
+    ("activation_gelu", partial(L.Activation, "gelu"), (3, 4), {}),
+    ("dropout_inference", partial(L.Dropout, 0.5, seed=1), (4, 5), {}),
+    ("dropout_training", partial(L.Dropout, 0.3, seed=1), (4, 5), {"training": True}),
+    ("batch_norm_inference", L.BatchNormalization, (6, 3), {}),
+    ("batch_norm_training", partial(L.BatchNormalization, momentum=0.9), (6, 2, 3), {"training": True}),
+    ("batch_norm_axis1", partial(L.BatchNormalization, axis=1), (4, 3, 2, 2), {"training": True}),
+    ("layer_norm", L.LayerNormalization, (3, 5), {}),
+    ("layer_norm_axes", partial(L.LayerNormalization, axis=[1, 2], center=False), (2, 3, 4), {}),
+    ("embedding", partial(L.Embedding, 7, 3), (2, 5), {"int_range": (0, 7)}),
+    ("simple_rnn", partial(L.SimpleRNN, 3), (2, 4, 3), {}),
+    ("simple_rnn_sequences", partial(L.SimpleRNN, 2, return_sequences=True, activation="relu"), (2, 3, 3), {}),
+    ("lstm", partial(L.LSTM, 3), (2, 4, 3), {}),
+    ("lstm_sequences_state", partial(L.LSTM, 2, return_sequences=True, return_state=True), (2, 3, 2), {}),
+    ("lstm_backwards", partial(L.LSTM, 2, go_backwards=True, unit_forget_bias=False), (2, 3, 2), {}),
+    ("gru", partial(L.GRU, 3), (2, 4, 3), {}),
+    ("gru_reset_before", partial(L.GRU, 2, reset_after=False, return_state=True), (2, 3, 2), {}),
+    ("rnn_of_cell", lambda dtype: L.RNN(L.LSTMCell(2, dtype=dtype), return_sequences=True, dtype=dtype), (2, 3, 2), {}),
+    ("add", L.Add, [(2, 3), (2, 3), (2, 3)], {}),
+    ("add_broadcast", L.Add, [(2, 1, 3), (2, 4, 3)], {}),
+    ("subtract", L.Subtract, [(2, 3), (2, 3)], {}),
+    ("multiply", L.Multiply, [(2, 3), (2, 3)], {}),
+    ("average", L.Average, [(2, 3), (2, 3)], {}),
+    ("maximum", L.Maximum, [(2, 3), (2, 3)], {}),
+    ("minimum", L.Minimum, [(2, 3), (2, 3)], {}),
+    ("concatenate", L.Concatenate, [(2, 3), (2, 4)], {}),
+    ("concatenate_axis1", partial(L.Concatenate, axis=1), [(2, 1, 3), (2, 2, 3)], {}),
+]
+
+
+@pytest.mark.parametrize("factory, input_shape, kwargs", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_check_layer(factory, input_shape, kwargs):
+    check_layer(factory, input_shape, **kwargs)
+
+
+def test_every_public_layer_is_checked():
+    checked = set()
+    for _, factory, _, _ in CASES:
+        layer = factory(dtype="float64")
+        checked.add(type(layer).__name__)
+        checked.update(type(sub).__name__ for sub in layer._flatten_layers())
+    public = {
+        name
+        for name in dir(L)
+        if isinstance(getattr(L, name), type) and issubclass(getattr(L, name), L.Layer) and name != "Layer"
+    }
+    assert public - checked == set()
