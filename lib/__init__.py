@@ -9,7 +9,7 @@
 [[2.0, 4.0]]
 """
 
-from tapeflow import _kernels, callbacks, data, initializers, layers, losses, metrics, optimizers, regularizers
+from tapeflow import _kernels, callbacks, data, initializers, io, layers, losses, metrics, optimizers, regularizers
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
 from tapeflow.data import datasets
 from tapeflow.devices import Device, device, list_devices

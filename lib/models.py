@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 
+from tapeflow.io import checkpoint as weights_io
 from tapeflow.layers.base import Layer, _layers_in
 from tapeflow.training import Trainer
 
@@ -31,6 +32,14 @@ class Model(Layer, Trainer):
     >>> TwoLayers()(tp.ones((2, 4))).shape
     (2, 3)
     """
+
+    def __new__(cls, *args, **kwargs):
+        # tp.Model(inputs, outputs) builds a functional model over symbolic tensors.
+        if cls is Model and (args or "inputs" in kwargs):
+            from tapeflow.functional import Functional
+
+            return Functional.__new__(Functional)
+        return super().__new__(cls)
 
     def summary(self, print_fn=print) -> None:
         """Print each layer's name, type, output shape and parameter count."""
@@ -55,6 +64,37 @@ class Model(Layer, Trainer):
             file=out,
         )
         print_fn(out.getvalue().rstrip("\n"))
+
+    def save_weights(self, filepath) -> None:
+        """Write every weight to an HDF5 file, keyed '<layer name>/<weight name>', atomically.
+
+        The layout is documented in `tapeflow.io.checkpoint`.
+
+        >>> import os, tempfile
+        >>> import tapeflow as tp
+        >>> model = tp.Sequential([tp.layers.Dense(2, name="out")])
+        >>> _ = model(tp.ones((1, 3)))
+        >>> model.save_weights(os.path.join(tempfile.mkdtemp(), "w.h5"))
+        """
+        weights_io.save_weights(self, filepath)
+
+    def load_weights(self, filepath, strict: bool = True) -> weights_io.LoadReport:
+        """Load weights by name from `save_weights`' file; returns a `LoadReport`.
+
+        With `strict` (the default), a missing, unexpected or wrongly shaped weight raises
+        a ValueError naming every one, before any weight changes; `strict=False` loads
+        those that match. Values are cast to each weight's dtype.
+
+        >>> import os, tempfile
+        >>> import tapeflow as tp
+        >>> model = tp.Sequential([tp.layers.Dense(2, name="out")])
+        >>> _ = model(tp.ones((1, 3)))
+        >>> path = os.path.join(tempfile.mkdtemp(), "w.h5")
+        >>> model.save_weights(path)
+        >>> model.load_weights(path).matched
+        ('out/kernel', 'out/bias')
+        """
+        return weights_io.load_weights(self, filepath, strict=strict)
 
     def _summary_rows(self):
         return [(layer, getattr(layer, "output_shape", "?")) for layer in self._tracked_layers()]

@@ -1,4 +1,5 @@
-"""The training loop: compile, fit, evaluate, predict, train_on_batch, test_on_batch.
+"""The training loop: compile, fit, evaluate, predict, train_on_batch, test_on_batch,
+and `BackupAndRestore`, the callback that resumes an interrupted fit.
 
 `Trainer` is mixed into `tp.Model`. It knows nothing of backends: a training step is a
 GradientTape around the model's forward pass and loss, then the optimizer's update.
@@ -7,7 +8,9 @@ Training runs eagerly on the tape (graph-mode training comes with `compile(jit=T
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import numpy as np
 
@@ -17,7 +20,9 @@ from tapeflow import metrics as metrics_module
 from tapeflow import optimizers as optimizers_module
 from tapeflow.autodiff import GradientTape
 from tapeflow.data.dataset import Dataset
+from tapeflow.io.checkpoint import load_checkpoint, remove_temp_files, save_checkpoint
 from tapeflow.ops.math import add
+from tapeflow.ops.random import global_generator
 from tapeflow.ops.registry import as_tensor
 from tapeflow.tensor import Tensor
 
@@ -83,23 +88,50 @@ class Trainer:
 
     # ------------------------------------------------------------------- data
     @staticmethod
-    def _batches(x, y, batch_size, shuffle, seed, name):
-        """A Dataset of (x, y) batches from arrays, or the given Dataset as it is."""
+    def _arrays(x, y, name):
+        """(x, y) as NumPy arrays of equal length (y may be None)."""
+        xs = np.asarray(x) if not isinstance(x, Tensor) else x.numpy()
+        if y is None:
+            return xs, None
+        ys = np.asarray(y) if not isinstance(y, Tensor) else y.numpy()
+        if len(xs) != len(ys):
+            raise ValueError(f"{name}: x has {len(xs)} samples but y has {len(ys)}")
+        return xs, ys
+
+    def _batches(self, x, y, batch_size, name) -> Dataset:
+        """A Dataset of (x, y) batches in order from arrays, or the given Dataset as it is."""
         if isinstance(x, Dataset):
             if y is not None:
                 raise ValueError(f"{name}: pass y inside the dataset, not separately")
             return x
-        xs = np.asarray(x) if not isinstance(x, Tensor) else x.numpy()
-        if y is None:
-            data = Dataset.from_tensor_slices(xs)
-        else:
-            ys = np.asarray(y) if not isinstance(y, Tensor) else y.numpy()
-            if len(xs) != len(ys):
-                raise ValueError(f"{name}: x has {len(xs)} samples but y has {len(ys)}")
-            data = Dataset.from_tensor_slices((xs, ys))
-        if shuffle:
-            data = data.shuffle(len(xs), seed=seed)
-        return data.batch(batch_size)
+        xs, ys = self._arrays(x, y, name)
+        return Dataset.from_tensor_slices(xs if ys is None else (xs, ys)).batch(batch_size)
+
+    def _epoch_batches(self, x, y, batch_size, shuffle, seed):
+        """fit's data: a function from the epoch number to that epoch's batches.
+
+        Arrays are shuffled per epoch with a seed derived from (`self._fit_seed`, epoch)
+        alone, so an epoch's order never depends on the epochs run before it in this
+        process: a run resumed from a checkpoint (which stores the base seed) reshuffles
+        exactly as the uninterrupted run did. A Dataset is used as it is every epoch.
+        """
+        self._fit_seed = None
+        if isinstance(x, Dataset) or not shuffle:
+            batches = self._batches(x, y, batch_size, "fit")
+            return lambda epoch: batches
+        xs, ys = self._arrays(x, y, "fit")
+        if seed is None:
+            seed = int(global_generator().numpy.integers(2**63))
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise ValueError(f"fit: seed must be None or an integer >= 0, got {seed!r}")
+        self._fit_seed = int(seed)
+        elements = Dataset.from_tensor_slices(xs if ys is None else (xs, ys))
+
+        def batches(epoch):
+            seed = _epoch_seed(self._fit_seed, epoch)
+            return elements.shuffle(len(xs), seed=seed, reshuffle_each_iteration=False).batch(batch_size)
+
+        return batches
 
     @staticmethod
     def _split(x, y, fraction: float):
@@ -124,29 +156,42 @@ class Trainer:
         initial_epoch: int = 0,
         seed: int | None = None,
     ):
-        """Train for `epochs` passes over (x, y) or a Dataset of (x, y) batches; returns a History."""
+        """Train for `epochs` passes over (x, y) or a Dataset of (x, y) batches; returns a History.
+
+        Array data is shuffled afresh each epoch, in an order that depends only on (`seed`,
+        epoch); `seed=None` draws the seed from tp.random's global stream. A model not yet
+        built is built on the first batch of array data before the callbacks start. In
+        `on_train_begin` a callback may set `model._initial_epoch` (the epoch to start
+        from) and `model._fit_seed` (the shuffle seed): that is how
+        `tp.io.BackupAndRestore` resumes an interrupted run exactly.
+        """
         self._check_compiled("fit")
         if validation_split and validation_data is None:
             if isinstance(x, Dataset):
                 raise ValueError("fit: validation_split needs arrays, not a Dataset")
             (x, y), validation_data = self._split(x, y, validation_split)
-        train = self._batches(x, y, batch_size, shuffle, seed, "fit")
+        train = self._epoch_batches(x, y, batch_size, shuffle, seed)
         try:
-            steps = len(train)
+            steps = len(train(initial_epoch))
         except TypeError:
             steps = None
+        if not self.built and not isinstance(x, Dataset):  # so callbacks (BackupAndRestore) see the weights
+            self(as_tensor(self._arrays(x, None, "fit")[0][:batch_size]), training=False)
         history = callbacks_module.History()
         progress = callbacks_module.ProgbarLogger(verbose)
         cbs = callbacks_module.CallbackList(
             [*(callbacks or []), history, progress], self, {"epochs": epochs, "steps": steps, "verbose": verbose}
         )
         self.stop_training = False
+        self._initial_epoch = None  # a callback restoring a checkpoint sets where to resume
         cbs.on_train_begin()
+        if self._initial_epoch is not None:
+            initial_epoch = self._initial_epoch
         for epoch in range(initial_epoch, epochs):
             self._reset_metrics()
             cbs.on_epoch_begin(epoch)
             logs = {}
-            for step, (xb, yb) in enumerate(train):
+            for step, (xb, yb) in enumerate(train(epoch)):
                 cbs.on_train_batch_begin(step)
                 logs = self.train_step(as_tensor(xb), as_tensor(yb))
                 cbs.on_train_batch_end(step, logs)
@@ -165,16 +210,13 @@ class Trainer:
         self._check_compiled("evaluate")
         self._reset_metrics()
         logs = {}
-        for xb, yb in self._batches(x, y, batch_size, False, None, "evaluate"):
+        for xb, yb in self._batches(x, y, batch_size, "evaluate"):
             logs = self.test_step(as_tensor(xb), as_tensor(yb))
         return {k: float(v) for k, v in logs.items()}
 
     def predict(self, x, batch_size: int = 32, verbose="auto") -> np.ndarray:
         """The model's outputs for `x`, batch by batch, as one NumPy array."""
-        outputs = [
-            self(as_tensor(xb), training=False).numpy()
-            for xb in self._batches(x, None, batch_size, False, None, "predict")
-        ]
+        outputs = [self(as_tensor(xb), training=False).numpy() for xb in self._batches(x, None, batch_size, "predict")]
         return np.concatenate(outputs) if outputs else np.zeros((0,))
 
     def train_on_batch(self, x, y) -> dict:
@@ -187,6 +229,71 @@ class Trainer:
         self._check_compiled("test_on_batch")
         self._reset_metrics()
         return {k: float(v) for k, v in self.test_step(as_tensor(x), as_tensor(y)).items()}
+
+
+class BackupAndRestore(callbacks_module.Callback):
+    """Resume an interrupted `fit` where it stopped, as Keras' callback of this name does.
+
+    At the end of every epoch it writes `<backup_dir>/checkpoint.h5` atomically (the
+    layout is in `tapeflow.io.checkpoint`). When `fit` starts and that file exists, it
+    restores the weights, the optimizer state, the random streams and fit's shuffle
+    seed, and `fit` goes on from the epoch after the saved one. Given the same data, the
+    resumed run ends with exactly the weights of an uninterrupted one, because each
+    epoch's shuffle depends on (shuffle seed, epoch) alone. A `tp.data.Dataset` is
+    iterated as it is, so it resumes exactly only if its order does not depend on how
+    many passes it made before.
+
+    A `fit` that ends normally (early stopping included) deletes the checkpoint unless
+    `delete_checkpoint=False`; an exception or a killed process leaves it for the next
+    run. Restoring needs a built model: `fit` builds one from array data itself, but with
+    a Dataset call the model on a batch first. Layers must keep the names they were saved
+    under (pass `name=`).
+
+    >>> import tempfile
+    >>> import numpy as np
+    >>> import tapeflow as tp
+    >>> model = tp.Sequential([tp.layers.Dense(1, name="d")])
+    >>> model.compile("sgd", "mse")
+    >>> backup = tp.io.BackupAndRestore(tempfile.mkdtemp(), delete_checkpoint=False)
+    >>> _ = model.fit(np.ones((4, 2)), np.ones((4, 1)), epochs=2, callbacks=[backup], verbose=0)
+    >>> model.fit(np.ones((4, 2)), np.ones((4, 1)), epochs=3, callbacks=[backup], verbose=0).epoch
+    [2]
+    """
+
+    def __init__(self, backup_dir, delete_checkpoint: bool = True):
+        super().__init__()
+        self.backup_dir = os.fspath(backup_dir)
+        self.delete_checkpoint = bool(delete_checkpoint)
+        self.path = os.path.join(self.backup_dir, "checkpoint.h5")
+
+    def on_train_begin(self, logs=None):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        remove_temp_files(self.path)
+        if not os.path.exists(self.path):
+            return
+        if not self.model.built:
+            raise ValueError(
+                f"BackupAndRestore: {self.model.name} must be built to restore {self.path!r}; "
+                "call it on one batch of inputs before fit"
+            )
+        info = load_checkpoint(self.path, self.model, self.model.optimizer)
+        self.model._initial_epoch = info.epoch + 1
+        if info.shuffle_seed is not None:
+            self.model._fit_seed = info.shuffle_seed
+
+    def on_epoch_end(self, epoch, logs=None):
+        seed = getattr(self.model, "_fit_seed", None)
+        save_checkpoint(self.path, self.model, self.model.optimizer, epoch, shuffle_seed=seed)
+
+    def on_train_end(self, logs=None):
+        if self.delete_checkpoint:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path)
+
+
+def _epoch_seed(base: int, epoch: int) -> int:
+    """The shuffle seed of one epoch: a function of (base seed, epoch) only."""
+    return int(np.random.SeedSequence([base, epoch]).generate_state(1, np.uint64)[0]) >> 1
 
 
 def _pair(data):

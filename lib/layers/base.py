@@ -67,11 +67,12 @@ class SymbolicTensor:
     ((None, 10), tapeflow.float32, 'Dense')
     """
 
-    def __init__(self, shape, dtype="float32", name: str | None = None, history=None):
+    def __init__(self, shape, dtype="float32", name: str | None = None, history=None, index: int = 0):
         self.shape = _as_shape(shape)
         self.dtype = dtypes.as_dtype(dtype)
         self.name = name
         self.history = history
+        self.index = index  # which output of the layer call in `history`
 
     @property
     def ndim(self) -> int:
@@ -274,7 +275,7 @@ class Layer:
         out = self.compute_output_shape(shape)
         history = (self, inputs, kwargs)
         if isinstance(out, list):
-            return [SymbolicTensor(s, self.dtype, f"{self.name}/output_{i}", history) for i, s in enumerate(out)]
+            return [SymbolicTensor(s, self.dtype, f"{self.name}/output_{i}", history, i) for i, s in enumerate(out)]
         return SymbolicTensor(out, self.dtype, f"{self.name}/output", history)
 
     # ----- weights -----

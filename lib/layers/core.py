@@ -14,7 +14,7 @@ from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serial
 from tapeflow.ops import nn
 from tapeflow.ops.array import reshape
 from tapeflow.ops.math import matmul, sigmoid, tanh
-from tapeflow.ops.random import Generator
+from tapeflow.ops.random import Generator, global_generator
 
 
 # -------------------------------------------------------------- activations
@@ -183,7 +183,9 @@ class Dropout(Layer):
         self.rate = float(rate)
         self.noise_shape = None if noise_shape is None else tuple(noise_shape)
         self.seed = seed
-        self.generator = Generator(seed)
+        # Without a seed, draw one from the global stream so that tp.random.seed() makes
+        # dropout reproducible, as it does data shuffling.
+        self.generator = Generator(seed if seed is not None else int(global_generator().numpy.integers(2**63)))
 
     def call(self, inputs, training=None):
         if not training or self.rate == 0.0:
