@@ -7,12 +7,15 @@
 3. `get_config` -> `from_config` (and `serialize` -> `deserialize`) gives a layer that,
    given the same weights, computes the same output; the config is JSON-serializable.
 4. `get_weights` -> a fresh layer's `set_weights` gives the same output.
+5. An HDF5 weights file written from the layer loads into a clone with the same output.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 
 import numpy as np
 
@@ -195,4 +198,15 @@ def check_layer(
     _outputs_close(fresh(_to_tensors(x), **call_kwargs), reference, f"{layer.name}: set_weights copy")
     for a, b in zip(fresh.get_weights(), layer.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+    # 5. save/load through an HDF5 weights file into a clone built from the config
+    if weights:
+        clone = type(layer).from_config(config)
+        clone(_to_tensors(x), **call_kwargs)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "weights.h5")
+            tp.io.save_weights(layer, path)
+            report = tp.io.load_weights(clone, path)
+        assert report.ok and len(report.matched) == len(weights), report
+        _outputs_close(clone(_to_tensors(x), **call_kwargs), reference, f"{layer.name}: HDF5 round trip")
     return layer
