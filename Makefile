@@ -44,10 +44,11 @@ test: build data
 	$(BIN)/python -m pytest
 
 tutorial: build data
-	$(BIN)/python tutorials/00_tensors_and_tapes.py
+	$(BIN)/python tutorials/mnist/train.py
 
 bench: build
 	$(BIN)/python bench/core.py
+	$(BIN)/python bench/train.py
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check lib tests bench tutorials setup.py
