@@ -30,7 +30,7 @@ def dtype(request):
     return request.param
 
 
-def close(actual, expected, dtype):
+def assert_close(actual, expected, dtype):
     assert actual.dtype == dtype and actual.shape == expected.shape
     tol = TOLERANCE[dtype]
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
@@ -122,9 +122,9 @@ def test_conv_matches_reference(stride, dilation, padding, dtype, threads):
     dy = rng.standard_normal((N, out_h, out_w, C_OUT)).astype(dtype)
     y_ref, dx_ref, dw_ref = conv_reference(x, w, dy, stride, dilation, pt, pl, out_h, out_w)
     geom = (stride, stride, pt, pl, dilation, dilation)
-    close(K.conv2d_forward(x, w, *geom, out_h, out_w), y_ref, dtype)
-    close(K.conv2d_backward_input(dy, w, H, W, *geom), dx_ref, dtype)
-    close(K.conv2d_backward_filter(x, dy, KH, KW, *geom), dw_ref, dtype)
+    assert_close(K.conv2d_forward(x, w, *geom, out_h, out_w), y_ref, dtype)
+    assert_close(K.conv2d_backward_input(dy, w, H, W, *geom), dx_ref, dtype)
+    assert_close(K.conv2d_backward_filter(x, dy, KH, KW, *geom), dw_ref, dtype)
 
 
 @pytest.mark.parametrize(
@@ -147,9 +147,9 @@ def test_conv_odd_geometry_and_small_chunks(kh, kw, sh, sw, pt, pl, out_h, out_w
     for scratch in (1, 1 << 30):  # one output row per chunk, then the whole batch at once
         old = K._conv._set_col_buffer_bytes(scratch)
         try:
-            close(K.conv2d_forward(x, w, *geom, out_h, out_w), y_ref, np.float64)
-            close(K.conv2d_backward_input(dy, w, H, W, *geom), dx_ref, np.float64)
-            close(K.conv2d_backward_filter(x, dy, kh, kw, *geom), dw_ref, np.float64)
+            assert_close(K.conv2d_forward(x, w, *geom, out_h, out_w), y_ref, np.float64)
+            assert_close(K.conv2d_backward_input(dy, w, H, W, *geom), dx_ref, np.float64)
+            assert_close(K.conv2d_backward_filter(x, dy, kh, kw, *geom), dw_ref, np.float64)
         finally:
             K._conv._set_col_buffer_bytes(old)
 
@@ -229,10 +229,10 @@ def test_pooling_matches_reference(stride, padding, dtype, threads):
     dy = rng.standard_normal((N, out_h, out_w, C_IN)).astype(dtype)
     max_y, max_dx, avg_y, avg_dx = pool_reference(x, dy, KH, KW, stride, pt, pl, out_h, out_w)
     window = (KH, KW, stride, stride, pt, pl)
-    close(K.max_pool2d_forward(x, *window, out_h, out_w), max_y, dtype)
-    close(K.max_pool2d_backward(x, dy, *window), max_dx, dtype)
-    close(K.avg_pool2d_forward(x, *window, out_h, out_w), avg_y, dtype)
-    close(K.avg_pool2d_backward(dy, H, W, *window), avg_dx, dtype)
+    assert_close(K.max_pool2d_forward(x, *window, out_h, out_w), max_y, dtype)
+    assert_close(K.max_pool2d_backward(x, dy, *window), max_dx, dtype)
+    assert_close(K.avg_pool2d_forward(x, *window, out_h, out_w), avg_y, dtype)
+    assert_close(K.avg_pool2d_backward(dy, H, W, *window), avg_dx, dtype)
 
 
 def test_max_pool_propagates_nan_to_its_gradient():
@@ -263,8 +263,8 @@ def test_sparse_softmax_xent_matches_reference(dtype, threads):
         expected_grad = np.exp(shifted - log_z[:, None])
         expected_grad[np.arange(rows), labels] -= 1
         loss, grad = K.sparse_softmax_xent(logits, labels)
-        close(loss, expected_loss, dtype)
-        close(grad, expected_grad, dtype)
+        assert_close(loss, expected_loss, dtype)
+        assert_close(grad, expected_grad, dtype)
 
 
 def test_sparse_softmax_xent_is_stable_and_marks_bad_labels():
@@ -281,14 +281,14 @@ def test_gather_and_scatter_rows(dtype, threads):
     rng = np.random.default_rng(9)
     params = rng.standard_normal((13, 6)).astype(dtype)
     ids = np.array([4, 0, 12, 4, 4, 7])  # repeated ids must all accumulate
-    close(K.gather_rows(params, ids), params.astype(np.float64)[ids], dtype)
+    assert_close(K.gather_rows(params, ids), params.astype(np.float64)[ids], dtype)
     updates = rng.standard_normal((len(ids), 6)).astype(dtype)
     expected = params.astype(np.float64)
     np.add.at(expected, ids, updates.astype(np.float64))
     assert K.scatter_add_rows(params, ids, updates) is None
-    close(params, expected, dtype)
+    assert_close(params, expected, dtype)
     big_ids = rng.integers(0, 13, size=40_000)  # enough to run in parallel
-    close(K.gather_rows(params, big_ids), params.astype(np.float64)[big_ids], dtype)
+    assert_close(K.gather_rows(params, big_ids), params.astype(np.float64)[big_ids], dtype)
 
 
 def test_embedding_rejects_out_of_range_ids_without_writing():
@@ -324,7 +324,7 @@ def test_adam_update_matches_reference(shape, dtype, threads):
         for before, after in zip(snapshot, given, strict=True):
             np.testing.assert_array_equal(after, before)  # the update is out of place
     for actual, expected in zip(ours, ref, strict=True):
-        close(actual, expected, dtype)
+        assert_close(actual, expected, dtype)
 
 
 def test_adam_update_rejects_mismatched_arrays():
@@ -407,5 +407,5 @@ def test_conv_from_concurrent_python_threads():
         results = list(pool.map(lambda _: run(), range(16)))
     for result in results:
         for actual, reference in zip(result, expected, strict=True):
-            close(actual, reference, np.float64)
+            assert_close(actual, reference, np.float64)
     assert K._conv._blas_num_threads() == blas_threads

@@ -35,7 +35,7 @@ def _tp_grads(layer, x, proj, **call_kwargs):
     return out.numpy(), [g.numpy() for g in grads]
 
 
-def _close(ours, theirs, label=""):
+def assert_close(ours, theirs, label=""):
     theirs = theirs.detach().numpy() if isinstance(theirs, torch.Tensor) else theirs
     np.testing.assert_allclose(ours, theirs, rtol=RTOL, atol=RTOL * max(1.0, np.abs(theirs).max()), err_msg=label)
 
@@ -51,10 +51,10 @@ def test_dense_matches_torch(rng):
     tx, tw, tb = _t(x), _t(kernel.T), _t(bias)
     ref = torch.tanh(F.linear(tx, tw, tb))
     (ref * _t(proj, False)).sum().backward()
-    _close(out, ref, "output")
-    _close(gx, tx.grad, "input grad")
-    _close(gk, tw.grad.T, "kernel grad")
-    _close(gb, tb.grad, "bias grad")
+    assert_close(out, ref, "output")
+    assert_close(gx, tx.grad, "input grad")
+    assert_close(gk, tw.grad.T, "kernel grad")
+    assert_close(gb, tb.grad, "bias grad")
 
 
 def _same_pads(size, k, s):
@@ -86,10 +86,10 @@ def test_conv2d_matches_torch(rng, padding, strides, shape):
     ref = F.conv2d(xin, tw, tb, stride=strides).permute(0, 2, 3, 1)
     assert tuple(ref.shape) == out.shape
     (ref * _t(proj, False)).sum().backward()
-    _close(out, ref, "output")
-    _close(gx, tx.grad.permute(0, 2, 3, 1), "input grad")
-    _close(gk, tw.grad.permute(2, 3, 1, 0), "kernel grad")
-    _close(gb, tb.grad, "bias grad")
+    assert_close(out, ref, "output")
+    assert_close(gx, tx.grad.permute(0, 2, 3, 1), "input grad")
+    assert_close(gk, tw.grad.permute(2, 3, 1, 0), "kernel grad")
+    assert_close(gb, tb.grad, "bias grad")
 
 
 def test_lstm_matches_torch(rng):
@@ -119,11 +119,11 @@ def test_lstm_matches_torch(rng):
     refs = [seq, h[0], c[0]]
     sum((r * _t(p, False)).sum() for r, p in zip(refs, projections, strict=True)).backward()
     for ours, ref, label in zip(outs, refs, ("sequence", "h", "c"), strict=True):
-        _close(ours.numpy(), ref, label)
-    _close(grads[0].numpy(), xx.grad, "input grad")
-    _close(grads[1].numpy(), lstm.weight_ih_l0.grad.T, "kernel grad")
-    _close(grads[2].numpy(), lstm.weight_hh_l0.grad.T, "recurrent kernel grad")
-    _close(grads[3].numpy(), lstm.bias_ih_l0.grad, "bias grad")
+        assert_close(ours.numpy(), ref, label)
+    assert_close(grads[0].numpy(), xx.grad, "input grad")
+    assert_close(grads[1].numpy(), lstm.weight_ih_l0.grad.T, "kernel grad")
+    assert_close(grads[2].numpy(), lstm.weight_hh_l0.grad.T, "recurrent kernel grad")
+    assert_close(grads[3].numpy(), lstm.bias_ih_l0.grad, "bias grad")
 
 
 def _keras_to_torch_gru(matrix, units):
@@ -152,12 +152,12 @@ def test_gru_matches_torch(rng):
     xx = _t(x)
     seq, _ = gru(xx)
     (seq * _t(proj, False)).sum().backward()
-    _close(out, seq, "sequence")
-    _close(gx, xx.grad, "input grad")
-    _close(_keras_to_torch_gru(gk, units), gru.weight_ih_l0.grad, "kernel grad")
-    _close(_keras_to_torch_gru(gr, units), gru.weight_hh_l0.grad, "recurrent kernel grad")
-    _close(_keras_to_torch_gru(gb[0], units), gru.bias_ih_l0.grad, "input bias grad")
-    _close(_keras_to_torch_gru(gb[1], units), gru.bias_hh_l0.grad, "recurrent bias grad")
+    assert_close(out, seq, "sequence")
+    assert_close(gx, xx.grad, "input grad")
+    assert_close(_keras_to_torch_gru(gk, units), gru.weight_ih_l0.grad, "kernel grad")
+    assert_close(_keras_to_torch_gru(gr, units), gru.weight_hh_l0.grad, "recurrent kernel grad")
+    assert_close(_keras_to_torch_gru(gb[0], units), gru.bias_ih_l0.grad, "input bias grad")
+    assert_close(_keras_to_torch_gru(gb[1], units), gru.bias_hh_l0.grad, "recurrent bias grad")
 
 
 def test_batch_normalization_training_step_matches_torch(rng):
@@ -174,21 +174,23 @@ def test_batch_normalization_training_step_matches_torch(rng):
     running_mean, running_var = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
     ref = F.batch_norm(tx, running_mean, running_var, tg, tb, training=True, momentum=0.01, eps=1e-3)
     (ref.permute(0, 2, 3, 1) * _t(proj, False)).sum().backward()
-    _close(out, ref.permute(0, 2, 3, 1), "output")
-    _close(gx, tx.grad.permute(0, 2, 3, 1), "input grad")
-    _close(ggamma, tg.grad, "gamma grad")
-    _close(gbeta, tb.grad, "beta grad")
-    _close(layer.moving_mean.numpy(), running_mean, "moving mean")
+    assert_close(out, ref.permute(0, 2, 3, 1), "output")
+    assert_close(gx, tx.grad.permute(0, 2, 3, 1), "input grad")
+    assert_close(ggamma, tg.grad, "gamma grad")
+    assert_close(gbeta, tb.grad, "beta grad")
+    assert_close(layer.moving_mean.numpy(), running_mean, "moving mean")
     # torch's running variance uses the unbiased batch variance; Keras (and we) the population one
     count = n * h * w
     batch_var_unbiased = (running_var - 0.99) / 0.01
-    _close(layer.moving_variance.numpy(), 0.99 + 0.01 * batch_var_unbiased * (count - 1) / count, "moving variance")
+    assert_close(
+        layer.moving_variance.numpy(), 0.99 + 0.01 * batch_var_unbiased * (count - 1) / count, "moving variance"
+    )
 
     # inference uses the moving statistics, as torch's eval mode
     x2 = rng.normal(size=(2, h, w, c))
     stats = (torch.tensor(layer.moving_mean.numpy()), torch.tensor(layer.moving_variance.numpy()))
     ref2 = F.batch_norm(_t(x2.transpose(0, 3, 1, 2), False), *stats, tg, tb, training=False, eps=1e-3)
-    _close(layer(x2).numpy(), ref2.permute(0, 2, 3, 1), "inference output")
+    assert_close(layer(x2).numpy(), ref2.permute(0, 2, 3, 1), "inference output")
 
 
 def test_layer_normalization_matches_torch(rng):
@@ -203,7 +205,7 @@ def test_layer_normalization_matches_torch(rng):
     tx, tg, tb = _t(x), _t(gamma), _t(beta)
     ref = F.layer_norm(tx, (6,), tg, tb, eps=1e-3)
     (ref * _t(proj, False)).sum().backward()
-    _close(out, ref, "output")
-    _close(gx, tx.grad, "input grad")
-    _close(ggamma, tg.grad, "gamma grad")
-    _close(gbeta, tb.grad, "beta grad")
+    assert_close(out, ref, "output")
+    assert_close(gx, tx.grad, "input grad")
+    assert_close(ggamma, tg.grad, "gamma grad")
+    assert_close(gbeta, tb.grad, "beta grad")
