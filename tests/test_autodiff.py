@@ -11,7 +11,7 @@ import pytest
 import tapeflow as tp
 
 
-def _close(t, want, rtol=1e-6, atol=1e-7):
+def assert_close(t, want, rtol=1e-6, atol=1e-7):
     assert t is not None
     np.testing.assert_allclose(np.asarray(t), want, rtol=rtol, atol=atol)
 
@@ -24,7 +24,7 @@ def test_trainable_variables_are_watched_automatically():
     with tp.GradientTape() as tape:
         y = tp.sum(w * frozen * c)
     assert tape.watched_variables() == [w]
-    _close(tape.gradient(y, w), [15.0, 24.0])
+    assert_close(tape.gradient(y, w), [15.0, 24.0])
 
 
 def test_non_trainable_variable_alone_is_not_watched():
@@ -42,7 +42,7 @@ def test_unwatched_sources_next_to_watched_ones_get_none():
     with tp.GradientTape() as tape:
         y = tp.sum(w * frozen * c)
     gw, gf, gc_ = tape.gradient(y, [w, frozen, c])
-    _close(gw, [15.0, 24.0])
+    assert_close(gw, [15.0, 24.0])
     assert gf is None
     assert gc_ is None
 
@@ -54,8 +54,8 @@ def test_watch_makes_constants_and_frozen_variables_differentiable():
         tape.watch([frozen, c])
         y = frozen * frozen * c
     gf, gc_ = tape.gradient(y, [frozen, c])
-    _close(gf, [12.0])
-    _close(gc_, [9.0])
+    assert_close(gf, [12.0])
+    assert_close(gc_, [9.0])
 
 
 def test_watch_accessed_variables_false():
@@ -73,7 +73,7 @@ def test_stop_recording():
         with tape.stop_recording():
             z = x * 10.0
         total = y + z
-    _close(tape.gradient(total, x), 6.0)
+    assert_close(tape.gradient(total, x), 6.0)
 
 
 # ------------------------------------------------------- sources/targets
@@ -86,11 +86,11 @@ def test_list_tuple_and_dict_sources_keep_their_structure():
     as_dict = tape.gradient(y, {"first": a, "second": b})
     assert isinstance(as_list, list) and isinstance(as_tuple, tuple)
     assert isinstance(as_dict, dict) and list(as_dict) == ["first", "second"]
-    _close(as_list[0], 20.0)
-    _close(as_list[1], 4.0)
-    _close(as_tuple[0], 4.0)
-    _close(as_dict["first"], 20.0)
-    _close(as_dict["second"], 4.0)
+    assert_close(as_list[0], 20.0)
+    assert_close(as_list[1], 4.0)
+    assert_close(as_tuple[0], 4.0)
+    assert_close(as_dict["first"], 20.0)
+    assert_close(as_dict["second"], 4.0)
 
 
 def test_unconnected_sources_none_or_zero():
@@ -99,9 +99,9 @@ def test_unconnected_sources_none_or_zero():
         y = tp.sum(x * 2.0)
     assert tape.gradient(y, [x, unused])[1] is None
     gx, gu = tape.gradient(y, [x, unused], unconnected_gradients="zero")
-    _close(gx, [2.0, 2.0])
+    assert_close(gx, [2.0, 2.0])
     assert gu.shape == (2, 3) and gu.dtype == tp.float64
-    _close(gu, np.zeros((2, 3)))
+    assert_close(gu, np.zeros((2, 3)))
 
 
 def test_integer_sources_get_none():
@@ -112,7 +112,7 @@ def test_integer_sources_get_none():
         y = tp.sum(tp.cast(i, "float32") * x)
     assert tape.gradient(y, i) is None
     assert tape.gradient(y, i, unconnected_gradients="zero") is None
-    _close(tape.gradient(y, x), [1.0, 2.0, 3.0])
+    assert_close(tape.gradient(y, x), [1.0, 2.0, 3.0])
 
 
 def test_non_scalar_target_gives_gradient_of_the_sum():
@@ -120,7 +120,7 @@ def test_non_scalar_target_gives_gradient_of_the_sum():
     with tp.GradientTape() as tape:
         tape.watch(x)
         y = tp.stack([x * x, tp.sin(x)])  # shape (2, 3)
-    _close(tape.gradient(y, x), 2 * np.array([1.0, 2.0, 3.0]) + np.cos([1.0, 2.0, 3.0]), rtol=1e-12)
+    assert_close(tape.gradient(y, x), 2 * np.array([1.0, 2.0, 3.0]) + np.cos([1.0, 2.0, 3.0]), rtol=1e-12)
 
 
 def test_list_of_targets_sums_them():
@@ -128,7 +128,7 @@ def test_list_of_targets_sums_them():
     with tp.GradientTape() as tape:
         tape.watch(x)
         ys = [x * x, x * x * x]
-    _close(tape.gradient(ys, x), 4.0 + 12.0)
+    assert_close(tape.gradient(ys, x), 4.0 + 12.0)
 
 
 def test_output_gradients_weight_the_target():
@@ -137,7 +137,7 @@ def test_output_gradients_weight_the_target():
         tape.watch(x)
         y = x * x
     g = tape.gradient(y, x, output_gradients=tp.tensor(np.array([1.0, -1.0, 0.5])))
-    _close(g, [2.0, -4.0, 3.0])
+    assert_close(g, [2.0, -4.0, 3.0])
 
 
 def test_persistent_tape_can_be_reused():
@@ -146,9 +146,9 @@ def test_persistent_tape_can_be_reused():
         tape.watch(x)
         y = x * x
         z = y * y
-    _close(tape.gradient(y, x), 6.0)
-    _close(tape.gradient(z, x), 4 * 27.0)
-    _close(tape.gradient(z, y), 18.0)
+    assert_close(tape.gradient(y, x), 6.0)
+    assert_close(tape.gradient(z, x), 4 * 27.0)
+    assert_close(tape.gradient(z, y), 18.0)
 
 
 def test_non_persistent_tape_cannot_be_reentered():
@@ -178,16 +178,16 @@ def _second_derivative(f, x0):
 def test_second_derivative_of_cube():
     x0 = np.array([-1.5, 0.5, 2.0])
     d1, d2 = _second_derivative(lambda x: x**3, x0)
-    _close(d1, 3 * x0**2, rtol=1e-12)
-    _close(d2, 6 * x0, rtol=1e-12)
+    assert_close(d1, 3 * x0**2, rtol=1e-12)
+    assert_close(d2, 6 * x0, rtol=1e-12)
 
 
 def test_second_derivative_of_tanh():
     x0 = np.array([-2.0, -0.3, 0.0, 0.7, 1.5])
     d1, d2 = _second_derivative(tp.tanh, x0)
     t = np.tanh(x0)
-    _close(d1, 1 - t**2, rtol=1e-12)
-    _close(d2, -2 * t * (1 - t**2), rtol=1e-12, atol=1e-15)
+    assert_close(d1, 1 - t**2, rtol=1e-12)
+    assert_close(d2, -2 * t * (1 - t**2), rtol=1e-12, atol=1e-15)
 
 
 def test_third_derivative_of_sin():
@@ -201,7 +201,7 @@ def test_third_derivative_of_sin():
                 y = tp.sin(x)
             d1 = t1.gradient(y, x)
         d2 = t2.gradient(d1, x)
-    _close(t3.gradient(d2, x), -np.cos([0.3, 1.1]), rtol=1e-12)
+    assert_close(t3.gradient(d2, x), -np.cos([0.3, 1.1]), rtol=1e-12)
 
 
 # ---------------------------------------------------------- functional API
@@ -210,33 +210,33 @@ def test_grad_and_value_and_grad_argnums():
         return tp.sum(x * x * y)
 
     x, y = tp.tensor(np.array([1.0, 2.0])), tp.tensor(np.array([3.0, 4.0]))
-    _close(tp.grad(f)(x, y), 2 * np.array([1.0, 2.0]) * [3.0, 4.0])
-    _close(tp.grad(f, argnums=1)(x, y), [1.0, 4.0])
+    assert_close(tp.grad(f)(x, y), 2 * np.array([1.0, 2.0]) * [3.0, 4.0])
+    assert_close(tp.grad(f, argnums=1)(x, y), [1.0, 4.0])
     gx, gy = tp.grad(f, argnums=(0, 1))(x, y)
-    _close(gx, [6.0, 16.0])
-    _close(gy, [1.0, 4.0])
+    assert_close(gx, [6.0, 16.0])
+    assert_close(gy, [1.0, 4.0])
     value, (gy2, gx2) = tp.value_and_grad(f, argnums=(1, 0))(x, y)
-    _close(value, 3.0 + 16.0)
-    _close(gy2, [1.0, 4.0])
-    _close(gx2, [6.0, 16.0])
+    assert_close(value, 3.0 + 16.0)
+    assert_close(gy2, [1.0, 4.0])
+    assert_close(gx2, [6.0, 16.0])
 
 
 def test_nested_grad_gives_higher_derivatives():
     x0 = np.array([0.5, 2.0])
     d2 = tp.grad(tp.grad(lambda x: tp.sum(x**3)))(tp.tensor(x0))
-    _close(d2, 6 * x0, rtol=1e-12)
+    assert_close(d2, 6 * x0, rtol=1e-12)
     d3 = tp.grad(tp.grad(tp.grad(lambda x: tp.sum(tp.exp(2.0 * x)))))(tp.tensor(x0))
-    _close(d3, 8 * np.exp(2 * x0), rtol=1e-12)
+    assert_close(d3, 8 * np.exp(2 * x0), rtol=1e-12)
 
 
 def test_grad_accepts_python_and_numpy_inputs():
-    _close(tp.grad(lambda x: tp.sum(tp.exp(x)))(np.array([0.0, 1.0])), np.exp([0.0, 1.0]), rtol=1e-12)
-    _close(tp.grad(lambda x: x * x)(3.0), 6.0)
+    assert_close(tp.grad(lambda x: tp.sum(tp.exp(x)))(np.array([0.0, 1.0])), np.exp([0.0, 1.0]), rtol=1e-12)
+    assert_close(tp.grad(lambda x: x * x)(3.0), 6.0)
 
 
 def test_grad_of_unused_argument_is_zero():
     g = tp.grad(lambda x, y: tp.sum(x) * 2.0, argnums=1)(tp.ones((2,)), tp.ones((3,)))
-    _close(g, np.zeros(3))
+    assert_close(g, np.zeros(3))
 
 
 def test_stop_gradient_blocks_flow():
@@ -244,7 +244,7 @@ def test_stop_gradient_blocks_flow():
     with tp.GradientTape() as tape:
         tape.watch(x)
         y = x * tp.stop_gradient(x * x)
-    _close(tape.gradient(y, x), 9.0)  # d/dx of x * c with c = 9
+    assert_close(tape.gradient(y, x), 9.0)  # d/dx of x * c with c = 9
 
 
 # -------------------------------------------------------- custom gradient
@@ -257,8 +257,8 @@ def test_custom_gradient_replaces_the_vjp():
     with tp.GradientTape() as tape:
         tape.watch(x)
         y = clipped_identity(x) * tp.tensor(np.array([5.0, -0.5]))
-    _close(y, [5.0, -1.0])
-    _close(tape.gradient(y, x), [1.0, -0.5])
+    assert_close(y, [5.0, -1.0])
+    assert_close(tape.gradient(y, x), [1.0, -0.5])
 
 
 def test_custom_gradient_numerically_stable_log1pexp():
@@ -269,7 +269,7 @@ def test_custom_gradient_numerically_stable_log1pexp():
 
     x = tp.tensor(np.array([0.0, 100.0]))
     g = tp.grad(lambda t: tp.sum(log1pexp(t)))(x)
-    _close(g, [0.5, 1.0])
+    assert_close(g, [0.5, 1.0])
 
 
 def test_custom_gradient_with_two_inputs():
@@ -278,8 +278,8 @@ def test_custom_gradient_with_two_inputs():
         return a * b, lambda g: (g * b * 10.0, g * a * 100.0)
 
     ga, gb = tp.grad(lambda a, b: tp.sum(mul(a, b)), argnums=(0, 1))(tp.tensor([2.0]), tp.tensor([3.0]))
-    _close(ga, [30.0])
-    _close(gb, [200.0])
+    assert_close(ga, [30.0])
+    assert_close(gb, [200.0])
 
 
 def test_custom_gradient_with_variables():
@@ -297,10 +297,10 @@ def test_custom_gradient_with_variables():
     with tp.GradientTape() as tape:
         tape.watch(x)
         y = scaled(x)
-    _close(y, [[2.0, 3.0], [8.0, 15.0]])
+    assert_close(y, [[2.0, 3.0], [8.0, 15.0]])
     gx, gw = tape.gradient(y, [x, w])
-    _close(gx, [[4.0, 6.0], [4.0, 6.0]])
-    _close(gw, [15.0, 18.0])
+    assert_close(gx, [[4.0, 6.0], [4.0, 6.0]])
+    assert_close(gw, [15.0, 18.0])
 
 
 def test_custom_gradient_reading_variables_requires_variables_kwarg():
@@ -323,9 +323,9 @@ def test_broadcast_inputs_get_gradients_of_their_own_shape():
         y = (a + b) * s  # shape (3, 4)
     ga, gb, gs = tape.gradient(y, [a, b, s])
     assert ga.shape == (3, 1) and gb.shape == (4,) and gs.shape == ()
-    _close(ga, np.full((3, 1), 8.0))
-    _close(gb, np.full(4, 6.0))
-    _close(gs, (1.0 + np.arange(4.0)).sum() * 3)
+    assert_close(ga, np.full((3, 1), 8.0))
+    assert_close(gb, np.full(4, 6.0))
+    assert_close(gs, (1.0 + np.arange(4.0)).sum() * 3)
 
 
 # --------------------------------------------------------- scale and order
@@ -338,7 +338,7 @@ def test_deep_chain_does_not_hit_the_recursion_limit():
         y = x
         for _ in range(depth):
             y = y * 1.0001 + 0.0
-    _close(tape.gradient(y, x), 1.0001**depth, rtol=1e-9)
+    assert_close(tape.gradient(y, x), 1.0001**depth, rtol=1e-9)
 
 
 def test_gradient_is_deterministic():
@@ -365,8 +365,8 @@ def test_variable_assigned_after_use_gives_gradient_at_old_value():
         y = tp.sum(w * w * w)
         w.assign(np.array([10.0, 20.0]))
         w.assign_add(np.array([1.0, 1.0]))
-    _close(tape.gradient(y, w), 3 * np.array([2.0, 3.0]) ** 2)
-    _close(w, [11.0, 21.0])
+    assert_close(tape.gradient(y, w), 3 * np.array([2.0, 3.0]) ** 2)
+    assert_close(w, [11.0, 21.0])
 
 
 def test_variable_assigned_between_uses():
@@ -376,7 +376,7 @@ def test_variable_assigned_between_uses():
         w.assign(np.array(5.0))
         b = w * w  # at w = 5: d/dw = 10
         y = a + b
-    _close(tape.gradient(y, w), 14.0)
+    assert_close(tape.gradient(y, w), 14.0)
 
 
 def test_tape_ignores_ops_of_other_threads():
@@ -401,6 +401,6 @@ def test_non_persistent_tape_frees_its_records():
     del hidden
     gc.collect()
     assert ref() is not None  # the tape still holds the intermediate
-    _close(tape.gradient(y, x), 2 * np.e * np.ones(100))
+    assert_close(tape.gradient(y, x), 2 * np.e * np.ones(100))
     gc.collect()
     assert ref() is None

@@ -33,7 +33,7 @@ def _theirs(fn, y_pred):
     return value.detach().numpy(), pred.grad.numpy()
 
 
-def _check(ours, theirs, rtol=1e-6):
+def assert_loss_close(ours, theirs, rtol=1e-6):
     np.testing.assert_allclose(ours[0], theirs[0], rtol=rtol, atol=1e-12)
     np.testing.assert_allclose(ours[1], theirs[1], rtol=rtol, atol=1e-12)
 
@@ -52,7 +52,7 @@ def data(rng):
 def test_sparse_categorical_from_logits(data):
     logits, _, labels, _, _ = data
     ours = _ours(tp.losses.SparseCategoricalCrossentropy(from_logits=True), labels, logits)
-    _check(ours, _theirs(lambda z: F.cross_entropy(z, torch.tensor(labels)), logits))
+    assert_loss_close(ours, _theirs(lambda z: F.cross_entropy(z, torch.tensor(labels)), logits))
 
 
 def test_sparse_categorical_from_probabilities(data):
@@ -65,14 +65,14 @@ def test_sparse_categorical_from_probabilities(data):
         logp = torch.log(torch.clamp(p / p.sum(-1, keepdim=True), EPS, 1 - EPS))
         return -logp[torch.arange(6), torch.tensor(labels)].mean()
 
-    _check(ours, _theirs(keras_form, probs))
+    assert_loss_close(ours, _theirs(keras_form, probs))
 
 
 def test_sparse_categorical_sequence_labels_and_column_labels(rng):
     logits = rng.normal(size=(2, 5, 3))
     labels = rng.integers(0, 3, size=(2, 5))
     ours = _ours(tp.losses.SparseCategoricalCrossentropy(from_logits=True), labels, logits)
-    _check(ours, _theirs(lambda z: F.cross_entropy(z.permute(0, 2, 1), torch.tensor(labels)), logits))
+    assert_loss_close(ours, _theirs(lambda z: F.cross_entropy(z.permute(0, 2, 1), torch.tensor(labels)), logits))
     flat_logits, flat_labels = logits[0], labels[0]
     as_column = tp.losses.sparse_categorical_crossentropy(flat_labels[:, None], flat_logits, from_logits=True)
     as_vector = tp.losses.sparse_categorical_crossentropy(flat_labels, flat_logits, from_logits=True)
@@ -114,7 +114,7 @@ def test_categorical_from_logits(data, smoothing):
     for target in (onehot, soft):
         ours = _ours(tp.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=smoothing), target, logits)
         t = torch.tensor(target)
-        _check(ours, _theirs(lambda z, t=t: F.cross_entropy(z, t, label_smoothing=smoothing), logits))
+        assert_loss_close(ours, _theirs(lambda z, t=t: F.cross_entropy(z, t, label_smoothing=smoothing), logits))
 
 
 def test_categorical_from_probabilities(data, rng):
@@ -128,7 +128,7 @@ def test_categorical_from_probabilities(data, rng):
         def keras_form(p, t=t):
             return -(t * torch.log(torch.clamp(p / p.sum(-1, keepdim=True), EPS, 1 - EPS))).sum(-1).mean()
 
-        _check(ours, _theirs(keras_form, unnormalized))
+        assert_loss_close(ours, _theirs(keras_form, unnormalized))
         expected = -(target * np.log(probs)).sum(-1).mean()  # renormalizing undoes the row scaling
         np.testing.assert_allclose(ours[0], expected, rtol=1e-10)
 
@@ -155,14 +155,14 @@ def test_binary_from_probabilities(rng, smoothing):
     t = rng.integers(0, 2, size=(5, 3)).astype(np.float64)
     ours = _ours(tp.losses.BinaryCrossentropy(label_smoothing=smoothing), t, p)
     smoothed = torch.tensor(t * (1 - smoothing) + 0.5 * smoothing)
-    _check(ours, _theirs(lambda q: F.binary_cross_entropy(q, smoothed), p))
+    assert_loss_close(ours, _theirs(lambda q: F.binary_cross_entropy(q, smoothed), p))
 
 
 def test_binary_from_logits_and_column_shapes(rng):
     z = rng.normal(size=(7, 1)) * 3
     t = rng.integers(0, 2, size=7).astype(np.float64)
     ours = _ours(tp.losses.BinaryCrossentropy(from_logits=True), t, z)  # labels [b] meet predictions [b, 1]
-    _check(ours, _theirs(lambda q: F.binary_cross_entropy_with_logits(q, torch.tensor(t[:, None])), z))
+    assert_loss_close(ours, _theirs(lambda q: F.binary_cross_entropy_with_logits(q, torch.tensor(t[:, None])), z))
 
 
 def test_binary_clips_probabilities_like_keras():
@@ -188,7 +188,7 @@ REGRESSION = {
 def test_regression_losses(rng, case):
     ours_loss, torch_loss = REGRESSION[case]
     y, pred = rng.normal(size=(8, 3)), rng.normal(size=(8, 3)) * 1.5
-    _check(_ours(ours_loss, y, pred), _theirs(lambda q: torch_loss(q, torch.tensor(y)), pred))
+    assert_loss_close(_ours(ours_loss, y, pred), _theirs(lambda q: torch_loss(q, torch.tensor(y)), pred))
 
 
 @pytest.mark.parametrize("case", sorted(REGRESSION))
@@ -220,7 +220,7 @@ def test_sample_weight_gradient_matches_torch(data):
     theirs = _theirs(
         lambda z: (F.cross_entropy(z, torch.tensor(labels), reduction="none") * torch.tensor(w)).mean(), logits
     )
-    _check(ours, theirs)
+    assert_loss_close(ours, theirs)
 
 
 def test_regression_shape_errors():

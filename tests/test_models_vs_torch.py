@@ -45,7 +45,7 @@ def _train_both(model, torch_model, torch_forward, x, y, optimizer):
         theirs.step()
 
 
-def _close(ours, theirs, atol=1e-9):
+def assert_close(ours, theirs, atol=1e-9):
     np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-5, atol=atol)
 
 
@@ -68,8 +68,8 @@ def test_mlp_matches_pytorch(optimizer):
     _train_both(model, net, net, x, y, optimizer)
     for dense, linear in zip(model.layers, [net[0], net[2], net[4]], strict=True):
         kernel, bias = dense.get_weights()
-        _close(kernel, linear.weight.T)
-        _close(bias, linear.bias)
+        assert_close(kernel, linear.weight.T)
+        assert_close(bias, linear.bias)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
@@ -104,16 +104,16 @@ def test_deep_mnist_cnn_matches_pytorch(optimizer):
     _train_both(model, net, forward, x, y, optimizer)
     for ours, theirs in ((layers[0], conv1), (layers[2], conv2)):
         kernel, bias = ours.get_weights()
-        _close(kernel, theirs.weight.permute(2, 3, 1, 0))
-        _close(bias, theirs.bias)
+        assert_close(kernel, theirs.weight.permute(2, 3, 1, 0))
+        assert_close(bias, theirs.bias)
     # A handful of fc1 weights get gradients at rounding-noise level (~1e-20), which Adam
     # normalizes to full steps whose sign is noise: they are held to 1e-6 absolute, a
     # thousandth of one Adam step, instead of 1e-5 relative.
     atol = 1e-6 if optimizer == "adam" else 1e-9
     for ours, theirs in ((layers[5], fc1), (layers[6], fc2)):
         kernel, bias = ours.get_weights()
-        _close(kernel, theirs.weight.T, atol)
-        _close(bias, theirs.bias, atol)
+        assert_close(kernel, theirs.weight.T, atol)
+        assert_close(bias, theirs.bias, atol)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
@@ -140,7 +140,7 @@ def test_lstm_matches_pytorch(optimizer):
 
     _train_both(model, net, forward, x, y, optimizer)
     kernel, recurrent, bias = lstm.get_weights()
-    _close(kernel, torch_lstm.weight_ih_l0.T)
-    _close(recurrent, torch_lstm.weight_hh_l0.T)
-    _close(bias, torch_lstm.bias_ih_l0 + torch_lstm.bias_hh_l0)
-    _close(dense.get_weights()[0], head.weight.T)
+    assert_close(kernel, torch_lstm.weight_ih_l0.T)
+    assert_close(recurrent, torch_lstm.weight_hh_l0.T)
+    assert_close(bias, torch_lstm.bias_ih_l0 + torch_lstm.bias_hh_l0)
+    assert_close(dense.get_weights()[0], head.weight.T)

@@ -91,7 +91,7 @@ def keras_reference(kind: str, cfg: dict, init, grads) -> list[np.ndarray]:
     return params
 
 
-def _close(ours, ref, rtol=1e-5, atol=1e-8):
+def assert_close(ours, ref, rtol=1e-5, atol=1e-8):
     for a, b in zip(ours, ref, strict=True):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
 
@@ -138,7 +138,7 @@ TORCH_CASES = {
 def test_matches_torch_optim(case):
     ours, theirs = TORCH_CASES[case]
     init, grads = _init(), _grads(1)
-    _close(run_ours(ours(), init, grads), run_torch(theirs, init, grads))
+    assert_close(run_ours(ours(), init, grads), run_torch(theirs, init, grads))
 
 
 KERAS_CASES = [
@@ -157,7 +157,7 @@ KERAS_CASES = [
 def test_matches_keras_formula_with_epsilon(kind, cfg):
     cls = {"adam": tp.optimizers.Adam, "rmsprop": tp.optimizers.RMSprop, "adagrad": tp.optimizers.Adagrad}[kind]
     init, grads = _init(), _grads(2)
-    _close(run_ours(cls(**cfg), init, grads), keras_reference(kind, cfg, init, grads))
+    assert_close(run_ours(cls(**cfg), init, grads), keras_reference(kind, cfg, init, grads))
 
 
 def test_keras_epsilon_differs_from_torch_epsilon():
@@ -173,7 +173,7 @@ def test_float32_variables(kind, cfg):
     cls = {"adam": tp.optimizers.Adam, "rmsprop": tp.optimizers.RMSprop, "adagrad": tp.optimizers.Adagrad}[kind]
     init, grads = _init(), _grads(4)
     ours = run_ours(cls(**cfg), init, grads, dtype="float32")
-    _close(ours, keras_reference(kind, cfg, init, grads), rtol=1e-5, atol=1e-6)
+    assert_close(ours, keras_reference(kind, cfg, init, grads), rtol=1e-5, atol=1e-6)
 
 
 def test_training_loop_with_tape_matches_torch():
@@ -191,7 +191,7 @@ def test_training_loop_with_tape_matches_torch():
         topt.zero_grad()
         ((torch.tensor(x) @ tw + tb - torch.tensor(y)) ** 2).mean().backward()
         topt.step()
-    _close([w.numpy(), b.numpy()], [tw.detach().numpy(), tb.detach().numpy()])
+    assert_close([w.numpy(), b.numpy()], [tw.detach().numpy(), tb.detach().numpy()])
 
 
 def test_minimize_matches_keras_docstring_value():
@@ -234,18 +234,18 @@ def test_global_clipnorm_matches_torch(scale):
     for p, g in zip(params, grads, strict=True):
         p.grad = torch.tensor(g)
     torch.nn.utils.clip_grad_norm_(params, 2.0)  # torch divides by norm + 1e-6
-    _close(clipped, [p.grad.numpy() for p in params], rtol=1e-5)
+    assert_close(clipped, [p.grad.numpy() for p in params], rtol=1e-5)
 
 
 def test_clipvalue_matches_torch():
     grads = _grads(8, steps=1)[0]
     clipped = _one_step(tp.optimizers.SGD(1.0, clipvalue=0.5), grads)
-    _close(clipped, [np.clip(g, -0.5, 0.5) for g in grads], rtol=0)
+    assert_close(clipped, [np.clip(g, -0.5, 0.5) for g in grads], rtol=0)
     params = [torch.zeros(g.shape, dtype=torch.float64, requires_grad=True) for g in grads]
     for p, g in zip(params, grads, strict=True):
         p.grad = torch.tensor(g)
     torch.nn.utils.clip_grad_value_(params, 0.5)
-    _close(clipped, [p.grad.numpy() for p in params], rtol=0)
+    assert_close(clipped, [p.grad.numpy() for p in params], rtol=0)
 
 
 def test_only_one_clipping_argument():

@@ -19,7 +19,7 @@ def _random(shape, dtype=np.float64, seed=0, scale=1.0):
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
 
 
-def compare(tp_fn, torch_fn, *arrays, seed=1):
+def assert_matches_torch(tp_fn, torch_fn, *arrays, seed=1):
     """Check tp_fn(*arrays) against torch_fn(*arrays): value, then the VJP of every input."""
     dtype = arrays[0].dtype.type
     tol = TOL[dtype]
@@ -57,12 +57,12 @@ def compare(tp_fn, torch_fn, *arrays, seed=1):
     ],
 )
 def test_matmul(a_shape, b_shape):
-    compare(tp.matmul, torch.matmul, _random(a_shape, seed=2), _random(b_shape, seed=3))
+    assert_matches_torch(tp.matmul, torch.matmul, _random(a_shape, seed=2), _random(b_shape, seed=3))
 
 
 def test_matmul_float32_and_operator():
     a, b = _random((2, 3, 8), np.float32, seed=4), _random((8, 5), np.float32, seed=5)
-    compare(lambda x, y: x @ y, torch.matmul, a, b)
+    assert_matches_torch(lambda x, y: x @ y, torch.matmul, a, b)
 
 
 # ------------------------------------------------------------- convolution
@@ -106,7 +106,7 @@ def test_conv2d(padding, stride, dilation):
     # H=8 even with stride 2 makes SAME pad asymmetrically; W=7 odd.
     x, w = _random((2, 8, 7, 3), seed=6), _random((3, 2, 3, 4), seed=7)
     s, d = (stride, stride), (dilation, dilation)
-    compare(
+    assert_matches_torch(
         lambda a, b: tp.nn.conv2d(a, b, strides=stride, padding=padding, dilations=dilation),
         lambda a, b: torch_conv2d(a, b, s, padding, d),
         x,
@@ -118,7 +118,7 @@ def test_conv2d_same_stride2_is_asymmetric():
     """SAME, stride 2, even size: TensorFlow pads one more row at the bottom than the top."""
     assert _same_pads(6, 3, 2, 1) == (0, 1)
     x, w = _random((1, 6, 6, 2), seed=8), _random((3, 3, 2, 3), seed=9)
-    compare(
+    assert_matches_torch(
         lambda a, b: tp.nn.conv2d(a, b, strides=2, padding="SAME"),
         lambda a, b: torch_conv2d(a, b, (2, 2), "SAME", (1, 1)),
         x,
@@ -130,7 +130,7 @@ def test_conv2d_same_stride2_is_asymmetric():
 def test_conv2d_pointwise(dtype):
     """A 1x1, stride-1, unpadded conv (a plain matmul over pixels)."""
     x, w = _random((9, 4, 5, 6), dtype, seed=40), _random((1, 1, 6, 3), dtype, seed=41)
-    compare(
+    assert_matches_torch(
         lambda a, b: tp.nn.conv2d(a, b),
         lambda a, b: torch_conv2d(a, b, (1, 1), "VALID", (1, 1)),
         x,
@@ -140,7 +140,7 @@ def test_conv2d_pointwise(dtype):
 
 def test_conv2d_float32_mixed_strides():
     x, w = _random((2, 9, 10, 4), np.float32, seed=10), _random((3, 3, 4, 5), np.float32, seed=11)
-    compare(
+    assert_matches_torch(
         lambda a, b: tp.nn.conv2d(a, b, strides=(1, 2), padding="SAME", dilations=(2, 1)),
         lambda a, b: torch_conv2d(a, b, (1, 2), "SAME", (2, 1)),
         x,
@@ -170,7 +170,7 @@ def test_conv2d_transpose(padding, stride, dilation):
         d,
     ).shape
     dy, w = _random(tuple(out_shape), seed=12), _random((*k, 4, 3), seed=13)
-    compare(
+    assert_matches_torch(
         lambda a, b: tp.nn.conv2d_transpose(a, b, (2, *size, 4), strides=stride, padding=padding, dilations=dilation),
         lambda a, b: torch_conv2d_transpose(a, b, size, s, padding, d),
         dy,
@@ -181,7 +181,7 @@ def test_conv2d_transpose(padding, stride, dilation):
 def test_conv2d_transpose_valid_matches_torch_conv_transpose2d():
     dy, w = _random((2, 3, 4, 5), seed=14), _random((3, 3, 2, 5), seed=15)
     size = (8, 9)  # stride 2, kernel 3: (3-1)*2+3 = 7 rows, so one row of output padding
-    compare(
+    assert_matches_torch(
         lambda a, b: tp.nn.conv2d_transpose(a, b, size, strides=2, padding="VALID"),
         lambda a, b: _nhwc(F.conv_transpose2d(_nchw(a), b.permute(3, 2, 0, 1), stride=2, output_padding=(1, 0))),
         dy,
@@ -202,7 +202,7 @@ def test_max_pool2d(ksize, stride, padding):
         xp = F.pad(_nchw(x), (le, r, t, b), value=-np.inf)
         return _nhwc(F.max_pool2d(xp, k, s))
 
-    compare(lambda x: tp.nn.max_pool2d(x, ksize, stride, padding), ref, _random((2, 7, 8, 3), seed=16))
+    assert_matches_torch(lambda x: tp.nn.max_pool2d(x, ksize, stride, padding), ref, _random((2, 7, 8, 3), seed=16))
 
 
 @pytest.mark.parametrize("ksize, stride, padding", POOL_CASES)
@@ -217,11 +217,11 @@ def test_avg_pool2d(ksize, stride, padding):
         count = F.avg_pool2d(F.pad(torch.ones_like(_nchw(x)), pad), k, s, divisor_override=1)
         return _nhwc(total / count)
 
-    compare(lambda x: tp.nn.avg_pool2d(x, ksize, stride, padding), ref, _random((2, 7, 8, 3), seed=17))
+    assert_matches_torch(lambda x: tp.nn.avg_pool2d(x, ksize, stride, padding), ref, _random((2, 7, 8, 3), seed=17))
 
 
 def test_avg_pool2d_valid_matches_torch_directly():
-    compare(
+    assert_matches_torch(
         lambda x: tp.nn.avg_pool2d(x, 2, 2, "VALID"),
         lambda x: _nhwc(F.avg_pool2d(_nchw(x), 2, 2)),
         _random((2, 6, 6, 2), seed=18),
@@ -229,7 +229,7 @@ def test_avg_pool2d_valid_matches_torch_directly():
 
 
 def test_max_pool2d_float32():
-    compare(
+    assert_matches_torch(
         lambda x: tp.nn.max_pool2d(x, 3, 2, "SAME"),
         lambda x: _nhwc(F.max_pool2d(F.pad(_nchw(x), (0, 1, 0, 1), value=-np.inf), 3, 2)),
         _random((2, 6, 6, 4), np.float32, seed=19),
@@ -246,7 +246,7 @@ def test_sparse_softmax_cross_entropy(shape, dtype):
         flat = F.cross_entropy(logits.reshape(-1, shape[-1]), torch.tensor(labels.reshape(-1)), reduction="none")
         return flat.reshape(labels.shape)
 
-    compare(
+    assert_matches_torch(
         lambda logits: tp.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),
         ref,
         _random(shape, dtype, seed=21, scale=3.0),
@@ -257,7 +257,7 @@ def test_sparse_softmax_cross_entropy(shape, dtype):
 def test_sparse_softmax_cross_entropy_large_logits(dtype):
     logits = np.array([[1000.0, 0.0, -1000.0], [-1e4, 1e4, 0.0], [50.0, 50.0, 49.0]], dtype)
     labels = np.array([2, 1, 0])
-    compare(
+    assert_matches_torch(
         lambda x: tp.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=x),
         lambda x: F.cross_entropy(x, torch.tensor(labels), reduction="none"),
         logits,
@@ -287,7 +287,7 @@ def test_sparse_softmax_cross_entropy_second_order():
 
 def test_softmax_cross_entropy_dense_labels():
     probs = np.random.default_rng(24).dirichlet(np.ones(5), size=6)
-    compare(
+    assert_matches_torch(
         lambda lab, logits: tp.nn.softmax_cross_entropy_with_logits(labels=lab, logits=logits),
         lambda lab, logits: F.cross_entropy(logits, lab, reduction="none"),
         probs,
@@ -299,7 +299,7 @@ def test_sigmoid_cross_entropy():
     labels = np.random.default_rng(26).uniform(size=(4, 6))
     logits = _random((4, 6), seed=27, scale=4.0)
     logits[0, :2] = [60.0, -60.0]  # large logits stay finite
-    compare(
+    assert_matches_torch(
         lambda lab, x: tp.nn.sigmoid_cross_entropy_with_logits(labels=lab, logits=x),
         lambda lab, x: F.binary_cross_entropy_with_logits(x, lab, reduction="none"),
         labels,
@@ -326,7 +326,7 @@ def test_gather(shape, indices, axis, dtype):
         out_shape = shape[:axis] + idx.shape + shape[axis + 1 :]
         return torch.index_select(x, axis, flat).reshape(out_shape)
 
-    compare(lambda x: tp.gather(x, idx, axis=axis), ref, _random(shape, dtype, seed=28))
+    assert_matches_torch(lambda x: tp.gather(x, idx, axis=axis), ref, _random(shape, dtype, seed=28))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -342,7 +342,7 @@ def test_gather(shape, indices, axis, dtype):
 def test_scatter_add(shape, indices, axis, dtype):
     idx = np.array(indices)
     upd_shape = shape[:axis] + idx.shape + shape[axis + 1 :]
-    compare(
+    assert_matches_torch(
         lambda x, u: tp.scatter_add(x, idx, u, axis=axis),
         lambda x, u: torch.index_add(x, axis, torch.tensor(idx % shape[axis]), u),
         _random(shape, dtype, seed=29),
@@ -381,12 +381,12 @@ GETITEM_CASES = [
 
 @pytest.mark.parametrize("index, ref", GETITEM_CASES, ids=[str(i) for i in range(len(GETITEM_CASES))])
 def test_getitem(index, ref):
-    compare(lambda x: x[index], ref, _random((4, 5, 6), seed=32))
+    assert_matches_torch(lambda x: x[index], ref, _random((4, 5, 6), seed=32))
 
 
 def test_getitem_with_a_tensor_index():
     idx = tp.tensor([2, 0, 2])
-    compare(lambda x: x[idx, 1:], lambda x: x[torch.tensor([2, 0, 2]), 1:], _random((3, 4), seed=33))
+    assert_matches_torch(lambda x: x[idx, 1:], lambda x: x[torch.tensor([2, 0, 2]), 1:], _random((3, 4), seed=33))
 
 
 # ------------------------------------------------------------- activations
@@ -414,20 +414,20 @@ ACTIVATIONS = {
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_activation(name):
     tp_fn, torch_fn = ACTIVATIONS[name]
-    compare(tp_fn, torch_fn, _random((3, 7), seed=34, scale=2.5))
+    assert_matches_torch(tp_fn, torch_fn, _random((3, 7), seed=34, scale=2.5))
 
 
 def test_softplus_extreme_values():
     x = np.array([-800.0, -30.0, -1e-3, 15.0, 40.0, 800.0])
-    compare(lambda t: tp.nn.softplus(t), F.softplus, x)  # torch is linear above x = 20
+    assert_matches_torch(lambda t: tp.nn.softplus(t), F.softplus, x)  # torch is linear above x = 20
 
 
 def test_softplus_gradient_at_zero():
-    compare(lambda t: tp.nn.softplus(t), F.softplus, np.array([0.0, 1.0]))
+    assert_matches_torch(lambda t: tp.nn.softplus(t), F.softplus, np.array([0.0, 1.0]))
 
 
 def test_sigmoid_cross_entropy_gradient_at_zero_logits():
-    compare(
+    assert_matches_torch(
         lambda lab, x: tp.nn.sigmoid_cross_entropy_with_logits(labels=lab, logits=x),
         lambda lab, x: F.binary_cross_entropy_with_logits(x, lab, reduction="none"),
         np.array([0.0, 1.0, 0.3]),
@@ -437,8 +437,8 @@ def test_sigmoid_cross_entropy_gradient_at_zero_logits():
 
 def test_activations_float32():
     x = _random((4, 9), np.float32, seed=35, scale=3.0)
-    compare(lambda t: tp.nn.log_softmax(t), lambda t: F.log_softmax(t, -1), x)
-    compare(lambda t: tp.nn.gelu(t), F.gelu, x)
+    assert_matches_torch(lambda t: tp.nn.log_softmax(t), lambda t: F.log_softmax(t, -1), x)
+    assert_matches_torch(lambda t: tp.nn.gelu(t), F.gelu, x)
 
 
 # -------------------------------------------------------------- reductions
@@ -446,13 +446,13 @@ def test_activations_float32():
 def test_logsumexp_var_std(axis, keepdims):
     x = _random((3, 4, 5), seed=36, scale=3.0)
     dim = tuple(range(3)) if axis is None else axis
-    compare(lambda t: tp.logsumexp(t, axis, keepdims), lambda t: torch.logsumexp(t, dim, keepdims), x)
-    compare(
+    assert_matches_torch(lambda t: tp.logsumexp(t, axis, keepdims), lambda t: torch.logsumexp(t, dim, keepdims), x)
+    assert_matches_torch(
         lambda t: tp.var(t, axis, keepdims),
         lambda t: torch.var(t, dim, correction=0, keepdim=keepdims),
         x,
     )
-    compare(
+    assert_matches_torch(
         lambda t: tp.std(t, axis, keepdims),
         lambda t: torch.std(t, dim, correction=0, keepdim=keepdims),
         x,
@@ -461,15 +461,15 @@ def test_logsumexp_var_std(axis, keepdims):
 
 def test_logsumexp_large_values():
     x = np.array([[1000.0, 1000.0, -1000.0], [-1e4, -1e4 + 1, -1e4 + 2]])
-    compare(lambda t: tp.logsumexp(t, axis=1), lambda t: torch.logsumexp(t, 1), x)
+    assert_matches_torch(lambda t: tp.logsumexp(t, axis=1), lambda t: torch.logsumexp(t, 1), x)
 
 
 @pytest.mark.parametrize("axis", [None, 1, (0, 1)])
 def test_max_min_share_the_gradient_between_ties(axis):
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0], [-1.0, 0.5, -1.0]])
     dim = (0, 1) if axis is None else axis
-    compare(lambda t: tp.max(t, axis), lambda t: torch.amax(t, dim), x)
-    compare(lambda t: tp.min(t, axis), lambda t: torch.amin(t, dim), x)
+    assert_matches_torch(lambda t: tp.max(t, axis), lambda t: torch.amax(t, dim), x)
+    assert_matches_torch(lambda t: tp.min(t, axis), lambda t: torch.amin(t, dim), x)
 
 
 def _with_zeros():
@@ -482,19 +482,19 @@ def _with_zeros():
 
 @pytest.mark.parametrize("axis", [1, 0, -1])
 def test_prod_with_zeros(axis):
-    compare(lambda t: tp.prod(t, axis=axis), lambda t: torch.prod(t, axis), _with_zeros())
+    assert_matches_torch(lambda t: tp.prod(t, axis=axis), lambda t: torch.prod(t, axis), _with_zeros())
 
 
 @pytest.mark.parametrize("zeros", [0, 1, 2])
 def test_prod_all_axes(zeros):
     x = _random((3, 4), seed=38) * 0.5 + 1.0
     x.flat[[5, 9][:zeros]] = 0.0
-    compare(lambda t: tp.prod(t), torch.prod, x)
+    assert_matches_torch(lambda t: tp.prod(t), torch.prod, x)
 
 
 def test_prod_keepdims_tuple_axes():
     x = _with_zeros()[None]  # (1, 4, 5)
-    compare(
+    assert_matches_torch(
         lambda t: tp.prod(t, axis=(0, 2), keepdims=True),
         lambda t: torch.prod(torch.prod(t, 2, keepdim=True), 0, keepdim=True),
         x,
