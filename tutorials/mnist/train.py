@@ -48,8 +48,8 @@ class Plan:
 
 # On 2 cores a training step costs ~6 ms for the MLP (batch 128) and ~165 ms for the CNN
 # (batch 50, about 300 samples/s). The default run, about four minutes, gives the CNN
-# three passes over a 20,000-sample subset (~3.5 minutes), which reaches ~89%: one pass
-# over all 55,000 samples does no better. The CNN needs about three full epochs for 91%.
+# three passes over a 20,000-sample subset (~3.3 minutes), which reaches ~89%: one pass
+# over all 55,000 samples does no better. The CNN needs 3-4 full epochs for 91%.
 DEFAULT = {
     "mlp": Plan(epochs=10, batch_size=128, learning_rate=1e-3),
     "cnn": Plan(epochs=3, batch_size=50, learning_rate=2e-3, train_size=20000),
