@@ -13,6 +13,7 @@ from tapeflow import _kernels, callbacks, data, initializers, io, layers, losses
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
 from tapeflow.data import datasets
 from tapeflow.devices import Device, device, list_devices
+from tapeflow.graph import FreezeError, Graph, TensorSpec, freeze
 from tapeflow.dtypes import (
     DType,
     as_dtype,

@@ -22,7 +22,7 @@ from tapeflow.ops import registry
 from tapeflow.ops.creation import ones_like, zeros_like
 from tapeflow.ops.math import add, cast
 from tapeflow.ops.registry import OpDef, apply, as_tensor, defop
-from tapeflow.tensor import Tensor, Variable
+from tapeflow.tensor import TRACING, Tensor, Variable
 
 
 class TapeError(ValueError):
@@ -91,11 +91,11 @@ class GradientTape:
                 hit = True
             if isinstance(t, Variable):
                 values = values or {}
-                values[id(t)] = t._value
+                values[id(t)] = t._value if TRACING.tracer is None else TRACING.tracer.read(t)
         if not hit:
             return
         for o in outputs:
-            if o._value.dtype.kind == "f":
+            if o.dtype.kind == "f":
                 watched[id(o)] = o
         self._records.append(_Record(op, inputs, values, attrs, outputs))
 
@@ -179,7 +179,10 @@ def _inputs_at_record_time(rec: _Record) -> tuple:
     out = []
     for t in rec.inputs:
         old = rec.values.get(id(t)) if type(t) is Variable else None
-        out.append(t if old is None or old is t._value else Tensor._wrap(old, t.device))
+        if isinstance(old, Tensor):  # the traced value the variable had inside a freeze
+            out.append(old)
+        else:
+            out.append(t if old is None or old is t._value else Tensor._wrap(old, t.device))
     return tuple(out)
 
 

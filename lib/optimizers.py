@@ -23,13 +23,12 @@ import numpy as np
 
 from tapeflow import schedules
 from tapeflow.autodiff import GradientTape
-from tapeflow.ops.creation import full_like
 from tapeflow.ops.math import cast, clip, maximum, sqrt, square
 from tapeflow.ops.optim import adam_update
 from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import as_tensor
 from tapeflow.schedules import LearningRateSchedule
-from tapeflow.tensor import Tensor, Variable
+from tapeflow.tensor import Tensor, Variable, eager_scope
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "get", "serialize", "schedules"]
 
@@ -132,10 +131,11 @@ class Optimizer:
         while key in self._keys:
             n += 1
             key = f"{var.name}_{n}"
-        slots = {
-            slot: Variable(full_like(var, fill), trainable=False, name=f"{key}/{slot}")
-            for slot, fill in self.slot_initials(var).items()
-        }
+        with eager_scope():  # slots are created eagerly, also on a first step inside a freeze
+            slots = {
+                slot: Variable(np.full(var.shape, fill, var.dtype.np), trainable=False, name=f"{key}/{slot}")
+                for slot, fill in self.slot_initials(var).items()
+            }
         self._index[id(var)] = len(self._variables)
         self._variables.append(var)
         self._slots.append(slots)

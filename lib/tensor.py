@@ -11,12 +11,63 @@ operator dunders call ops, bound here by `tapeflow.ops` at import time.
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.devices import CPU, parse_device
 
 _ops = None  # the tapeflow.ops namespace, bound by bind_operators()
+
+
+class FreezeError(TypeError):
+    """A traced value was needed as a concrete Python value while freezing."""
+
+
+class _Tracing(threading.local):
+    """The tracer recording ops on this thread (None when running eagerly)."""
+
+    def __init__(self):
+        self.tracer = None
+
+
+TRACING = _Tracing()
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_frame() -> str:
+    """'file:line' of the innermost caller outside the tapeflow package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_DIR + os.sep):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+class eager_scope:
+    """Context in which ops run eagerly even inside a freeze (used to create
+    weights and optimizer slots the first time a traced function runs)."""
+
+    def __enter__(self):
+        self._saved = TRACING.tracer
+        TRACING.tracer = None
+
+    def __exit__(self, *exc):
+        TRACING.tracer = self._saved
+
+
+def freeze_error(what: str, shape, dtype) -> FreezeError:
+    """The error for a traced value that escapes into Python."""
+    return FreezeError(
+        f"{what} of a traced tensor (shape {shape}, dtype {dtype}) at {user_frame()}: while freezing, "
+        "tensors have no values yet, so Python cannot branch or loop on them; use tp.cond or "
+        "tp.while_loop for data-dependent control flow, or pass the value as a Python argument"
+    )
 
 
 def bind_operators(namespace) -> None:
@@ -299,6 +350,8 @@ class Variable(Tensor):
 
     def assign(self, value) -> Variable:
         """Replace the value (same shape and dtype)."""
+        if TRACING.tracer is not None:
+            return TRACING.tracer.assign(self, value, "assign")
         arr = self._checked(value, "assign")
         # A tensor's array is never written in place, so it can be shared.
         self._value = arr if isinstance(value, Tensor) else np.array(arr, copy=True)
@@ -306,18 +359,102 @@ class Variable(Tensor):
 
     def assign_add(self, delta) -> Variable:
         """Add `delta` to the value."""
+        if TRACING.tracer is not None:
+            return TRACING.tracer.assign(self, delta, "assign_add")
         self._value = self._value + self._checked(delta, "assign_add")
         return self
 
     def assign_sub(self, delta) -> Variable:
         """Subtract `delta` from the value."""
+        if TRACING.tracer is not None:
+            return TRACING.tracer.assign(self, delta, "assign_sub")
         self._value = self._value - self._checked(delta, "assign_sub")
         return self
 
     def read_value(self) -> Tensor:
         """The current value as an immutable tensor."""
+        if TRACING.tracer is not None:
+            return TRACING.tracer.read(self)
         return Tensor._wrap(self._value, self._device)
+
+    def numpy(self) -> np.ndarray:
+        if TRACING.tracer is not None:
+            raise freeze_error(f"numpy() of Variable '{self.name}'", self.shape, self.dtype)
+        return super().numpy()
+
+    def _scalar(self, kind: str):
+        if TRACING.tracer is not None:
+            raise freeze_error(f"{kind}() of Variable '{self.name}'", self.shape, self.dtype)
+        return super()._scalar(kind)
 
     def __repr__(self) -> str:
         body = np.array2string(self._value, separator=", ", prefix="Variable(")
         return f"Variable('{self.name}', {body}, shape={self.shape}, dtype={self.dtype.name})"
+
+
+class TracedTensor(Tensor):
+    """A symbolic tensor inside a freeze: a shape (None for a dynamic dimension),
+    a dtype and the graph value it stands for, but no data."""
+
+    __slots__ = ("_shape", "_dtype", "ref")
+
+    def __init__(self, shape, dtype, ref=None):
+        self._value = None
+        self._device = CPU
+        self._shape = tuple(shape)
+        self._dtype = dtypes.as_dtype(dtype)
+        self.ref = ref
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def dtype(self) -> dtypes.DType:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self):
+        if any(d is None for d in self._shape):
+            return None
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    def _escape(self, what: str):
+        raise freeze_error(what, self._shape, self._dtype.name)
+
+    def numpy(self):
+        self._escape("numpy()")
+
+    def __array__(self, dtype=None, copy=None):
+        self._escape("conversion to a NumPy array")
+
+    def item(self):
+        self._escape("item()")
+
+    def tolist(self):
+        self._escape("tolist()")
+
+    def __bool__(self):
+        self._escape("bool()")
+
+    def _scalar(self, kind: str):
+        self._escape(f"{kind}()")
+
+    def __index__(self):
+        self._escape("use as an index")
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len: a scalar tensor has no length")
+        if self._shape[0] is None:
+            self._escape("len() of a dynamic dimension")
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        dims = ", ".join("?" if d is None else str(d) for d in self._shape)
+        name = getattr(self.ref, "name", "?")
+        return f"TracedTensor({name}, shape=({dims}), dtype={self._dtype.name})"

@@ -26,7 +26,7 @@ import numpy as np
 from tapeflow import dtypes, initializers, regularizers
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
-from tapeflow.tensor import Tensor, Variable
+from tapeflow.tensor import Tensor, Variable, eager_scope
 
 _REGISTRY: dict[str, type] = {}  # class name -> Layer subclass, for deserialize()
 _NAME_COUNTS: defaultdict = defaultdict(int)
@@ -297,8 +297,9 @@ class Layer:
         shape = _as_shape(shape)
         if any(d is None or d < 0 for d in shape):
             raise ValueError(f"{self.name}: weight '{name}' needs a fully known shape, got {shape}")
-        value = initializers.get(initializer)(shape, dtype.name)
-        var = Variable(value, trainable=trainable and self._trainable, name=f"{self.name}/{name}", dtype=dtype)
+        with eager_scope():  # weights are created eagerly, also on a first call inside a freeze
+            value = initializers.get(initializer)(shape, dtype.name)
+            var = Variable(value, trainable=trainable and self._trainable, name=f"{self.name}/{name}", dtype=dtype)
         if tuple(var.shape) != shape:
             raise ValueError(f"{self.name}: initializer for '{name}' returned shape {var.shape}, expected {shape}")
         (self._trainable_variables if trainable else self._non_trainable_variables).append(var)

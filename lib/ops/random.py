@@ -87,17 +87,17 @@ def _float_shape_infer(name):
     return infer
 
 
-@defop("random_normal", infer=_float_shape_infer("random_normal"))
+@defop("random_normal", infer=_float_shape_infer("random_normal"), stateful=True)
 def _NORMAL(shape, dtype, generator, mean, stddev):
     return (generator.numpy.standard_normal(shape) * stddev + mean).astype(dtypes.as_dtype(dtype).np)
 
 
-@defop("random_uniform", infer=_float_shape_infer("random_uniform"))
+@defop("random_uniform", infer=_float_shape_infer("random_uniform"), stateful=True)
 def _UNIFORM(shape, dtype, generator, minval, maxval):
     return generator.numpy.uniform(minval, maxval, shape).astype(dtypes.as_dtype(dtype).np)
 
 
-@defop("truncated_normal", infer=_float_shape_infer("truncated_normal"))
+@defop("truncated_normal", infer=_float_shape_infer("truncated_normal"), stateful=True)
 def _TRUNCATED(shape, dtype, generator, mean, stddev):
     draw = generator.numpy.standard_normal(shape)
     bad = np.abs(draw) > 2.0
@@ -166,7 +166,7 @@ def _categorical_infer(logits, num_samples, generator):
     return [((logits.shape[0], num_samples), dtypes.int64)]
 
 
-@defop("categorical", infer=_categorical_infer)
+@defop("categorical", infer=_categorical_infer, stateful=True)
 def _CATEGORICAL(logits, num_samples, generator):
     z = logits.astype(np.float64)
     p = np.exp(z - z.max(axis=1, keepdims=True))
@@ -193,7 +193,7 @@ def _permutation_infer(n, generator):
     return [((n,), dtypes.int64)]
 
 
-@defop("random_permutation", infer=_permutation_infer)
+@defop("random_permutation", infer=_permutation_infer, stateful=True)
 def _PERMUTATION(n, generator):
     return generator.numpy.permutation(n)
 

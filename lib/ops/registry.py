@@ -20,21 +20,22 @@ from tapeflow._kernels import flush_denormals_enter as _flush_denormals_enter
 from tapeflow._kernels import flush_denormals_leave as _flush_denormals_leave
 from tapeflow.backends import kernel_module
 from tapeflow.devices import current_device
-from tapeflow.tensor import Tensor
+from tapeflow.tensor import TRACING, Tensor
 
 
 class OpDef:
     """One op: name, shape/dtype rule, NumPy reference forward and VJP."""
 
-    __slots__ = ("name", "reference", "infer", "vjp", "num_outputs", "partial_vjp", "_kernels", "doc")
+    __slots__ = ("name", "reference", "infer", "vjp", "num_outputs", "partial_vjp", "stateful", "_kernels", "doc")
 
-    def __init__(self, name, reference, infer, vjp, num_outputs, partial_vjp):
+    def __init__(self, name, reference, infer, vjp, num_outputs, partial_vjp, stateful=False):
         self.name = name
         self.reference = reference
         self.infer = infer
         self.vjp = vjp
         self.num_outputs = num_outputs
         self.partial_vjp = partial_vjp
+        self.stateful = stateful  # draws random numbers: never merged, folded or reordered by graph passes
         self._kernels = {}
         self.doc = reference.__doc__
 
@@ -57,7 +58,7 @@ class OpDef:
 _REGISTRY: dict[str, OpDef] = {}
 
 
-def defop(name: str, *, infer, vjp=None, num_outputs: int = 1, partial_vjp: bool = False):
+def defop(name: str, *, infer, vjp=None, num_outputs: int = 1, partial_vjp: bool = False, stateful: bool = False):
     """Register the decorated NumPy reference forward as op `name`.
 
     `infer(*inputs, **attrs)` sees objects with `.shape` and `.dtype` and
@@ -67,12 +68,13 @@ def defop(name: str, *, infer, vjp=None, num_outputs: int = 1, partial_vjp: bool
     where unconnected) and returns one gradient (or None) per input. With
     `partial_vjp=True` it also gets `needs`, one bool per input, and may skip
     the gradients nobody asked for (worth it when each costs a matmul).
+    `stateful` ops (random draws) give a new result on every run.
     """
 
     def wrap(reference):
         if name in _REGISTRY:
             raise ValueError(f"op {name!r} is already registered")
-        _REGISTRY[name] = OpDef(name, reference, infer, vjp, num_outputs, partial_vjp)
+        _REGISTRY[name] = OpDef(name, reference, infer, vjp, num_outputs, partial_vjp, stateful)
         return _REGISTRY[name]
 
     return wrap
@@ -131,7 +133,13 @@ class paused_recording:
 
 
 def apply(op: OpDef, inputs: tuple, attrs: dict):
-    """Run `op` on tensors now; return a Tensor, or a tuple for multi-output ops."""
+    """Run `op` on tensors now; return a Tensor, or a tuple for multi-output ops.
+
+    While a function is being frozen, the tracer records the op instead.
+    """
+    tracer = TRACING.tracer
+    if tracer is not None:
+        return tracer.apply(op, inputs, attrs)
     specs = op.infer(*inputs, **attrs)
     device = inputs[0]._device if inputs else current_device()
     flush = _flush_denormals_enter()  # as TensorFlow does: subnormals would cost ~100x
@@ -149,6 +157,13 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
         for recorder in tuple(recorders):
             recorder.record(op, inputs, attrs, outputs)
     return outputs[0] if op.num_outputs == 1 else outputs
+
+
+def notify_recorders(op: OpDef, inputs: tuple, attrs: dict, outputs: tuple) -> None:
+    """Tell the active tapes about an op (used by the tracer for traced ops)."""
+    if op.vjp is not None:
+        for recorder in tuple(_STATE.recorders):
+            recorder.record(op, inputs, attrs, outputs)
 
 
 def _to_tensor(array, spec, device) -> Tensor:

@@ -1,0 +1,6 @@
+"""Graphs frozen from eager code: IR, tracing, execution and passes."""
+
+from tapeflow.graph.executor import Executor, NodeError
+from tapeflow.graph.ir import Graph, GraphError, Node, Value
+from tapeflow.graph.trace import TensorSpec, freeze
+from tapeflow.tensor import FreezeError

@@ -1,0 +1,36 @@
+"""Graph passes, each `run(graph) -> changed`, and the pass manager that runs them.
+
+>>> import tapeflow as tp
+>>> g = tp.freeze(lambda x: x * 1.0 + 0.0, tp.TensorSpec((3,)), optimize=False)
+>>> optimize(g)["changed"] in (True, False)
+True
+"""
+
+from __future__ import annotations
+
+from tapeflow.graph.ir import Graph
+
+DEFAULT_PASSES: list = []
+
+
+def optimize(graph: Graph, passes=None, max_rounds: int = 4) -> dict:
+    """Run `passes` (default DEFAULT_PASSES) until nothing changes, linting after each.
+
+    Returns {"changed": bool, "rounds": int, "by_pass": {pass name: times changed}}.
+    """
+    passes = DEFAULT_PASSES if passes is None else passes
+    by_pass: dict[str, int] = {}
+    rounds = 0
+    any_change = False
+    for rounds in range(1, max_rounds + 1):  # noqa: B007 - reported below
+        changed = False
+        for p in passes:
+            if p.run(graph):
+                changed = True
+                by_pass[p.name] = by_pass.get(p.name, 0) + 1
+                graph.changed()
+                graph.lint()
+        any_change = any_change or changed
+        if not changed:
+            break
+    return {"changed": any_change, "rounds": rounds, "by_pass": by_pass}

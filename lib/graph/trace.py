@@ -1,0 +1,283 @@
+"""Freezing: run a function on traced tensors and turn what it did into a Graph.
+
+While a tracer is active, every op records a node instead of running, with
+output shapes from the op's shape rule. Tensor arguments become graph inputs,
+concrete tensors used along the way become constants, and Variables become
+graph state: the first use reads the variable, `assign*` writes it, and later
+uses see the value written (so the program's order is kept).
+
+Python code in the function runs once, at trace time: prints, appends to
+lists and other side effects happen while freezing, not when the graph runs.
+
+>>> import tapeflow as tp
+>>> g = tp.freeze(lambda x: tp.nn.relu(x) * 2.0, tp.TensorSpec((None, 3), "float32"))
+>>> g(tp.tensor([[-1.0, 0.5, 2.0]])).numpy().tolist()
+[[0.0, 1.0, 4.0]]
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from tapeflow import dtypes
+from tapeflow.graph.ir import ASSIGN, READ, Graph, Value
+from tapeflow.ops import registry
+from tapeflow.tensor import TRACING, FreezeError, Tensor, TracedTensor, Variable, user_frame
+
+
+class TensorSpec:
+    """The shape (None for a dynamic dimension) and dtype of a tensor argument.
+
+    >>> TensorSpec((None, 784), "float32")
+    TensorSpec(shape=(None, 784), dtype=float32)
+    """
+
+    def __init__(self, shape, dtype="float32", name: str | None = None):
+        shape = tuple(shape)
+        for d in shape:
+            if d is not None and (not isinstance(d, int | np.integer) or isinstance(d, bool) or d < 0):
+                raise ValueError(f"TensorSpec: dimensions must be ints >= 0 or None, got shape {shape}")
+        self.shape = tuple(None if d is None else int(d) for d in shape)
+        self.dtype = dtypes.as_dtype(dtype)
+        self.name = name
+
+    @classmethod
+    def from_tensor(cls, t, name: str | None = None) -> TensorSpec:
+        return cls(tuple(t.shape), t.dtype, name)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TensorSpec) and (self.shape, self.dtype) == (other.shape, other.dtype)
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype.name))
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={self.shape}, dtype={self.dtype.name})"
+
+
+class Tracer:
+    """Records ops into `graph`. A nested tracer (for a branch or loop body)
+    captures values of its parent's graph as extra inputs."""
+
+    def __init__(self, graph: Graph, parent: Tracer | None = None):
+        self.graph = graph
+        self.parent = parent
+        self._own: set[int] = set()
+        self._constants: dict[int, tuple] = {}
+        self._current: dict[int, TracedTensor] = {}
+        self._state_names: dict[int, str] = {}
+        self.captures: list[tuple[TracedTensor, Value]] = []
+        self._captured: dict[int, Value] = {}
+
+    # ------------------------------------------------------------ activation
+    def __enter__(self) -> Tracer:
+        self._saved = TRACING.tracer
+        TRACING.tracer = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        TRACING.tracer = self._saved
+
+    # ------------------------------------------------------------ values
+    def traced(self, value: Value) -> TracedTensor:
+        self._own.add(id(value))
+        return TracedTensor(value.shape, value.dtype, value)
+
+    def add_input(self, name: str, shape, dtype) -> TracedTensor:
+        return self.traced(self.graph.add_input(name, shape, dtype))
+
+    def value_of(self, t) -> Value:
+        """The graph value standing for tensor `t` (capturing it if needed)."""
+        if isinstance(t, TracedTensor):
+            if id(t.ref) in self._own:
+                return t.ref
+            return self._capture(t)
+        if isinstance(t, Variable):
+            return self.value_of(self.read(t))
+        if isinstance(t, Tensor):
+            hit = self._constants.get(id(t))
+            if hit is None:
+                hit = (t, self.graph.add_constant(t._value))
+                self._own.add(id(hit[1]))
+                self._constants[id(t)] = hit
+            return hit[1]
+        raise TypeError(f"freeze: expected a tensor, got {type(t).__name__}")
+
+    def _capture(self, t: TracedTensor) -> Value:
+        if self.parent is None:
+            raise FreezeError(
+                f"freeze: tensor {t!r} belongs to another traced function; it was kept from an earlier "
+                f"trace (at {user_frame()}); pass it as an argument instead"
+            )
+        hit = self._captured.get(id(t.ref))
+        if hit is None:
+            hit = self.graph.add_input(f"capture_{len(self.captures)}", t.shape, t.dtype)
+            self._own.add(id(hit))
+            self._captured[id(t.ref)] = hit
+            self.captures.append((t, hit))
+        return hit
+
+    # ------------------------------------------------------------ state
+    def state_name(self, var: Variable) -> str:
+        name = self._state_names.get(id(var))
+        if name is None:
+            name, n = var.name, 0
+            while name in self.graph.state:
+                n += 1
+                name = f"{var.name}_{n}"
+            self.graph.state[name] = var
+            self._state_names[id(var)] = name
+        return name
+
+    def read(self, var: Variable) -> TracedTensor:
+        """The traced current value of `var` (a read node on first use)."""
+        current = self._current.get(id(var))
+        if current is not None:
+            return current
+        if self.parent is not None:
+            current = self.traced(self._capture(self.parent.read(var)))
+        else:
+            name = self.state_name(var)
+            (value,) = self.graph.add_node(READ, [], {"variable": name}, [(var.shape, var.dtype)], name="read")
+            current = self.traced(value)
+        self._current[id(var)] = current
+        return current
+
+    def assign(self, var: Variable, value, mode: str) -> Variable:
+        """Record `var.assign*(value)` as a state write."""
+        if self.parent is not None:
+            raise FreezeError(
+                f"Variable.{mode} of '{var.name}' inside a tp.cond branch or tp.while_loop body at {user_frame()}: "
+                "return the new value from the branch and assign it outside"
+            )
+        value = registry.as_tensor(value, dtype=var.dtype if not isinstance(value, Tensor) else None, name=mode)
+        if value.dtype is not var.dtype:
+            raise TypeError(f"Variable.{mode}: variable '{var.name}' has dtype {var.dtype}, value has {value.dtype}")
+        if tuple(value.shape) != tuple(var.shape):
+            raise ValueError(f"Variable.{mode}: variable '{var.name}' has shape {var.shape}, value has {value.shape}")
+        from tapeflow.tensor import _ops  # the op namespace bound at import
+
+        if mode == "assign_add":
+            value = _ops.add(self.read(var), value)
+        elif mode == "assign_sub":
+            value = _ops.subtract(self.read(var), value)
+        new = self.value_of(value)
+        self.graph.add_node(ASSIGN, [new], {"variable": self.state_name(var)}, [], name="assign")
+        self._current[id(var)] = value if isinstance(value, TracedTensor) else self.traced(new)
+        return var
+
+    # ------------------------------------------------------------ ops
+    def apply(self, op, inputs: tuple, attrs: dict):
+        if op.name == "custom_gradient":  # the forward ops are traced already; only tapes need it
+            outputs = tuple(self.traced(self.value_of(o)) for o in attrs["outputs"])
+            registry.notify_recorders(op, inputs, attrs, outputs)
+            return outputs
+        values = [self.value_of(t) for t in inputs]
+        specs = op.infer(*inputs, **attrs)
+        outs = self.graph.add_node(op.name, values, attrs, specs)
+        outputs = tuple(self.traced(v) for v in outs)
+        registry.notify_recorders(op, inputs, attrs, outputs)
+        return outputs[0] if op.num_outputs == 1 else outputs
+
+
+# ------------------------------------------------------------ structures
+def flatten_structure(obj, leaf=lambda x: isinstance(x, Tensor | TensorSpec)):
+    """Leaves of nested lists/tuples/dicts, and a JSON-able description to rebuild them."""
+    leaves: list = []
+
+    def walk(o):
+        if leaf(o):
+            leaves.append(o)
+            return {"leaf": len(leaves) - 1}
+        if isinstance(o, list | tuple):
+            return {"list" if isinstance(o, list) else "tuple": [walk(x) for x in o]}
+        if isinstance(o, dict):
+            return {"dict": [[str(k), walk(v)] for k, v in o.items()]}
+        if o is None:
+            return {"none": None}
+        if isinstance(o, bool | int | float | np.number | np.ndarray):
+            leaves.append(o)
+            return {"leaf": len(leaves) - 1}
+        raise TypeError(f"freeze: cannot return or accept a {type(o).__name__}; use tensors, lists, tuples or dicts")
+
+    return leaves, walk(obj)
+
+
+def rebuild_structure(spec, leaves):
+    """The inverse of flatten_structure."""
+    if spec is None:
+        return leaves[0] if len(leaves) == 1 else tuple(leaves)
+    if "leaf" in spec:
+        return leaves[spec["leaf"]]
+    if "list" in spec:
+        return [rebuild_structure(s, leaves) for s in spec["list"]]
+    if "tuple" in spec:
+        return tuple(rebuild_structure(s, leaves) for s in spec["tuple"])
+    if "dict" in spec:
+        return {k: rebuild_structure(s, leaves) for k, s in spec["dict"]}
+    return None
+
+
+def _input_names(fn, count: int) -> list[str]:
+    try:
+        params = [
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    return [params[i] if i < len(params) else f"arg{i}" for i in range(count)]
+
+
+def trace(fn, args: tuple, kwargs: dict | None = None, name: str | None = None) -> Graph:
+    """Trace `fn(*args, **kwargs)`: TensorSpecs (at any depth) become graph inputs,
+    everything else is passed to `fn` as it is."""
+    kwargs = kwargs or {}
+    graph = Graph(name or getattr(fn, "__name__", "graph").replace("<lambda>", "lambda"))
+    tracer = Tracer(graph)
+    names = _input_names(fn, len(args))
+
+    def bind(obj, label):
+        if isinstance(obj, TensorSpec):
+            return tracer.add_input(obj.name or label, obj.shape, obj.dtype)
+        if isinstance(obj, list | tuple):
+            return type(obj)(bind(o, f"{label}_{i}") for i, o in enumerate(obj))
+        if isinstance(obj, dict):
+            return {k: bind(o, f"{label}_{k}") for k, o in obj.items()}
+        return obj
+
+    traced_args = tuple(bind(a, n) for a, n in zip(args, names, strict=True))
+    traced_kwargs = {k: bind(v, k) for k, v in kwargs.items()}
+    with tracer:
+        result = fn(*traced_args, **traced_kwargs)
+    leaves, structure = flatten_structure(result)
+    outputs = []
+    for leaf in leaves:
+        if not isinstance(leaf, Tensor):
+            leaf = registry.as_tensor(leaf, name="freeze")
+        outputs.append(tracer.value_of(leaf) if not isinstance(leaf, Variable) else tracer.value_of(tracer.read(leaf)))
+    graph.outputs = outputs
+    graph.output_structure = structure
+    graph.lint()
+    return graph
+
+
+def freeze(fn, *specs, name: str | None = None, optimize: bool = True, **kwargs) -> Graph:
+    """Freeze `fn` into a Graph: one TensorSpec (or nested structure of them) per
+    tensor argument; other positional and keyword arguments are fixed Python values.
+    The graph is optimized by the default passes unless `optimize=False`.
+
+    >>> import tapeflow as tp
+    >>> g = tp.freeze(lambda a, b: a @ b, tp.TensorSpec((2, 3)), tp.TensorSpec((3, 4)))
+    >>> [v.type_string() for v in g.outputs]
+    ['float32[2,4]']
+    """
+    graph = trace(fn, specs, kwargs, name=name)
+    if optimize:
+        from tapeflow.graph.passes import optimize as run_passes
+
+        run_passes(graph)
+    return graph
