@@ -14,6 +14,7 @@ from tapeflow.layers.base import Layer, serialize_initializer, serialize_regular
 from tapeflow.ops import nn
 from tapeflow.ops.math import cast, not_equal
 from tapeflow.ops.registry import as_tensor
+from tapeflow.tensor import TracedTensor
 
 
 class Embedding(Layer):
@@ -62,8 +63,8 @@ class Embedding(Layer):
 
     def call(self, inputs):
         ids = inputs if inputs.dtype.kind == "i" else cast(inputs, "int64")
-        values = ids.numpy()
-        if values.size and (values.min() < 0 or values.max() >= self.input_dim):
+        values = None if isinstance(ids, TracedTensor) else ids.numpy()  # a frozen graph checks when it runs
+        if values is not None and values.size and (values.min() < 0 or values.max() >= self.input_dim):
             bad = values[(values < 0) | (values >= self.input_dim)].flat[0]
             raise ValueError(
                 f"{self.name}: id {bad} is out of range [0, {self.input_dim}) (input_dim={self.input_dim}), "

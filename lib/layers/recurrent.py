@@ -30,7 +30,7 @@ from tapeflow.layers.base import (
 )
 from tapeflow.layers.core import get_activation, serialize_activation
 from tapeflow.ops.array import concat, reshape, split, stack
-from tapeflow.ops.creation import ones, zeros
+from tapeflow.ops.creation import full_like, ones, zeros
 from tapeflow.ops.math import cast, matmul, where
 from tapeflow.ops.registry import as_tensor
 
@@ -294,7 +294,7 @@ class RNN(Layer):
         batch, steps = inputs.shape[0], inputs.shape[1]
         if steps == 0:
             raise ValueError(f"{self.name}: the input has no time steps (shape {inputs.shape})")
-        states = self._initial_states(batch, initial_state)
+        states = self._initial_states(batch, initial_state, inputs)
         project = getattr(self.cell, "project", None)
         if project is not None:
             xs, step = split(project(inputs), steps, axis=1), self.cell.step
@@ -315,8 +315,11 @@ class RNN(Layer):
         result = stack(outputs, axis=1) if self.return_sequences else output
         return [result, *states] if self.return_state else result
 
-    def _initial_states(self, batch: int, initial_state) -> list:
+    def _initial_states(self, batch: int, initial_state, inputs=None) -> list:
         sizes = self._state_sizes
+        if initial_state is None and batch is None:  # frozen with a dynamic batch: zeros shaped from the input
+            column = full_like(inputs[:, 0, :1], 0.0)
+            return [column + zeros((1, s), self.dtype.name) for s in sizes]
         if initial_state is None:
             return [zeros((batch, s), self.dtype.name) for s in sizes]
         given = list(initial_state) if isinstance(initial_state, list | tuple) else [initial_state]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tapeflow import tensor as _tensor
-from tapeflow.ops import array, creation, math, nn, optim, random, reduce, registry
+from tapeflow.ops import array, control, creation, math, nn, optim, random, reduce, registry
 from tapeflow.ops.array import (
     broadcast_to,
     concat,
@@ -31,6 +31,7 @@ from tapeflow.ops.array import (
     tile,
     transpose,
 )
+from tapeflow.ops.control import cond, while_loop
 from tapeflow.ops.creation import (
     arange,
     constant,

@@ -24,11 +24,19 @@ from tapeflow.tensor import Tensor
 
 # ----------------------------------------------------------------- reshape
 def _resolve_shape(name: str, in_shape: tuple, shape: tuple) -> tuple:
+    """The output shape of reshape; None in `shape` keeps the input's dimension at
+    that position, and None in the result marks a dimension known only at run time."""
     if shape.count(-1) > 1:
         raise ValueError(f"{name}: at most one -1 is allowed in shape {shape}")
-    for d in shape:
-        if not isinstance(d, int | np.integer) or d < -1:
+    for i, d in enumerate(shape):
+        if d is None:
+            if i >= len(in_shape):
+                raise ValueError(f"{name}: None at position {i} of {shape} has no input dimension {in_shape} to keep")
+        elif not isinstance(d, int | np.integer) or d < -1:
             raise ValueError(f"{name}: invalid dimension {d!r} in shape {shape}")
+    shape = tuple(in_shape[i] if d is None else d for i, d in enumerate(shape))
+    if None in shape or None in in_shape:
+        return tuple(None if d == -1 else d for d in shape)
     size = _pymath.prod(in_shape)
     known = _pymath.prod(d for d in shape if d != -1)
     if -1 in shape:
@@ -46,18 +54,21 @@ def _reshape_infer(x, shape):
 
 @defop("reshape", infer=_reshape_infer, vjp=lambda gs, xs, ys, shape: (reshape(gs[0], xs[0].shape),))
 def _RESHAPE(x, shape):
+    if None in shape:
+        shape = tuple(x.shape[i] if d is None else d for i, d in enumerate(shape))
     return np.reshape(x, shape)
 
 
 def reshape(x, shape) -> Tensor:
-    """The same values in a new shape; one dimension may be -1.
+    """The same values in a new shape; one dimension may be -1, and None keeps
+    the input's dimension at that position (a batch size known only at run time).
 
     >>> import tapeflow as tp
     >>> tp.reshape(tp.ones((2, 3)), (-1,)).shape
     (6,)
     """
     x = as_tensor(x, name="reshape")
-    shape = (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(d) for d in shape)
+    shape = (int(shape),) if isinstance(shape, int | np.integer) else tuple(None if d is None else int(d) for d in shape)
     if shape == x.shape:
         return x
     return apply(_RESHAPE, (x,), {"shape": shape})
@@ -350,12 +361,22 @@ def _normalize_index(index) -> tuple:
     return tuple(out)
 
 
+_DYNAMIC_PROBES = (1_000_003, 1_000_033)  # stand-ins for dimensions known only at run time
+
+
 def _getitem_infer(x, index):
     try:
-        probe = np.broadcast_to(np.empty((), dtype=np.int8), x.shape)[index]
+        if None not in x.shape:
+            return [(np.broadcast_to(np.empty((), dtype=np.int8), x.shape)[index].shape, x.dtype)]
+        # Index a view twice, with two stand-in sizes for each dynamic dimension:
+        # output dimensions that differ between the two depend on them.
+        probes = [
+            np.broadcast_to(np.empty((), dtype=np.int8), tuple(p if d is None else d for d in x.shape))[index].shape
+            for p in _DYNAMIC_PROBES
+        ]
     except IndexError as err:
         raise IndexOutOfRange(f"getitem: index {_show(index)} is invalid for shape {x.shape}: {err}") from None
-    return [(probe.shape, x.dtype)]
+    return [(tuple(a if a == b else None for a, b in zip(*probes, strict=True)), x.dtype)]
 
 
 def _show(index) -> str:
@@ -366,26 +387,30 @@ def _has_arrays(index) -> bool:
     return any(isinstance(i, np.ndarray) for i in index)
 
 
-@defop(
-    "getitem",
-    infer=_getitem_infer,
-    vjp=lambda gs, xs, ys, index: (apply(_GETITEM_GRAD, (gs[0],), {"shape": xs[0].shape, "index": index}),),
-)
+def _getitem_vjp(gs, xs, ys, index):
+    if None in xs[0].shape:  # a dynamic shape: the gradient takes it from x when the graph runs
+        return (apply(_GETITEM_GRAD, (gs[0], xs[0]), {"shape": xs[0].shape, "index": index}),)
+    return (apply(_GETITEM_GRAD, (gs[0],), {"shape": xs[0].shape, "index": index}),)
+
+
+@defop("getitem", infer=_getitem_infer, vjp=_getitem_vjp)
 def _GETITEM(x, index):
     return np.array(x[index]) if not _has_arrays(index) else x[index]
 
 
-def _getitem_grad_infer(g, shape, index):
+def _getitem_grad_infer(g, *like, shape, index):
     return [(tuple(shape), g.dtype)]
 
 
 @defop(
     "getitem_grad",
     infer=_getitem_grad_infer,
-    vjp=lambda gs, xs, ys, shape, index: (apply(_GETITEM, (gs[0],), {"index": index}),),
+    vjp=lambda gs, xs, ys, shape, index: (apply(_GETITEM, (gs[0],), {"index": index}),) + (None,) * (len(xs) - 1),
 )
-def _GETITEM_GRAD(g, shape, index):
-    out = np.zeros(shape, dtype=g.dtype)
+def _GETITEM_GRAD(g, *like, shape, index):
+    """The gradient of getitem: `g` scattered into zeros of `shape` (or of the
+    shape of `like`, the indexed tensor, when `shape` has dynamic dimensions)."""
+    out = np.zeros(like[0].shape if like else shape, dtype=g.dtype)
     if _has_arrays(index):
         np.add.at(out, index, g)
     else:

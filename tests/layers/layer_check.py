@@ -8,6 +8,8 @@
    given the same weights, computes the same output; the config is JSON-serializable.
 4. `get_weights` -> a fresh layer's `set_weights` gives the same output.
 5. An HDF5 weights file written from the layer loads into a clone with the same output.
+6. The layer frozen into a graph (batch dimension dynamic, with and without the
+   optimizing passes) computes the eager output.
 """
 
 from __future__ import annotations
@@ -209,4 +211,23 @@ def check_layer(
             report = tp.io.load_weights(clone, path)
         assert report.ok and len(report.matched) == len(weights), report
         _outputs_close(clone(_to_tensors(x), **call_kwargs), reference, f"{layer.name}: HDF5 round trip")
+
+    # 6. frozen graph == eager
+    check_frozen(layer, x, shapes_in, dtype, call_kwargs, reference)
     return layer
+
+
+def check_frozen(layer, x, shapes_in, dtype, call_kwargs, reference):
+    """The layer frozen at inference gives the eager `reference` outputs."""
+    multi = isinstance(x, list)
+    dynamic = not call_kwargs  # extra tensor arguments (masks) are fixed to this batch
+    specs = [tp.TensorSpec(((None if dynamic else s[0]), *s[1:]), dtype) for s in shapes_in]
+
+    def forward(*inputs):
+        return layer(list(inputs) if multi else inputs[0], **call_kwargs)
+
+    for optimize in (False, True):
+        graph = tp.freeze(forward, *specs, optimize=optimize)
+        graph.lint()
+        frozen = graph(*(_as_list(x)))
+        _outputs_close(frozen, reference, f"{layer.name}: frozen graph (optimize={optimize})")

@@ -1,0 +1,268 @@
+"""Graph-mode `tp.cond` and `tp.while_loop`: branches and loop bodies are traced
+into subgraphs, held by a `cond` or `while_loop` node, and run by the executor.
+
+Gradients: the VJP of a cond is a cond of the branches' VJPs; the VJP of a
+while loop is a `while_loop_grad` node that replays the forward iterations and
+runs the body's gradient graph backwards through them (first order only).
+
+>>> import tapeflow as tp
+>>> f = tp.function(lambda x: tp.cond(tp.sum(x) > 0, lambda: x * 2.0, lambda: -x))
+>>> f(tp.tensor([1.0, 2.0])).numpy().tolist(), f(tp.tensor([-1.0, -2.0])).numpy().tolist()
+([2.0, 4.0], [1.0, 2.0])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow import dtypes
+from tapeflow.autodiff import GradientTape
+from tapeflow.graph.executor import Executor
+from tapeflow.graph.ir import Graph
+from tapeflow.graph.trace import TensorSpec, Tracer, flatten_structure, rebuild_structure, trace
+from tapeflow.ops import control
+from tapeflow.ops.creation import zeros_like
+from tapeflow.ops.registry import apply, as_tensor, defop, get_op
+from tapeflow.tensor import TRACING, Tensor
+
+
+# ------------------------------------------------------------ subgraphs
+def run_subgraph(graph: Graph, arrays) -> list:
+    """Run a branch or body graph on arrays (its executor is built once)."""
+    if graph._executor is None:
+        graph._executor = Executor(graph, graph.outputs, graph.inputs, with_updates=False)
+    return graph._executor.run(list(arrays))
+
+
+def replay(graph: Graph, inputs) -> list:
+    """Apply a graph's nodes as ops to `inputs` (so tapes and tracers see them)."""
+    env = {id(v): t for v, t in zip(graph.inputs, inputs, strict=True)}
+    for c in graph.constants:
+        env[id(c)] = Tensor._wrap(c.data)
+    for node in graph.nodes:
+        op = get_op(node.op)
+        attrs = {k: a for k, a in node.attrs.items() if not k.startswith("_")}
+        outs = apply(op, tuple(env[id(v)] for v in node.inputs), attrs)
+        outs = (outs,) if op.num_outputs == 1 else outs
+        env.update((id(v), o) for v, o in zip(node.outputs, outs, strict=True))
+    return [env[id(v)] for v in graph.outputs]
+
+
+def replay_gradient(graph: Graph, inputs, output_grads) -> list:
+    """Gradients of the graph's float outputs (weighted by output_grads) with
+    respect to its inputs; zeros for unconnected float inputs, None for others."""
+    with GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(list(inputs))
+        outs = replay(graph, inputs)
+    pairs = [(o, g) for o, g in zip(outs, output_grads, strict=True) if o.dtype.kind == "f"]
+    if not pairs:
+        return [zeros_like(t) if t.dtype.kind == "f" else None for t in inputs]
+    return tape.gradient(
+        [o for o, _ in pairs], list(inputs), output_gradients=[g for _, g in pairs], unconnected_gradients="zero"
+    )
+
+
+def _trace_subgraph(fn, args, name: str):
+    """Trace fn(*args) as a nested subgraph; returns (graph, captured outer tensors)."""
+    parent = TRACING.tracer
+    graph = Graph(name)
+    tracer = Tracer(graph, parent=parent)
+    inner = [tracer.add_input(f"arg{i}", a.shape, a.dtype) for i, a in enumerate(args)]
+    with tracer:
+        result = fn(*inner)
+        leaves, structure = flatten_structure(result)
+        graph.outputs = [tracer.value_of(x if isinstance(x, Tensor) else as_tensor(x, name=name)) for x in leaves]
+    graph.output_structure = structure
+    graph.lint()
+    return graph, [outer for outer, _ in tracer.captures]
+
+
+def _union(*capture_lists):
+    union, index = [], {}
+    maps = []
+    for caps in capture_lists:
+        m = []
+        for t in caps:
+            key = id(t.ref)
+            if key not in index:
+                index[key] = len(union)
+                union.append(t)
+            m.append(index[key])
+        maps.append(tuple(m))
+    return union, maps
+
+
+# ------------------------------------------------------------ cond
+def _cond_infer(pred, *captures, output_specs, **_):
+    if pred.dtype.kind != "b":
+        raise TypeError(f"cond: the predicate must be bool, got {pred.dtype}")
+    return [(shape, dtypes.as_dtype(d)) for shape, d in output_specs]
+
+
+def _cond_vjp(gs, inputs, outputs, then_graph, else_graph, then_map, else_map, output_specs, structure):
+    pred, caps = inputs[0], inputs[1:]
+    gs = [g if g is not None else zeros_like(o) for g, o in zip(gs, outputs, strict=True)]
+    wanted = [j for j, c in enumerate(caps) if c.dtype.kind == "f"]
+    if not wanted:
+        return [None] * len(inputs)
+
+    def branch(graph, mapping):
+        def fn():
+            grads = replay_gradient(graph, [caps[i] for i in mapping], gs)
+            out = []
+            for j in wanted:
+                total = None
+                for k, i in enumerate(mapping):
+                    if i == j and grads[k] is not None:
+                        total = grads[k] if total is None else total + grads[k]
+                out.append(total if total is not None else zeros_like(caps[j]))
+            return tuple(out)
+
+        return fn
+
+    result = control.cond(pred, branch(then_graph, then_map), branch(else_graph, else_map))
+    result = result if isinstance(result, tuple) else (result,)
+    grads = [None] * len(inputs)
+    for j, g in zip(wanted, result, strict=True):
+        grads[1 + j] = g
+    return grads
+
+
+@defop("cond", infer=_cond_infer, vjp=_cond_vjp, num_outputs=None)
+def _COND(pred, *captures, then_graph, else_graph, then_map, else_map, output_specs, structure):
+    graph, mapping = (then_graph, then_map) if bool(np.asarray(pred).reshape(())) else (else_graph, else_map)
+    return tuple(run_subgraph(graph, [captures[i] for i in mapping]))
+
+
+def _merge_specs(a: Graph, b: Graph):
+    if len(a.outputs) != len(b.outputs) or str(a.output_structure) != str(b.output_structure):
+        raise ValueError(
+            f"cond: the branches return different structures ({len(a.outputs)} and {len(b.outputs)} tensors)"
+        )
+    specs = []
+    for i, (x, y) in enumerate(zip(a.outputs, b.outputs, strict=True)):
+        if x.dtype is not y.dtype or len(x.shape) != len(y.shape):
+            raise ValueError(
+                f"cond: output {i} is {x.type_string()} in true_fn but {y.type_string()} in false_fn; "
+                "both branches must give the same dtype and rank"
+            )
+        specs.append((tuple(p if p == q else None for p, q in zip(x.shape, y.shape, strict=True)), x.dtype.name))
+    return tuple(specs)
+
+
+def graph_cond(pred, true_fn, false_fn):
+    then_graph, then_caps = _trace_subgraph(true_fn, [], "cond_true")
+    else_graph, else_caps = _trace_subgraph(false_fn, [], "cond_false")
+    specs = _merge_specs(then_graph, else_graph)
+    union, (then_map, else_map) = _union(then_caps, else_caps)
+    attrs = {
+        "then_graph": then_graph,
+        "else_graph": else_graph,
+        "then_map": then_map,
+        "else_map": else_map,
+        "output_specs": specs,
+        "structure": then_graph.output_structure,
+    }
+    outs = apply(_COND, (pred, *union), attrs)
+    return rebuild_structure(then_graph.output_structure, list(outs))
+
+
+# ------------------------------------------------------------ while
+def _loop(cond_graph, body_graph, cond_map, body_map, max_iter, values, caps, trajectory=None):
+    i = 0
+    while max_iter is None or i < max_iter:
+        (flag,) = run_subgraph(cond_graph, list(values) + [caps[j] for j in cond_map])
+        if not bool(np.asarray(flag).reshape(())):
+            break
+        if trajectory is not None:
+            trajectory.append(values)
+        values = run_subgraph(body_graph, list(values) + [caps[j] for j in body_map])
+        i += 1
+    return values
+
+
+def _while_infer(*inputs, n_vars, output_specs, **_):
+    return [(shape, dtypes.as_dtype(d)) for shape, d in output_specs]
+
+
+def _while_vjp(gs, inputs, outputs, **attrs):
+    gs = [g if g is not None else zeros_like(o) for g, o in zip(gs, outputs, strict=True)]
+    grads = apply(_WHILE_GRAD, tuple(inputs) + tuple(gs), {**attrs, "body_grad_graph": _body_gradient_graph(attrs)})
+    return [g if t.dtype.kind == "f" else None for g, t in zip(grads, inputs[: len(inputs)], strict=True)]
+
+
+@defop("while_loop", infer=_while_infer, vjp=_while_vjp, num_outputs=None)
+def _WHILE(*inputs, cond_graph, body_graph, cond_map, body_map, n_vars, maximum_iterations, output_specs):
+    values, caps = list(inputs[:n_vars]), inputs[n_vars:]
+    return tuple(_loop(cond_graph, body_graph, cond_map, body_map, maximum_iterations, values, caps))
+
+
+def _body_gradient_graph(attrs) -> Graph:
+    """A standalone graph: (loop vars, body captures, output grads) -> grads of the body inputs."""
+    body = attrs["body_graph"]
+    specs = [TensorSpec(v.shape, v.dtype) for v in body.inputs]
+    out_specs = [TensorSpec(v.shape, v.dtype) for v in body.outputs]
+
+    def body_grad(inputs, out_grads):
+        grads = replay_gradient(body, inputs, out_grads)
+        return [g if g is not None else zeros_like(t) for g, t in zip(grads, inputs, strict=True)]
+
+    with_none = TRACING.tracer
+    TRACING.tracer = None
+    try:
+        return trace(body_grad, (specs, out_specs), name="while_body_grad")
+    finally:
+        TRACING.tracer = with_none
+
+
+def _while_grad_infer(*inputs, n_vars, **_):
+    return [(t.shape, t.dtype) for t in inputs[: len(inputs) - n_vars]]
+
+
+@defop("while_loop_grad", infer=_while_grad_infer, num_outputs=None)
+def _WHILE_GRAD(
+    *inputs, cond_graph, body_graph, cond_map, body_map, n_vars, maximum_iterations, output_specs, body_grad_graph
+):
+    n_in = len(inputs) - n_vars
+    values, caps, out_grads = list(inputs[:n_vars]), inputs[n_vars:n_in], list(inputs[n_in:])
+    trajectory: list = []
+    _loop(cond_graph, body_graph, cond_map, body_map, maximum_iterations, values, caps, trajectory)
+    cap_grads = [np.zeros_like(c) for c in caps]
+    g_vars = out_grads
+    for step_values in reversed(trajectory):
+        body_caps = [caps[j] for j in body_map]
+        res = run_subgraph(body_grad_graph, list(step_values) + body_caps + g_vars)
+        g_vars = list(res[:n_vars])
+        for k, j in enumerate(body_map):
+            cap_grads[j] = cap_grads[j] + res[n_vars + k]
+    return tuple(g_vars) + tuple(cap_grads)
+
+
+def graph_while(cond_fn, body, values, maximum_iterations):
+    cond_graph, cond_caps = _trace_subgraph(cond_fn, values, "while_cond")
+    if len(cond_graph.outputs) != 1 or cond_graph.outputs[0].dtype.kind != "b":
+        raise TypeError("while_loop: cond must return one bool tensor")
+    body_graph, body_caps = _trace_subgraph(body, values, "while_body")
+    if len(body_graph.outputs) != len(values):
+        raise ValueError(f"while_loop: body returned {len(body_graph.outputs)} values for {len(values)} loop variables")
+    for i, (v, o) in enumerate(zip(values, body_graph.outputs, strict=True)):
+        if o.dtype is not v.dtype or tuple(o.shape) != tuple(v.shape):
+            raise ValueError(
+                f"while_loop: loop variable {i} enters as {v.dtype.name}{list(v.shape)} but the body returns "
+                f"{o.type_string()}; a loop variable must keep its shape and dtype"
+            )
+    union, (cond_map, body_map) = _union(cond_caps, body_caps)
+    attrs = {
+        "cond_graph": cond_graph,
+        "body_graph": body_graph,
+        "cond_map": cond_map,
+        "body_map": body_map,
+        "n_vars": len(values),
+        "maximum_iterations": maximum_iterations,
+        "output_specs": tuple((tuple(v.shape), v.dtype.name) for v in values),
+    }
+    return list(apply(_WHILE, (*values, *union), attrs))
+
+
+control.GRAPH_IMPL["cond"] = graph_cond
+control.GRAPH_IMPL["while_loop"] = graph_while
