@@ -1,7 +1,7 @@
 """Training benchmark: tapeflow's `model.fit` against the same training loop in PyTorch.
 
-    .venv/bin/python bench/train.py               # about a minute on 2 cores
-    .venv/bin/python bench/train.py --sequential  # all of one library's calls, then the other's
+    .venv/bin/python bench/train.py             # about a minute on 2 cores
+    .venv/bin/python bench/train.py --rounds 5  # more rounds, for a busy machine
 
 Two workloads, with the same data (a Fashion-MNIST slice, random images when the files
 are missing), the same threads and the same optimizer:
@@ -14,9 +14,14 @@ are missing), the same threads and the same optimizer:
 Each timed call is one `model.fit` epoch of a few steps (shuffling, batching, loss and
 accuracy included). On the PyTorch side it is the loop that `fit` stands for: a shuffled
 pass that does forward, loss, backward and an Adam step, and keeps a running loss and
-accuracy. The two run in one process, in alternating blocks. Peak memory is measured in a
-fresh subprocess for each library and workload: the peak resident set during training,
-less the resident set after imports and data.
+accuracy.
+
+Each library trains in a process of its own, one process at a time, so that the two
+never share the cores (nor load two OpenMP runtimes into one process). The processes
+alternate over several rounds, which spreads slow spells of a shared machine over both.
+A process reports its step times and its peak resident set during training, less the
+resident set after imports and data. Reported: the median step time over all rounds, the
+spread of the per-round medians, and the ratio tapeflow / PyTorch.
 Targets: step time at most 1.2x PyTorch's for the MLP and 1.3x for the CNN, and peak
 memory at most PyTorch's.
 """
@@ -25,23 +30,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _harness  # noqa: E402
-from _harness import THREADS, compare, pin_threads  # noqa: E402
+from _harness import THREADS, pin_threads  # noqa: E402
 
 pin_threads()
 
 import numpy as np  # noqa: E402
 
-# name: (batch size, steps per timed call, timed calls, step-time target, steps in the memory run)
+# name: (batch size, steps per timed call, timed calls per round, step-time target)
 WORKLOADS = {
-    "mlp": (128, 20, 20, 1.2, 20),
-    "cnn": (50, 5, 10, 1.3, 6),
+    "mlp": (128, 20, 8, 1.2),
+    "cnn": (50, 5, 4, 1.3),
 }
+WARMUP_CALLS = 2
 TITLES = {"mlp": "MLP 784-256-256-10, Adam, batch 128", "cnn": "Deep-MNIST CNN, Adam, batch 50"}
 LIBRARIES = ("tapeflow", "pytorch")
 
@@ -55,12 +63,8 @@ def load_slice(n: int) -> tuple[np.ndarray, np.ndarray, str]:
         (x, y), _ = mnist.load_data("fashion")
         return (x[:n].astype(np.float32) / 255.0), y[:n].astype(np.int64), "Fashion-MNIST"
     except FileNotFoundError:
-        return (*random_slice(n), "random images")
-
-
-def random_slice(n: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return rng.random((n, 28, 28), dtype=np.float32), rng.integers(0, 10, n)
+        rng = np.random.default_rng(0)
+        return rng.random((n, 28, 28), dtype=np.float32), rng.integers(0, 10, n), "random images"
 
 
 def workload_data(name: str, x: np.ndarray, y: np.ndarray, library: str):
@@ -149,7 +153,7 @@ def pytorch_trainer(name: str, x: np.ndarray, y: np.ndarray):
 TRAINERS = {"tapeflow": tapeflow_trainer, "pytorch": pytorch_trainer}
 
 
-# ------------------------------------------------------------------ memory
+# ------------------------------------------------------------------ worker
 def _status_kb(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -168,84 +172,121 @@ def _reset_peak() -> bool:
         return False
 
 
-def memory_worker(library: str, name: str) -> None:
-    """Run in a fresh process: print the peak resident set of training above the baseline."""
-    batch, steps = WORKLOADS[name][0], WORKLOADS[name][4]
-    # Random images: the values do not change the memory, and loading Fashion-MNIST would
-    # import tapeflow into PyTorch's process.
-    x, y = workload_data(name, *random_slice(batch * steps), library)
+def worker(library: str, name: str, data: str) -> None:
+    """Run in a fresh process: train one library on one workload and print a JSON report."""
     __import__("tapeflow" if library == "tapeflow" else "torch")
+    with np.load(data) as arrays:
+        x, y = workload_data(name, arrays["x"], arrays["y"], library)
     reset = _reset_peak()
     baseline = _status_kb("VmRSS") if reset else _status_kb("VmHWM")
-    TRAINERS[library](name, x, y)()
-    peak = _status_kb("VmHWM")
-    print(json.dumps({"baseline_kb": baseline, "peak_kb": peak, "exact": reset}))
+    fit = TRAINERS[library](name, x, y)
+    for _ in range(WARMUP_CALLS):
+        fit()
+    seconds = []
+    for _ in range(WORKLOADS[name][2]):
+        start = time.perf_counter()
+        fit()
+        seconds.append(time.perf_counter() - start)
+    report = {"seconds": seconds, "baseline_kb": baseline, "peak_kb": _status_kb("VmHWM"), "exact": reset}
+    print(json.dumps(report))
 
 
-def peak_memory_mb(library: str, name: str) -> tuple[float, bool]:
-    """Training's peak resident set above the post-import baseline, in MiB, from a subprocess."""
-    cmd = [sys.executable, __file__, "--memory-worker", library, name]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    report = json.loads(out.strip().splitlines()[-1])
-    return max(report["peak_kb"] - report["baseline_kb"], 0) / 1024, report["exact"]
+def run_worker(library: str, name: str, data: Path) -> dict:
+    """One worker process's report; its step times in seconds per step."""
+    cmd = [sys.executable, __file__, "--worker", library, name, str(data)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{library} on {name} failed:\n{result.stderr}")
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report["step_seconds"] = [s / WORKLOADS[name][1] for s in report.pop("seconds")]
+    return report
 
 
 # -------------------------------------------------------------------- main
-def bench(name: str, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Median seconds per step of tapeflow and PyTorch on one workload."""
-    batch, steps, calls, _, _ = WORKLOADS[name]
-    x, y = x[: batch * steps], y[: batch * steps]
-    fits = [TRAINERS[lib](name, *workload_data(name, x, y, lib)) for lib in LIBRARIES]
-    seconds = compare(*fits, repeats=calls, warmup=2)
-    return seconds[0] / steps, seconds[1] / steps
+def bench(name: str, data: Path, rounds: int) -> dict:
+    """Every round runs both libraries, one after the other; the first alternates between rounds."""
+    reports = {lib: [] for lib in LIBRARIES}
+    for round_ in range(rounds):
+        order = LIBRARIES if round_ % 2 == 0 else LIBRARIES[::-1]
+        for lib in order:
+            reports[lib].append(run_worker(lib, name, data))
+    return reports
+
+
+def summarize(reports: list[dict]) -> dict:
+    steps = [s for r in reports for s in r["step_seconds"]]
+    medians = [statistics.median(r["step_seconds"]) for r in reports]
+    peak_mb = max(max(r["peak_kb"] - r["baseline_kb"], 0) for r in reports) / 1024
+    return {
+        "median": statistics.median(steps),
+        "rounds": medians,
+        "peak_mb": peak_mb,
+        "exact": all(r["exact"] for r in reports),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sequential", action="store_true", help="time each library in one block")
-    parser.add_argument("--memory-worker", nargs=2, metavar=("LIBRARY", "WORKLOAD"), help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3, help="processes per library and workload")
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--worker", nargs=3, metavar=("LIBRARY", "WORKLOAD", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.memory_worker:
-        memory_worker(*args.memory_worker)
+    if args.worker:
+        worker(*args.worker)
         return
-    if args.sequential:
-        _harness.BLOCK = None
-
-    import torch
 
     import tapeflow as tp
 
     n = max(batch * steps for batch, steps, *_ in WORKLOADS.values())
     x, y, source = load_slice(n)
-    print(f"threads: {THREADS}; kernels: {', '.join(tp.build_info())}; torch {torch.__version__}; data: {source}")
+    torch_version = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+    ).stdout.strip()
+    print(f"threads: {THREADS}; kernels: {', '.join(tp.build_info())}; torch {torch_version}; data: {source}")
+    print(f"each library in its own process, {args.rounds} rounds, one process at a time")
     rows = []
-    for name in WORKLOADS:
-        ours, theirs = bench(name, x, y)
-        memory = [peak_memory_mb(lib, name) for lib in LIBRARIES]
-        rows.append((name, ours, theirs, memory))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.workloads:
+            batch, steps = WORKLOADS[name][:2]
+            data = Path(tmp) / f"{name}.npz"
+            np.savez(data, x=x[: batch * steps], y=y[: batch * steps])
+            reports = bench(name, data, args.rounds)
+            rows.append((name, *(summarize(reports[lib]) for lib in LIBRARIES)))
     print_report(rows)
 
 
 def print_report(rows) -> None:
     header = (
-        f"{'workload':36s} {'tapeflow':>10s} {'pytorch':>10s} {'ratio':>6s} {'target':>7s}  "
+        f"{'workload':36s} {'tapeflow':>9s} {'pytorch':>9s} {'ratio':>6s} {'target':>7s}  "
         f"{'samples/s tp':>12s} {'pytorch':>8s}  {'peak MiB tp':>11s} {'pytorch':>8s} {'mem ok':>6s}"
     )
     print(header)
     print("-" * len(header))
-    for name, ours, theirs, ((mem_ours, exact_ours), (mem_theirs, exact_theirs)) in rows:
+    for name, ours, theirs in rows:
         batch, target = WORKLOADS[name][0], WORKLOADS[name][3]
-        ratio = ours / theirs
-        mark = "" if exact_ours and exact_theirs else "*"
+        ratio = ours["median"] / theirs["median"]
+        mark = "" if ours["exact"] and theirs["exact"] else "*"
         print(
-            f"{TITLES[name]:36s} {ours * 1e3:8.1f}ms {theirs * 1e3:8.1f}ms {ratio:5.2f}x "
+            f"{TITLES[name]:36s} {ours['median'] * 1e3:7.1f}ms {theirs['median'] * 1e3:7.1f}ms {ratio:5.2f}x "
             f"{'<=' + format(target, '.1f') + 'x':>7s}{' ' if ratio <= target else '!'} "
-            f"{batch / ours:12.0f} {batch / theirs:8.0f}  "
-            f"{mem_ours:10.1f}{mark} {mem_theirs:7.1f}{mark} {'yes' if mem_ours <= mem_theirs else 'no':>6s}"
+            f"{batch / ours['median']:12.0f} {batch / theirs['median']:8.0f}  "
+            f"{ours['peak_mb']:10.1f}{mark} {theirs['peak_mb']:7.1f}{mark} "
+            f"{'yes' if ours['peak_mb'] <= theirs['peak_mb'] else 'no':>6s}"
         )
-    print("step times are medians per training step; '!' marks a ratio above its target.")
-    if any(not (a[1] and b[1]) for *_, (a, b) in rows):
+    print("step times are medians per training step over all rounds; '!' marks a ratio above its target.")
+    print("per-round medians (ms/step), to show the noise:")
+    for name, ours, theirs in rows:
+        ratios = [a / b for a, b in zip(ours["rounds"], theirs["rounds"], strict=True)]
+        print(
+            f"  {name}: tapeflow {_ms(ours['rounds'])}  pytorch {_ms(theirs['rounds'])}  "
+            f"ratio {min(ratios):.2f}-{max(ratios):.2f}x"
+        )
+    if any(not (ours["exact"] and theirs["exact"]) for _, ours, theirs in rows):
         print("* peak since start-up (this kernel cannot reset VmHWM), so the import peak may hide training's.")
+
+
+def _ms(seconds: list[float]) -> str:
+    return "/".join(f"{s * 1e3:.1f}" for s in seconds)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,22 @@
 [[2.0, 4.0]]
 """
 
-from tapeflow import _kernels, callbacks, data, initializers, io, layers, losses, metrics, optimizers, regularizers
+from tapeflow import (
+    _kernels,
+    callbacks,
+    config,
+    data,
+    initializers,
+    io,
+    layers,
+    losses,
+    metrics,
+    optimizers,
+    regularizers,
+)
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
 from tapeflow.data import datasets
 from tapeflow.devices import Device, device, list_devices
-from tapeflow.graph import FreezeError, Graph, TensorSpec, freeze
 from tapeflow.dtypes import (
     DType,
     as_dtype,
@@ -25,6 +36,8 @@ from tapeflow.dtypes import (
     int64,
     result_type,
 )
+from tapeflow.graph import FreezeError, Graph, TensorSpec, freeze, load_graph
+from tapeflow.graph.function import function
 from tapeflow.models import Model, Sequential
 from tapeflow.ops import *  # noqa: F403 - the op namespace is the public API
 from tapeflow.ops import nn, random

@@ -36,3 +36,20 @@ def _gpu_count() -> int:
 has_gpu = _gpu_count() > 0
 has_xla = importlib.util.find_spec("torch_xla") is not None
 has_dask = importlib.util.find_spec("dask") is not None
+has_onnx = importlib.util.find_spec("onnx") is not None
+
+
+def require_onnx():
+    """The onnx package, imported on first use (it is slow to import), or an
+    ImportError that says how to install it.
+
+    >>> require_onnx().__name__ if has_onnx else "onnx"
+    'onnx'
+    """
+    module = _try_import("onnx") if has_onnx else None
+    if module is None:
+        raise ImportError(
+            "ONNX export needs the onnx package, which is missing or fails to import: "
+            "pip install 'tapeflow[onnx]' (or pip install onnx)"
+        )
+    return module

@@ -544,8 +544,8 @@ class TensorBoard(Callback):
     never throttled. Pass `min_interval_s=0` to keep every N-th batch.
 
     Every `histogram_freq` epochs (0: never), each weight's histogram is written under its
-    name. `write_graph` writes one node per layer (op = layer class; for Sequential, each layer
-    takes the previous one as input): the layer structure, not yet the op graph.
+    name. `write_graph` writes the model's frozen inference graph (ops, weights and shapes), or,
+    for a model that cannot be frozen, one node per layer (op = layer class).
 
     Writing needs no TensorFlow: see `tapeflow.io.tensorboard`. View with
     `tensorboard --logdir <log_dir>`.
@@ -588,7 +588,7 @@ class TensorBoard(Callback):
     def on_train_begin(self, logs=None):
         self._last_batch_write = -math.inf
         if self.write_graph:
-            self._writer("train").add_graph(_event_files().graph_def(_layer_nodes(self.model)))
+            self._writer("train").add_graph(_event_files().model_graph_def(self.model, _layer_nodes(self.model)))
             self._writer("train").flush()
 
     def on_train_batch_end(self, batch, logs=None):

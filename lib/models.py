@@ -41,6 +41,33 @@ class Model(Layer, Trainer):
             return Functional.__new__(Functional)
         return super().__new__(cls)
 
+    def freeze(self, *input_specs, optimize: bool = True):
+        """The inference graph of this model: dropout off, batch normalization on its
+        moving statistics, constants folded; weights stay Variables (graph state).
+
+        `input_specs` default to the shapes and dtypes of the first call's inputs,
+        with the batch dimension dynamic.
+
+        >>> import tapeflow as tp
+        >>> model = tp.Sequential([tp.layers.Dense(3)])
+        >>> _ = model(tp.ones((2, 4)))
+        >>> [(v.name, v.type_string()) for v in model.freeze().inputs]
+        [('input', 'float32[?,4]')]
+        """
+        from tapeflow.graph.trace import TensorSpec, freeze
+
+        specs = input_specs or self._input_signature
+        if not specs:
+            raise ValueError(f"{self.name}.freeze: call the model once or pass TensorSpecs for its inputs")
+
+        def inference(*inputs):
+            return self(inputs[0] if len(inputs) == 1 else list(inputs), training=False)
+
+        names = ["input"] if len(specs) == 1 else [f"input_{i}" for i in range(len(specs))]
+        specs = [s if s.name else TensorSpec(s.shape, s.dtype, name) for s, name in zip(specs, names, strict=True)]
+
+        return freeze(inference, *specs, name=self.name, optimize=optimize)
+
     def summary(self, print_fn=print) -> None:
         """Print each layer's name, type, output shape and parameter count."""
         rows = [

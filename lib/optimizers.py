@@ -76,6 +76,7 @@ class Optimizer:
         self.weight_decay = None if weight_decay is None else _nonnegative(owner, "weight_decay", weight_decay)
         self.name = name or owner.lower()
         self.iterations = 0
+        self._step = 1  # the step number the update in progress uses (counted from 1)
         self._learning_rate = self._checked_learning_rate(learning_rate)
         self._variables: list[Variable] = []  # tracked model variables, in the order first seen
         self._index: dict[int, int] = {}  # id(variable) -> position in _variables
@@ -161,18 +162,33 @@ class Optimizer:
         pairs = self._checked_pairs(grads_and_vars)
         if not pairs:
             return
+        self._apply_pairs(pairs, self.learning_rate, self.iterations + 1)
+        self.iterations += 1
+
+    def apply_gradients_at(self, grads_and_vars, learning_rate, step) -> None:
+        """Update like `apply_gradients`, with the learning rate and the step number
+        (from 1) given as scalar tensors, without counting the iteration.
+
+        A frozen train step calls this, with `learning_rate` and `step` as graph
+        inputs, so one graph serves every step and any schedule; the caller
+        counts `iterations` outside the graph.
+        """
+        pairs = self._checked_pairs(grads_and_vars)
+        if pairs:
+            self._apply_pairs(pairs, learning_rate, step)
+
+    def _apply_pairs(self, pairs, lr, step) -> None:
         grads = self._clipped([g for g, _ in pairs])
-        lr = self.learning_rate
         variables = [v for _, v in pairs]
         for var in variables:
             self._track(var)
+        self._step = step
         if self.weight_decay:
             for var in variables:
                 if self._decays(var):
-                    var.assign(var - var * (self.weight_decay * lr))
+                    var.assign(var - var * (lr * self.weight_decay))
         for grad, var in zip(grads, variables, strict=True):
             self.update_step(grad, var, lr)
-        self.iterations += 1
 
     def apply(self, grads, trainable_variables) -> None:
         """`apply_gradients(zip(grads, trainable_variables))`, the Keras 3 form."""
@@ -401,13 +417,12 @@ class Adam(Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         slots = self.slots(variable)
         m, v = slots["momentum"], slots["velocity"]
-        step = self.iterations + 1
+        step = self._step
         b1, b2 = self.beta_1, self.beta_2
         if not self.amsgrad:
-            # The fused op adds its epsilon to sqrt(v_hat) (the paper's form); scaling it by
-            # 1/sqrt(1 - b2^t) turns that into Keras's epsilon on sqrt(v).
-            eps = self.epsilon / math.sqrt(1.0 - b2**step)
-            p_new, m_new, v_new = adam_update(variable, m, v, gradient, learning_rate, step, b1, b2, eps)
+            p_new, m_new, v_new = adam_update(
+                variable, m, v, gradient, learning_rate, step, b1, b2, self.epsilon, epsilon_on_sqrt_v=True
+            )
             variable.assign(p_new)
             m.assign(m_new)
             v.assign(v_new)
@@ -415,7 +430,10 @@ class Adam(Optimizer):
         m_new = m + (gradient - m) * (1.0 - b1)
         v_new = v + (square(gradient) - v) * (1.0 - b2)
         v_hat = maximum(slots["velocity_hat"], v_new)
-        alpha = learning_rate * math.sqrt(1.0 - b2**step) / (1.0 - b1**step)
+        if isinstance(step, Tensor):  # inside a frozen train step
+            alpha = learning_rate * sqrt(1.0 - b2**step) / (1.0 - b1**step)
+        else:
+            alpha = learning_rate * math.sqrt(1.0 - b2**step) / (1.0 - b1**step)
         variable.assign(variable - m_new * alpha / (sqrt(v_hat) + self.epsilon))
         m.assign(m_new)
         v.assign(v_new)

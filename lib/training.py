@@ -3,7 +3,9 @@ and `BackupAndRestore`, the callback that resumes an interrupted fit.
 
 `Trainer` is mixed into `tp.Model`. It knows nothing of backends: a training step is a
 GradientTape around the model's forward pass and loss, then the optimizer's update.
-Training runs eagerly on the tape (graph-mode training comes with `compile(jit=True)`).
+Training runs eagerly on the tape by default; `compile(jit=True)` freezes the whole step
+(forward, loss, gradients and optimizer update) into one graph over the model's Variables,
+traced once per batch shape, with the learning rate and step number as graph inputs.
 """
 
 from __future__ import annotations
@@ -33,15 +35,16 @@ class Trainer:
     _compiled = False
 
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, jit: bool = False) -> None:
-        """Choose the optimizer, loss and metrics (objects or Keras names)."""
-        if jit:
-            raise NotImplementedError("compile(jit=True): graph-mode training is not available yet")
+        """Choose the optimizer, loss and metrics (objects or Keras names); with
+        `jit=True`, train and evaluate with frozen graphs instead of the tape."""
         if loss is None:
             raise ValueError("compile: a loss is required")
         self.optimizer = optimizers_module.get(optimizer)
         self.loss = losses_module.get(loss)
         self.compiled_metrics = [metrics_module.get(m, loss=self.loss) for m in (metrics or [])]
         self._loss_tracker = metrics_module.Mean(name="loss")
+        self.jit = bool(jit)
+        self._frozen_steps = None
         self._compiled = True
 
     # ------------------------------------------------------------------ steps
@@ -57,6 +60,8 @@ class Trainer:
 
     def train_step(self, x, y) -> dict:
         """One update on one batch; returns the running loss and metric values."""
+        if getattr(self, "jit", False):
+            return self._frozen_train_step(x, y)
         with GradientTape() as tape:
             y_pred = self(x, training=True)
             loss = self._total_loss(y, y_pred)
@@ -66,8 +71,45 @@ class Trainer:
         return self._update_metrics(y, y_pred, loss)
 
     def test_step(self, x, y) -> dict:
+        if getattr(self, "jit", False):
+            y_pred, loss = self._frozen()[1](x, y)
+            return self._update_metrics(y, y_pred, loss)
         y_pred = self(x, training=False)
         return self._update_metrics(y, y_pred, self._total_loss(y, y_pred))
+
+    # ------------------------------------------------------------ frozen steps
+    def _frozen(self):
+        """(train step, test step) as tp.functions, made on first use."""
+        if self._frozen_steps is None:
+            from tapeflow.graph.function import Function
+
+            def train(x, y, learning_rate, step):
+                with GradientTape() as tape:
+                    y_pred = self(x, training=True)
+                    loss = self._total_loss(y, y_pred)
+                variables = self.trainable_weights
+                grads = tape.gradient(loss, variables)
+                self.optimizer.apply_gradients_at(zip(grads, variables, strict=True), learning_rate, step)
+                return y_pred, loss
+
+            def test(x, y):
+                y_pred = self(x, training=False)
+                return y_pred, self._total_loss(y, y_pred)
+
+            self._frozen_steps = (Function(train), Function(test))
+        return self._frozen_steps
+
+    def _frozen_train_step(self, x, y) -> dict:
+        if not self.built:
+            self(x, training=False)
+        variables = self.trainable_weights
+        self.optimizer.build(variables)
+        dtype = variables[0].dtype if variables else "float32"
+        lr = as_tensor(float(self.optimizer.learning_rate), dtype=dtype)
+        step = as_tensor(float(self.optimizer.iterations + 1), dtype=dtype)
+        y_pred, loss = self._frozen()[0](x, y, lr, step)
+        self.optimizer.iterations += 1
+        return self._update_metrics(y, y_pred, loss)
 
     def _update_metrics(self, y, y_pred, loss) -> dict:
         self._loss_tracker.update_state(loss)

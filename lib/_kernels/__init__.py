@@ -17,7 +17,7 @@ from types import ModuleType
 
 from tapeflow._kernels.source_hash import source_sha256
 
-MODULES = ("conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv")
+MODULES = ("conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv", "elementwise")
 REBUILD = "run `make build` (or `python setup.py build_ext --inplace`) to rebuild the kernels"
 
 
@@ -65,14 +65,16 @@ def build_info() -> dict[str, dict]:
 
 
 def set_num_threads(n: int) -> None:
-    """Set the thread count of every kernel's parallel loops and of BLAS (1 without OpenMP).
+    """Set the thread count of every kernel's parallel loops (1 without OpenMP).
+
+    Large gemms are split over these same threads: OpenBLAS itself stays single-threaded
+    (where it can be controlled), so that only one pool of threads ever runs.
 
     >>> old = get_num_threads(); set_num_threads(1); get_num_threads(); set_num_threads(old)
     1
     """
     for module in _modules.values():
         module._set_num_threads(n)
-    _modules["gemm"]._set_blas_threads(get_num_threads())
 
 
 def get_num_threads() -> int:
@@ -80,8 +82,8 @@ def get_num_threads() -> int:
     return _modules["conv"]._get_num_threads()
 
 
-_conv, _gemm, _pool, _xent, _embedding, _fused, _fpenv = (_modules[name] for name in MODULES)
-_gemm._set_blas_threads(get_num_threads())
+_conv, _gemm, _pool, _xent, _embedding, _fused, _fpenv, _elementwise = (_modules[name] for name in MODULES)
+_gemm._pin_blas()
 
 conv2d_forward = _conv.conv2d_forward
 matmul = _gemm.matmul
@@ -95,6 +97,8 @@ sparse_softmax_xent = _xent.sparse_softmax_xent
 gather_rows = _embedding.gather_rows
 scatter_add_rows = _embedding.scatter_add_rows
 adam_update = _fused.adam_update
+relu = _fused.relu
+relu_grad = _fused.relu_grad
 flush_denormals_enter = _fpenv.flush_denormals_enter
 flush_denormals_leave = _fpenv.flush_denormals_leave
 
@@ -118,4 +122,6 @@ __all__ = [
     "gather_rows",
     "scatter_add_rows",
     "adam_update",
+    "relu",
+    "relu_grad",
 ]

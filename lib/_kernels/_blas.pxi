@@ -1,18 +1,27 @@
 # Shared by the modules that call BLAS (`include "_blas.pxi"` after _common.pxi): row-major
-# gemm on scipy's cython_blas, and control of OpenBLAS's own thread pool so that it does not
-# fight the OpenMP threads of our parallel loops.
+# gemm on scipy's cython_blas, and one thread pool for all of it.
+#
+# OpenBLAS's worker threads spin for a long while after each threaded call, and on a small
+# machine they take the cores from our OpenMP threads (and ours from them). So while it can
+# be controlled, OpenBLAS stays single-threaded and our OpenMP threads split every large
+# gemm between them instead. Behind another BLAS, whose threads cannot be set, each gemm runs
+# alone and that BLAS threads it.
 
 import ctypes
 
 import scipy.linalg.cython_blas
 
 from cython cimport floating
+from cython.parallel cimport prange
 from scipy.linalg.cython_blas cimport dgemm, sgemm
 
 ctypedef int (*get_threads_fn)() noexcept nogil
 ctypedef void (*set_threads_fn)(int) noexcept nogil
 cdef get_threads_fn _blas_get_threads = NULL
 cdef set_threads_fn _blas_set_threads = NULL
+
+# Below this many multiply-adds a gemm runs on one thread.
+cdef Py_ssize_t _GEMM_PARALLEL_MIN = 1 << 20
 
 
 def _bind_blas_threading():
@@ -37,40 +46,34 @@ def _bind_blas_threading():
 BLAS_THREAD_CONTROL = _bind_blas_threading()
 
 
-def _set_blas_threads(int n):
-    """Give OpenBLAS's own pool `n` threads (used for gemms run outside our parallel loops)."""
-    if BLAS_THREAD_CONTROL:
-        _blas_set_threads(max(1, n))
-
-
 def _blas_num_threads():
     """OpenBLAS's current thread count, or None when it cannot be controlled."""
     return _blas_get_threads() if BLAS_THREAD_CONTROL else None
 
 
-cdef int _blas_users = 0, _blas_saved_threads = 0
+cdef bint _single_threaded_blas() noexcept:
+    """Make OpenBLAS single-threaded if anything has changed that; False if it cannot be set.
 
-
-cdef void _enter_parallel(int threads):
-    """Make BLAS single-threaded while `threads` of ours run gemms in parallel.
-
-    Called with the GIL held, which makes the count of concurrent users safe: the first
-    saves BLAS's thread count and the last restores it.
+    Called with the GIL held before each parallel region that runs gemms, so that OpenBLAS's
+    pool never runs beside ours.
     """
-    global _blas_users, _blas_saved_threads
-    if threads > 1:
-        if _blas_users == 0:
-            _blas_saved_threads = _blas_get_threads()
-            _blas_set_threads(1)
-        _blas_users += 1
+    if _blas_set_threads == NULL:
+        return False
+    if _blas_get_threads() != 1:
+        _blas_set_threads(1)
+    return True
 
 
-cdef void _leave_parallel(int threads):
-    global _blas_users
-    if threads > 1:
-        _blas_users -= 1
-        if _blas_users == 0:
-            _blas_set_threads(_blas_saved_threads)
+cdef int _gemm_threads(Py_ssize_t work) noexcept:
+    """How many of our threads to give `work` multiply-adds of gemm (1: one plain BLAS call)."""
+    if _num_threads < 2 or work < _GEMM_PARALLEL_MIN or not _single_threaded_blas():
+        return 1
+    return _num_threads
+
+
+def _pin_blas():
+    """Make OpenBLAS single-threaded (a no-op behind a BLAS that cannot be controlled)."""
+    _single_threaded_blas()
 
 
 cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
@@ -87,3 +90,32 @@ cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_
               &beta, c, &ldc_)
 
 
+cdef void _gemm_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                      floating alpha, const floating* a, Py_ssize_t lda, const floating* b,
+                      Py_ssize_t ldb, floating beta, floating* c, Py_ssize_t ldc,
+                      int threads) noexcept nogil:
+    """_gemm with C cut into `threads` bands, each a single-threaded gemm on its own thread.
+
+    The bands run along C's longer side: each thread then packs all of the operand that
+    spans the shorter side, the smaller one to pack twice. Column bands are multiples of 16
+    wide so that every band but the last fills the vector kernels.
+    """
+    cdef bint by_cols = n >= m
+    cdef Py_ssize_t extent = n if by_cols else m, step, part, lo, hi
+    if threads < 2 or extent < 2:
+        _gemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        return
+    step = (extent + threads - 1) // threads
+    if by_cols:
+        step = (step + 15) // 16 * 16
+    for part in prange(threads, num_threads=threads, schedule="static"):
+        lo = part * step
+        hi = min(lo + step, extent)
+        if lo >= hi:
+            continue
+        if by_cols:
+            _gemm(transa, transb, m, hi - lo, k, alpha, a, lda,
+                  b + (lo * ldb if transb == c'T' else lo), ldb, beta, c + lo, ldc)
+        else:
+            _gemm(transa, transb, hi - lo, n, k, alpha, a + (lo if transa == c'T' else lo * lda),
+                  lda, b, ldb, beta, c + lo * ldc, ldc)

@@ -6,10 +6,10 @@ so any combination of pads and output size is memory-safe.
 
 The output rows (n, oh) are cut into chunks whose im2col matrix fits a small per-thread
 scratch buffer. Each OpenMP thread takes whole chunks and runs im2col and a
-*single-threaded* gemm on them, which beats letting BLAS's thread pool and ours fight over
-the cores. The chunks run one after another, and BLAS threads each gemm itself, when there
-is only one chunk, when OpenBLAS's thread count cannot be controlled (another BLAS behind
-scipy), or when chunks of conv2d_backward_input would write to the same image.
+*single-threaded* gemm on them (see _blas.pxi for why OpenBLAS never threads itself here).
+When chunks of conv2d_backward_input would write to the same image they run one after
+another, and each gemm is split over the threads instead. Behind a BLAS whose thread count
+cannot be controlled, the chunks run one after another and that BLAS threads each gemm.
 """
 
 include "_common.pxi"
@@ -41,6 +41,7 @@ cdef struct Plan:
     Py_ssize_t rows      # output rows (n, oh) per chunk
     Py_ssize_t chunks
     int threads          # > 1: chunks in parallel, BLAS single-threaded inside each
+    int gemm_threads     # > 1: chunks one after another, each gemm split over the threads
 
 
 cdef inline tuple _shape4(const floating[:, :, :, ::1] a):
@@ -72,15 +73,16 @@ cdef inline bint _is_pointwise(const Geometry* g) noexcept nogil:
             and g.oh == g.h and g.ow == g.w)
 
 
-cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize, bint whole_images) noexcept nogil:
+cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize, bint whole_images) noexcept:
     """Chunks of output rows that fit the scratch bound, balanced over the threads.
 
     With `whole_images`, parallel chunks hold whole images, so that no two threads write
-    into the same image.
+    into the same image. When the chunks must run one after another, each gemm is split
+    over the threads instead (`gemm_threads`).
     """
     cdef Plan p
     cdef Py_ssize_t fit = max(1, _col_buffer_bytes // max(1, g.ow * g.kh * g.kw * g.c * itemsize))
-    cdef int nt = _num_threads if _blas_set_threads != NULL else 1
+    cdef int nt = _num_threads if _num_threads > 1 and _single_threaded_blas() else 1
     cdef bint by_image = fit >= g.oh and (whole_images or g.n >= nt)
     cdef bint in_parallel = nt > 1 and (by_image or not whole_images)
     cdef Py_ssize_t unit = g.oh if by_image else 1
@@ -94,48 +96,142 @@ cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize, bint whole_images) noexc
         p.chunks = (units + per_chunk - 1) // per_chunk
     p.rows = per_chunk * unit
     p.threads = <int>min(nt, p.chunks) if in_parallel else 1
+    p.gemm_threads = nt if p.threads == 1 else 1
     return p
 
 
-cdef void _im2col(const Geometry* g, const floating* x, floating* col, Py_ssize_t r0,
-                  Py_ssize_t r1) noexcept nogil:
+cdef inline void _valid_taps(const Geometry* g, Py_ssize_t ow, Py_ssize_t* j0,
+                             Py_ssize_t* j1) noexcept nogil:
+    """The kernel columns [j0, j1) whose input column for output column ow is in the image."""
+    cdef Py_ssize_t start = ow * g.sw - g.pl, j
+    j0[0] = g.kw
+    j1[0] = 0
+    for j in range(g.kw):
+        if 0 <= start + j * g.dw < g.w:
+            j0[0] = min(j0[0], j)
+            j1[0] = j + 1
+
+
+cdef inline void _copy(floating* dst, const floating* src, Py_ssize_t count) noexcept nogil:
+    cdef Py_ssize_t q
+    for q in range(count):
+        dst[q] = src[q]
+
+
+cdef inline void _zero(floating* dst, Py_ssize_t count) noexcept nogil:
+    cdef Py_ssize_t q
+    for q in range(count):
+        dst[q] = 0
+
+
+# Inputs with fewer channels than this are gathered through a padded band of input rows.
+cdef Py_ssize_t _BAND_MAX_CHANNELS = 8
+
+
+cdef inline Py_ssize_t _band_width(const Geometry* g) noexcept nogil:
+    """Input columns, padding included, that one output row's windows span."""
+    return (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1
+
+
+cdef inline Py_ssize_t _band_size(const Geometry* g) noexcept nogil:
+    """Elements of the band scratch _im2col needs after the col buffer (0: none)."""
+    return g.kh * _band_width(g) * g.c if g.c < _BAND_MAX_CHANNELS else 0
+
+
+cdef void _im2col(const Geometry* g, const floating* x, floating* col, floating* band,
+                  Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
     """col[(r, ow), (i, j, c)] = x[n, oh*sh - pt + i*dh, ow*sw - pl + j*dw, c] or 0,
-    for the output rows r = n*OH + oh in [r0, r1)."""
-    cdef Py_ssize_t r, n, oh, ow, i, j, ih, iw
-    cdef size_t row_bytes = g.c * sizeof(floating)
+    for the output rows r = n*OH + oh in [r0, r1).
+
+    With many channels each tap's channels are one contiguous copy. With few, the kh input
+    rows one output row reads are first laid out zero-padded in `band`; then each tap
+    (i, j) is a plain strided copy along ow with no bounds to check.
+    """
+    cdef Py_ssize_t r, n, oh, ow, i, j, j0, j1, ih, iw, c
+    cdef Py_ssize_t row = g.kw * g.c, kkc = g.kh * g.kw * g.c
+    cdef Py_ssize_t width = _band_width(g), step = g.sw * g.c
+    cdef Py_ssize_t p_lo = min(max(<Py_ssize_t>g.pl, 0), width)
+    cdef Py_ssize_t p_hi = max(min(g.pl + g.w, width), p_lo)
+    cdef const floating* src
+    cdef floating* dst
     for r in range(r0, r1):
         n = r // g.oh
         oh = r % g.oh
-        for ow in range(g.ow):
+        if band != NULL:
             for i in range(g.kh):
                 ih = oh * g.sh - g.pt + i * g.dh
+                dst = band + i * width * g.c
+                if 0 <= ih < g.h and p_lo < p_hi:
+                    _zero(dst, p_lo * g.c)
+                    _copy(dst + p_lo * g.c, x + ((n * g.h + ih) * g.w + p_lo - g.pl) * g.c,
+                          (p_hi - p_lo) * g.c)
+                    _zero(dst + p_hi * g.c, (width - p_hi) * g.c)
+                else:
+                    _zero(dst, width * g.c)
+            for i in range(g.kh):
                 for j in range(g.kw):
-                    iw = ow * g.sw - g.pl + j * g.dw
-                    if 0 <= ih < g.h and 0 <= iw < g.w:
-                        memcpy(col, x + ((n * g.h + ih) * g.w + iw) * g.c, row_bytes)
+                    src = band + (i * width + j * g.dw) * g.c
+                    dst = col + (i * g.kw + j) * g.c
+                    if g.c == 1:
+                        for ow in range(g.ow):
+                            dst[ow * kkc] = src[ow * step]
                     else:
-                        memset(col, 0, row_bytes)
-                    col += g.c
+                        for ow in range(g.ow):
+                            for c in range(g.c):
+                                dst[ow * kkc + c] = src[ow * step + c]
+            col += g.ow * kkc
+            continue
+        for ow in range(g.ow):
+            _valid_taps(g, ow, &j0, &j1)
+            for i in range(g.kh):
+                ih = oh * g.sh - g.pt + i * g.dh
+                if not (0 <= ih < g.h) or j0 >= j1:
+                    memset(col, 0, row * sizeof(floating))
+                elif g.dw == 1:
+                    src = x + ((n * g.h + ih) * g.w + ow * g.sw - g.pl + j0) * g.c
+                    _zero(col, j0 * g.c)
+                    memcpy(col + j0 * g.c, src, (j1 - j0) * g.c * sizeof(floating))
+                    _zero(col + j1 * g.c, (g.kw - j1) * g.c)
+                else:
+                    for j in range(g.kw):
+                        iw = ow * g.sw - g.pl + j * g.dw
+                        if 0 <= iw < g.w:
+                            memcpy(col + j * g.c, x + ((n * g.h + ih) * g.w + iw) * g.c,
+                                   g.c * sizeof(floating))
+                        else:
+                            _zero(col + j * g.c, g.c)
+                col += row
 
 
 cdef void _col2im(const Geometry* g, const floating* col, floating* dx, Py_ssize_t r0,
                   Py_ssize_t r1) noexcept nogil:
     """dx += the adjoint of _im2col over output rows [r0, r1)."""
-    cdef Py_ssize_t r, n, oh, ow, i, j, ih, iw, c
+    cdef Py_ssize_t r, n, oh, ow, i, j, j0, j1, ih, iw, c, q, span
+    cdef Py_ssize_t row = g.kw * g.c
     cdef floating* dst
+    cdef const floating* src
     for r in range(r0, r1):
         n = r // g.oh
         oh = r % g.oh
         for ow in range(g.ow):
+            _valid_taps(g, ow, &j0, &j1)
             for i in range(g.kh):
                 ih = oh * g.sh - g.pt + i * g.dh
-                for j in range(g.kw):
-                    iw = ow * g.sw - g.pl + j * g.dw
-                    if 0 <= ih < g.h and 0 <= iw < g.w:
-                        dst = dx + ((n * g.h + ih) * g.w + iw) * g.c
-                        for c in range(g.c):
-                            dst[c] += col[c]
-                    col += g.c
+                if 0 <= ih < g.h and j0 < j1:
+                    if g.dw == 1:
+                        dst = dx + ((n * g.h + ih) * g.w + ow * g.sw - g.pl + j0) * g.c
+                        src = col + j0 * g.c
+                        span = (j1 - j0) * g.c
+                        for q in range(span):
+                            dst[q] += src[q]
+                    else:
+                        for j in range(j0, j1):
+                            iw = ow * g.sw - g.pl + j * g.dw
+                            if 0 <= iw < g.w:
+                                dst = dx + ((n * g.h + ih) * g.w + iw) * g.c
+                                for c in range(g.c):
+                                    dst[c] += col[j * g.c + c]
+                col += row
 
 
 cdef inline floating* _alloc(Py_ssize_t count, floating* like) noexcept nogil:
@@ -154,11 +250,12 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     """
     cdef Geometry g = _geometry("conv2d_forward", _shape4(x), _shape4(w), out_h, out_w,
                                 stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)
-    y = np.zeros((g.n, g.oh, g.ow, g.o), dtype=np.float32 if floating is float else np.float64)
-    cdef floating[:, :, :, ::1] y_view = y
+    dtype = np.float32 if floating is float else np.float64
     cdef Py_ssize_t total = g.n * g.oh, kkc = g.kh * g.kw * g.c
     if total * g.ow * g.o == 0 or kkc == 0:
-        return y
+        return np.zeros((g.n, g.oh, g.ow, g.o), dtype=dtype)
+    y = np.empty((g.n, g.oh, g.ow, g.o), dtype=dtype)  # every row written by a gemm
+    cdef floating[:, :, :, ::1] y_view = y
     cdef const floating* xp = &x[0, 0, 0, 0]
     cdef const floating* wp = &w[0, 0, 0, 0]
     cdef floating* yp = &y_view[0, 0, 0, 0]
@@ -168,23 +265,22 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     cdef floating* col = NULL
     cdef int failed = 0
     cdef int* failed_p = &failed
-    _enter_parallel(p.threads)
     with nogil, parallel(num_threads=p.threads):
-        col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, yp)
+        col = NULL if pointwise else _alloc(p.rows * g.ow * kkc + _band_size(&g), yp)
         if not pointwise and col == NULL:
             failed_p[0] = 1
         for chunk in prange(p.chunks, schedule="static"):
             r0 = chunk * p.rows
             r1 = min(r0 + p.rows, total)
             if pointwise:
-                _gemm(c'N', c'N', (r1 - r0) * g.ow, g.o, kkc, 1, xp + r0 * g.ow * kkc, kkc,
-                      wp, g.o, 0, yp + r0 * g.ow * g.o, g.o)
+                _gemm_split(c'N', c'N', (r1 - r0) * g.ow, g.o, kkc, 1, xp + r0 * g.ow * kkc,
+                            kkc, wp, g.o, 0, yp + r0 * g.ow * g.o, g.o, p.gemm_threads)
             elif col != NULL:
-                _im2col(&g, xp, col, r0, r1)
-                _gemm(c'N', c'N', (r1 - r0) * g.ow, g.o, kkc, 1, col, kkc, wp, g.o, 0,
-                      yp + r0 * g.ow * g.o, g.o)
+                _im2col(&g, xp, col, col + p.rows * g.ow * kkc if _band_size(&g) else NULL,
+                        r0, r1)
+                _gemm_split(c'N', c'N', (r1 - r0) * g.ow, g.o, kkc, 1, col, kkc, wp, g.o, 0,
+                            yp + r0 * g.ow * g.o, g.o, p.gemm_threads)
         free(col)
-    _leave_parallel(p.threads)
     if failed:
         raise MemoryError("conv2d_forward: cannot allocate the im2col buffer")
     return y
@@ -216,7 +312,6 @@ def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, 
     cdef floating* col = NULL
     cdef int failed = 0
     cdef int* failed_p = &failed
-    _enter_parallel(p.threads)
     with nogil, parallel(num_threads=p.threads):
         col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, dxp)
         if not pointwise and col == NULL:
@@ -225,14 +320,13 @@ def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, 
             r0 = chunk * p.rows
             r1 = min(r0 + p.rows, total)
             if pointwise:
-                _gemm(c'N', c'T', (r1 - r0) * g.ow, kkc, g.o, 1, dyp + r0 * g.ow * g.o, g.o,
-                      wp, g.o, 0, dxp + r0 * g.ow * kkc, kkc)
+                _gemm_split(c'N', c'T', (r1 - r0) * g.ow, kkc, g.o, 1, dyp + r0 * g.ow * g.o,
+                            g.o, wp, g.o, 0, dxp + r0 * g.ow * kkc, kkc, p.gemm_threads)
             elif col != NULL:
-                _gemm(c'N', c'T', (r1 - r0) * g.ow, kkc, g.o, 1, dyp + r0 * g.ow * g.o, g.o,
-                      wp, g.o, 0, col, kkc)
+                _gemm_split(c'N', c'T', (r1 - r0) * g.ow, kkc, g.o, 1, dyp + r0 * g.ow * g.o,
+                            g.o, wp, g.o, 0, col, kkc, p.gemm_threads)
                 _col2im(&g, col, dxp, r0, r1)
         free(col)
-    _leave_parallel(p.threads)
     if failed:
         raise MemoryError("conv2d_backward_input: cannot allocate the col2im buffer")
     return dx
@@ -270,9 +364,8 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
     if partials == NULL:
         raise MemoryError("conv2d_backward_filter: cannot allocate partial sums")
     memset(partials, 0, (p.threads - 1) * size * sizeof(floating))
-    _enter_parallel(p.threads)
     with nogil, parallel(num_threads=p.threads):
-        col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, dwp)
+        col = NULL if pointwise else _alloc(p.rows * g.ow * kkc + _band_size(&g), dwp)
         if not pointwise and col == NULL:
             failed_p[0] = 1
         t = threadid()
@@ -281,14 +374,14 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
             r0 = chunk * p.rows
             r1 = min(r0 + p.rows, total)
             if pointwise:
-                _gemm(c'T', c'N', kkc, g.o, (r1 - r0) * g.ow, 1, xp + r0 * g.ow * kkc, kkc,
-                      dyp + r0 * g.ow * g.o, g.o, 1, acc, g.o)
+                _gemm_split(c'T', c'N', kkc, g.o, (r1 - r0) * g.ow, 1, xp + r0 * g.ow * kkc,
+                            kkc, dyp + r0 * g.ow * g.o, g.o, 1, acc, g.o, p.gemm_threads)
             elif col != NULL:
-                _im2col(&g, xp, col, r0, r1)
-                _gemm(c'T', c'N', kkc, g.o, (r1 - r0) * g.ow, 1, col, kkc,
-                      dyp + r0 * g.ow * g.o, g.o, 1, acc, g.o)
+                _im2col(&g, xp, col, col + p.rows * g.ow * kkc if _band_size(&g) else NULL,
+                        r0, r1)
+                _gemm_split(c'T', c'N', kkc, g.o, (r1 - r0) * g.ow, 1, col, kkc,
+                            dyp + r0 * g.ow * g.o, g.o, 1, acc, g.o, p.gemm_threads)
         free(col)
-    _leave_parallel(p.threads)
     with nogil:
         for i in range((p.threads - 1) * size):
             dwp[i % size] += partials[i]

@@ -1,4 +1,4 @@
-"""Fused elementwise updates: one pass over memory instead of one per NumPy operator."""
+"""Fused elementwise kernels: one pass over memory instead of one per NumPy operator."""
 
 include "_common.pxi"
 
@@ -52,6 +52,45 @@ cdef extern from *:
     #endif
     TAPEFLOW_ADAM(tapeflow_adam_f32, float, sqrtf)
     TAPEFLOW_ADAM(tapeflow_adam_f64, double, sqrt)
+
+    /* relu and its gradient, as NumPy computes them: max(x, 0) keeps NaN and turns -0.0
+       into 0.0, and the gradient passes g where y > 0 (never where y is NaN). */
+    #define TAPEFLOW_RELU(NAME, T)                                                          \
+    static void NAME##_chunk(const T* restrict x, T* restrict out, Py_ssize_t n)            \
+    {                                                                                      \
+        for (Py_ssize_t i = 0; i < n; i++) {                                               \
+            T xi = x[i];                                                                   \
+            out[i] = xi > 0 || xi != xi ? xi : (T)0;                                       \
+        }                                                                                  \
+    }                                                                                      \
+    static void NAME##_grad_chunk(const T* restrict g, const T* restrict y,                \
+                                  T* restrict out, Py_ssize_t n)                           \
+    {                                                                                      \
+        for (Py_ssize_t i = 0; i < n; i++) {  /* g read always: a select, not a branch */ \
+            T gi = g[i];                                                                   \
+            out[i] = y[i] > 0 ? gi : (T)0;                                                 \
+        }                                                                                  \
+    }                                                                                      \
+    static void NAME(const T* x, T* out, Py_ssize_t n, int threads)                        \
+    {                                                                                      \
+        _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \
+        {                                                                                  \
+            Py_ssize_t lo = 0, hi = n;                                                     \
+            TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \
+            NAME##_chunk(x + lo, out + lo, hi - lo);                                       \
+        }                                                                                  \
+    }                                                                                      \
+    static void NAME##_grad(const T* g, const T* y, T* out, Py_ssize_t n, int threads)     \
+    {                                                                                      \
+        _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \
+        {                                                                                  \
+            Py_ssize_t lo = 0, hi = n;                                                     \
+            TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \
+            NAME##_grad_chunk(g + lo, y + lo, out + lo, hi - lo);                          \
+        }                                                                                  \
+    }
+    TAPEFLOW_RELU(tapeflow_relu_f32, float)
+    TAPEFLOW_RELU(tapeflow_relu_f64, double)
     """
     void tapeflow_adam_f32(const float* p, const float* m, const float* v, const float* g,
                            float* p_out, float* m_out, float* v_out, Py_ssize_t n, double lr,
@@ -61,9 +100,16 @@ cdef extern from *:
                            double* p_out, double* m_out, double* v_out, Py_ssize_t n, double lr,
                            double beta1, double beta2, double eps, double bias_c1,
                            double bias_c2, int threads) noexcept nogil
+    void tapeflow_relu_f32(const float* x, float* out, Py_ssize_t n, int threads) noexcept nogil
+    void tapeflow_relu_f64(const double* x, double* out, Py_ssize_t n, int threads) noexcept nogil
+    void tapeflow_relu_f32_grad(const float* g, const float* y, float* out, Py_ssize_t n,
+                                int threads) noexcept nogil
+    void tapeflow_relu_f64_grad(const double* g, const double* y, double* out, Py_ssize_t n,
+                                int threads) noexcept nogil
 
 # Below this many elements the parallel region costs more than it saves.
 cdef Py_ssize_t _PARALLEL_MIN = 1 << 20
+cdef Py_ssize_t _RELU_PARALLEL_MIN = 1 << 17
 
 
 def _flat_inputs(param, m, v, grad):
@@ -113,3 +159,65 @@ def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double
     if param.size:
         _adam(*flat, *(o.reshape(-1) for o in outs), lr, beta1, beta2, eps, bias_c1, bias_c2)
     return tuple(outs)
+
+
+def _relu(const floating[::1] x, floating[::1] out):
+    cdef Py_ssize_t n = x.shape[0]
+    cdef int threads = _num_threads if n >= _RELU_PARALLEL_MIN else 1
+    with nogil:
+        if floating is float:
+            tapeflow_relu_f32(&x[0], &out[0], n, threads)
+        else:
+            tapeflow_relu_f64(&x[0], &out[0], n, threads)
+
+
+def _relu_grad(const floating[::1] g, const floating[::1] y, floating[::1] out):
+    cdef Py_ssize_t n = g.shape[0]
+    cdef int threads = _num_threads if n >= _RELU_PARALLEL_MIN else 1
+    with nogil:
+        if floating is float:
+            tapeflow_relu_f32_grad(&g[0], &y[0], &out[0], n, threads)
+        else:
+            tapeflow_relu_f64_grad(&g[0], &y[0], &out[0], n, threads)
+
+
+def _check_same(name, *arrays):
+    first = arrays[0]
+    for array in arrays:
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"{name}: need numpy arrays, got {type(array)}")
+        if array.dtype not in (np.float32, np.float64) or array.dtype != first.dtype:
+            raise TypeError(f"{name}: need float32 or float64 arrays of one dtype, got "
+                            f"{', '.join(str(a.dtype) for a in arrays)}")
+        if array.shape != first.shape:
+            raise ValueError(f"{name}: shapes differ: {', '.join(str(a.shape) for a in arrays)}")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{name}: arrays must be C-contiguous")
+
+
+def relu(x):
+    """max(x, 0) in one pass, equal to np.maximum(x, 0) (NaN kept, -0.0 made 0.0).
+
+    >>> import numpy as np
+    >>> relu(np.array([-1.0, 0.5, np.nan])).tolist()
+    [0.0, 0.5, nan]
+    """
+    _check_same("relu", x)
+    out = np.empty_like(x)
+    if x.size:
+        _relu(x.reshape(-1), out.reshape(-1))
+    return out
+
+
+def relu_grad(g, y):
+    """g where y > 0, else 0: the gradient of relu given its output y.
+
+    >>> import numpy as np
+    >>> relu_grad(np.array([1.0, 2.0, 3.0]), np.array([0.0, 4.0, np.nan])).tolist()
+    [0.0, 2.0, 0.0]
+    """
+    _check_same("relu_grad", g, y)
+    out = np.empty_like(g)
+    if g.size:
+        _relu_grad(g.reshape(-1), y.reshape(-1), out.reshape(-1))
+    return out

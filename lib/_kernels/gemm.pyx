@@ -1,20 +1,15 @@
 """Matrix products on BLAS gemm.
 
-A 2-D product is one gemm call, threaded by OpenBLAS itself (its thread count follows
-tapeflow.set_num_threads). A batch of products runs one single-threaded gemm per item across
-our OpenMP threads. An operand may be C-contiguous or the transpose of a C-contiguous array
-(as the gradient of a matmul produces); that is passed to BLAS as a flag, never copied.
+A large 2-D product is cut into bands of the result, one single-threaded gemm per OpenMP
+thread; a batch of products runs one single-threaded gemm per item across the threads. An
+operand may be C-contiguous or the transpose of a C-contiguous array (as the gradient of a
+matmul produces); that is passed to BLAS as a flag, never copied.
 """
 
 include "_common.pxi"
 include "_blas.pxi"
 
 import numpy as np
-
-from cython.parallel cimport prange
-
-# Below this many multiply-adds a batch runs on one thread.
-cdef Py_ssize_t _PARALLEL_MIN_FLOPS = 1 << 19
 
 
 def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::1] c,
@@ -27,8 +22,10 @@ def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::
     if k == 0:
         c[:, :] = 0
         return
+    cdef int threads = _gemm_threads(m * n * k)
     with nogil:
-        _gemm(ta, tb, m, n, k, 1, &a[0, 0], a.shape[1], &b[0, 0], b.shape[1], 0, &c[0, 0], n)
+        _gemm_split(ta, tb, m, n, k, 1, &a[0, 0], a.shape[1], &b[0, 0], b.shape[1], 0, &c[0, 0],
+                    n, threads)
 
 
 def _matmul3d(const floating[:, :, ::1] a, const floating[:, :, ::1] b, floating[:, :, ::1] c,
@@ -38,9 +35,7 @@ def _matmul3d(const floating[:, :, ::1] a, const floating[:, :, ::1] b, floating
     cdef Py_ssize_t lda = a.shape[2], ldb = b.shape[2], i
     cdef Py_ssize_t sa = a.shape[1] * a.shape[2], sb = b.shape[1] * b.shape[2], sc = m * n
     cdef char ta = b'T' if trans_a else b'N', tb = b'T' if trans_b else b'N'
-    cdef int threads = 1
-    if _blas_set_threads != NULL and batch * m * n * k >= _PARALLEL_MIN_FLOPS:
-        threads = <int>min(<Py_ssize_t>_num_threads, batch)
+    cdef int threads = _gemm_threads(batch * m * n * k)
     if batch == 0 or m == 0 or n == 0:
         return
     if k == 0:
@@ -49,10 +44,14 @@ def _matmul3d(const floating[:, :, ::1] a, const floating[:, :, ::1] b, floating
     cdef const floating* ap = &a[0, 0, 0]
     cdef const floating* bp = &b[0, 0, 0]
     cdef floating* cp = &c[0, 0, 0]
-    _enter_parallel(threads)
+    if batch < threads:  # few large products: each split over the threads
+        with nogil:
+            for i in range(batch):
+                _gemm_split(ta, tb, m, n, k, 1, ap + i * sa, lda, bp + i * sb, ldb, 0,
+                            cp + i * sc, n, threads)
+        return
     for i in prange(batch, nogil=True, num_threads=threads, schedule="static"):
         _gemm(ta, tb, m, n, k, 1, ap + i * sa, lda, bp + i * sb, ldb, 0, cp + i * sc, n)
-    _leave_parallel(threads)
 
 
 cdef tuple _stored(x):

@@ -11,9 +11,10 @@ include "_common.pxi"
 import numpy as np
 
 from cython cimport floating
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 from libc.math cimport INFINITY
-from libc.string cimport memcpy
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
 
 
 cdef struct Window:
@@ -45,8 +46,11 @@ cdef inline void _span(Py_ssize_t o, Py_ssize_t stride, Py_ssize_t pad, Py_ssize
 
 
 cdef inline bint _better(floating v, floating best) noexcept nogil:
-    """Max order with ties to the first seen, and NaN beating every number."""
-    return v > best or (v != v and best == best)
+    """Max order with ties to the first seen, and NaN beating every number.
+
+    Bitwise, not short-circuit, so that loops using it compile to selects, not branches.
+    """
+    return (v > best) | ((v != v) & (best == best))
 
 
 cdef void _max_forward_image(const Window* g, const floating* x, floating* y) noexcept nogil:
@@ -65,30 +69,44 @@ cdef void _max_forward_image(const Window* g, const floating* x, floating* y) no
                     for iw in range(iw0, iw1):
                         src = x + (ih * g.w + iw) * g.c
                         for c in range(g.c):
-                            if _better(src[c], y[c]):
-                                y[c] = src[c]
+                            y[c] = src[c] if _better(src[c], y[c]) else y[c]
             y += g.c
 
 
 cdef void _max_backward_image(const Window* g, const floating* x, const floating* dy,
-                              floating* dx) noexcept nogil:
-    cdef Py_ssize_t oh, ow, ih, iw, c, ih0, ih1, iw0, iw1, at, best_at
-    cdef floating best
+                              floating* dx, floating* best, int* best_at) noexcept nogil:
+    """dx (one image, zeroed here) += each window's dy at its max, found again from x.
+
+    The scan runs over the window's positions with the channels innermost, so that every
+    read is contiguous; `best` and `best_at` hold the running max and its position for
+    each channel.
+    """
+    cdef Py_ssize_t oh, ow, ih, iw, c, ih0, ih1, iw0, iw1
+    cdef int at
+    cdef bint take
+    cdef const floating* src
+    cdef floating v
+    memset(dx, 0, g.h * g.w * g.c * sizeof(floating))
     for oh in range(g.oh):
         _span(oh, g.sh, g.pt, g.kh, g.h, &ih0, &ih1)
         for ow in range(g.ow):
             _span(ow, g.sw, g.pl, g.kw, g.w, &iw0, &iw1)
             if ih0 < ih1 and iw0 < iw1:
+                at = <int>(ih0 * g.w + iw0)
+                memcpy(best, x + at * g.c, g.c * sizeof(floating))
                 for c in range(g.c):
-                    best_at = (ih0 * g.w + iw0) * g.c + c
-                    best = x[best_at]
-                    for ih in range(ih0, ih1):
-                        for iw in range(iw0, iw1):
-                            at = (ih * g.w + iw) * g.c + c
-                            if _better(x[at], best):
-                                best = x[at]
-                                best_at = at
-                    dx[best_at] += dy[c]
+                    best_at[c] = at
+                for ih in range(ih0, ih1):
+                    for iw in range(iw0, iw1):
+                        at = <int>(ih * g.w + iw)
+                        src = x + at * g.c
+                        for c in range(g.c):
+                            v = src[c]
+                            take = _better(v, best[c])
+                            best[c] = v if take else best[c]
+                            best_at[c] = at if take else best_at[c]
+                for c in range(g.c):
+                    dx[best_at[c] * g.c + c] += dy[c]
             dy += g.c
 
 
@@ -154,13 +172,33 @@ def max_pool2d_backward(const floating[:, :, :, ::1] x, const floating[:, :, :, 
                             pad_left, dy.shape[1], dy.shape[2])
     if dy.shape[0] != g.n or dy.shape[3] != g.c:
         raise ValueError(f"max_pool2d_backward: dy {_shape4(dy)} does not match x {_shape4(x)}")
-    dx = np.zeros((g.n, g.h, g.w, g.c), dtype=np.float32 if floating is float else np.float64)
+    if g.h * g.w >= 1 << 31:
+        raise ValueError(f"max_pool2d_backward: images of {g.h}x{g.w} are too large")
+    dtype = np.float32 if floating is float else np.float64
+    if dy.size == 0:
+        return np.zeros((g.n, g.h, g.w, g.c), dtype=dtype)
+    dx = np.empty((g.n, g.h, g.w, g.c), dtype=dtype)  # each image zeroed by its thread
+    if dx.size == 0:
+        return dx
     cdef floating[:, :, :, ::1] dxv = dx
     cdef Py_ssize_t n
-    if dx.size == 0 or dy.size == 0:
-        return dx
-    for n in prange(g.n, nogil=True, schedule="static", num_threads=_num_threads):
-        _max_backward_image(&g, &x[n, 0, 0, 0], &dy[n, 0, 0, 0], &dxv[n, 0, 0, 0])
+    cdef floating* best = NULL
+    cdef int* best_at = NULL
+    cdef int failed = 0
+    cdef int* failed_p = &failed
+    with nogil, parallel(num_threads=_num_threads):
+        best = <floating*>malloc(g.c * sizeof(floating))
+        best_at = <int*>malloc(g.c * sizeof(int))
+        if best == NULL or best_at == NULL:
+            failed_p[0] = 1
+        for n in prange(g.n, schedule="static"):
+            if best != NULL and best_at != NULL:
+                _max_backward_image(&g, &x[n, 0, 0, 0], &dy[n, 0, 0, 0], &dxv[n, 0, 0, 0],
+                                    best, best_at)
+        free(best)
+        free(best_at)
+    if failed:
+        raise MemoryError("max_pool2d_backward: cannot allocate scratch space")
     return dx
 
 

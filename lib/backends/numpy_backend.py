@@ -125,15 +125,45 @@ def scatter_add(x, indices, updates, axis):
     return out
 
 
-def adam_update(param, m, v, grad, lr, beta1, beta2, epsilon, step):
+def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
     dtype = param.dtype
     p, m, v, g = _ready(param, m, v, grad)
-    outs = _kernels.adam_update(p, m, v, g, lr, beta1, beta2, epsilon, 1.0 - beta1**step, 1.0 - beta2**step)
+    lr, step = float(lr), float(step)
+    bias1, bias2 = 1.0 - beta1**step, 1.0 - beta2**step
+    if epsilon_on_sqrt_v:
+        epsilon = epsilon / bias2**0.5
+    outs = _kernels.adam_update(p, m, v, g, lr, beta1, beta2, epsilon, bias1, bias2)
     return tuple(o.astype(dtype, copy=False) for o in outs)
+
+
+def _elementwise_ok(*arrays):
+    """Same shape and one float32/float64 dtype: the fused elementwise kernels apply."""
+    first = arrays[0]
+    return first.dtype in _FAST and all(
+        isinstance(a, np.ndarray) and a.dtype == first.dtype and a.shape == first.shape for a in arrays
+    )
+
+
+def _contiguous(a):
+    return a if a.flags.c_contiguous else np.array(a, order="C")
+
+
+def relu(x):
+    if not _elementwise_ok(x):
+        return np.maximum(x, 0)
+    return _kernels.relu(_contiguous(x))
+
+
+def relu_grad(g, y):
+    if not _elementwise_ok(g, y):
+        return np.where(y > 0, g, 0).astype(g.dtype, copy=False)
+    return _kernels.relu_grad(_contiguous(g), _contiguous(y))
 
 
 def matmul(a, b):
     if a.dtype == b.dtype and a.dtype in _FAST:
+        if a.ndim == b.ndim == 2 and a.shape[0] == 1:
+            return np.matmul(a, b)  # one row: a matrix-vector product, which packs nothing (gemm packs b)
         if a.ndim == b.ndim == 2 or (a.ndim == b.ndim == 3 and a.shape[0] == b.shape[0]):
             return _kernels.matmul(a, b)
         if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:  # a dense layer over a sequence

@@ -175,21 +175,25 @@ class Graph:
     def __call__(self, *args):
         """Run the whole graph (outputs and state writes) on positional inputs;
         returns tensors in the structure the traced function returned."""
-        from tapeflow.graph.executor import Executor, check_feed
-        from tapeflow.graph.trace import flatten_structure, rebuild_structure
-        from tapeflow.tensor import Tensor
-
-        leaves, _ = flatten_structure(args)
+        rt = _runtime()
+        if len(args) == len(self.inputs) and all(type(a) is np.ndarray or isinstance(a, rt.Tensor) for a in args):
+            leaves = args  # the common case: one array or tensor per input
+        else:
+            leaves, _ = rt.flatten_structure(args)
         if len(leaves) != len(self.inputs):
             raise GraphError(
                 f"{self.name}: expected {len(self.inputs)} inputs ({', '.join(v.name for v in self.inputs)}), "
                 f"got {len(leaves)}"
             )
-        arrays = [check_feed(self.name, v, a) for v, a in zip(self.inputs, leaves, strict=True)]
+        arrays = [rt.check_feed(self.name, v, a) for v, a in zip(self.inputs, leaves, strict=True)]
         if self._executor is None:
-            self._executor = Executor(self, self.outputs, self.inputs, with_updates=True)
-        outs = [Tensor._wrap(a) for a in self._executor.run(arrays)]
-        return rebuild_structure(self.output_structure, outs)
+            self._executor = rt.Executor(self, self.outputs, self.inputs, with_updates=True)
+        wrap = rt.Tensor._wrap
+        outs = [wrap(a) for a in self._executor.run(arrays)]
+        structure = self.output_structure
+        if structure is not None and "leaf" in structure:
+            return outs[structure["leaf"]]
+        return rt.rebuild_structure(structure, outs)
 
     def run(self, feeds: dict | None = None, fetches=None):
         """Partial execution: compute only what `fetches` need, from `feeds`.
@@ -225,6 +229,18 @@ class Graph:
             near = sorted(by_name)[:12]
             raise GraphError(f"{self.name}: no value named {key!r} to {role}; values include {near}")
         raise TypeError(f"{self.name}: a {role} must be a value name or a Value, got {type(key).__name__}")
+
+    def export_onnx(self, path, opset: int = 17) -> None:
+        """Write the graph as an ONNX model file (see tapeflow.graph.onnx; needs the onnx package)."""
+        from tapeflow.graph.onnx import export_onnx
+
+        export_onnx(self, path, opset=opset)
+
+    def save(self, path) -> None:
+        """Write the graph with its state and constants to one file (see tapeflow.graph.serialize)."""
+        from tapeflow.graph.serialize import save_graph
+
+        save_graph(self, path)
 
     # ------------------------------------------------------------ checking
     def lint(self) -> None:
@@ -305,6 +321,27 @@ class Graph:
             lines.append(f'  "{src}" -> "output_{i}";')
         lines.append("}")
         return "\n".join(lines)
+
+
+class _Runtime:
+    """What running a graph needs from later modules, imported on first use."""
+
+    def __init__(self):
+        from tapeflow.graph.executor import Executor, check_feed
+        from tapeflow.graph.trace import flatten_structure, rebuild_structure
+        from tapeflow.tensor import Tensor
+
+        self.Executor, self.check_feed, self.Tensor = Executor, check_feed, Tensor
+        self.flatten_structure, self.rebuild_structure = flatten_structure, rebuild_structure
+
+
+_RUNTIME: list = []
+
+
+def _runtime() -> _Runtime:
+    if not _RUNTIME:
+        _RUNTIME.append(_Runtime())
+    return _RUNTIME[0]
 
 
 def _ref(v: Value) -> str:

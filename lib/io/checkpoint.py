@@ -53,13 +53,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
 
+from tapeflow._files import atomic_h5, hdf5_child, hdf5_datasets, temp_prefix
 from tapeflow.ops.random import Generator, global_generator
 
 __all__ = [
@@ -80,19 +80,6 @@ __all__ = [
 WEIGHTS_FORMAT = "tapeflow-weights"
 CHECKPOINT_FORMAT = "tapeflow-checkpoint"
 FORMAT_VERSION = 1
-
-_NUMERIC_KINDS = "biuf"
-_BUILTIN_FILTERS = frozenset(
-    {
-        h5py.h5z.FILTER_DEFLATE,
-        h5py.h5z.FILTER_SHUFFLE,
-        h5py.h5z.FILTER_FLETCHER32,
-        h5py.h5z.FILTER_SZIP,
-        h5py.h5z.FILTER_NBIT,
-        h5py.h5z.FILTER_SCALEOFFSET,
-        h5py.h5z.FILTER_LZF,
-    }
-)
 
 
 # ------------------------------------------------------------------ reports
@@ -163,38 +150,6 @@ class CheckpointInfo:
 
 
 # ----------------------------------------------------------- atomic writing
-def _temp_prefix(path: str) -> str:
-    return f".{os.path.basename(path)}."
-
-
-@contextlib.contextmanager
-def _atomic_h5(path):
-    """An h5py.File on a temp file beside `path` that replaces `path` only once complete."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f"{_temp_prefix(path)}{secrets.token_hex(6)}.tmp")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # mode from the umask
-    try:
-        with h5py.File(tmp, "w") as f:
-            yield f
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable (not possible everywhere)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def remove_temp_files(path) -> list[str]:
     """Delete temp files that writers of `path` killed mid-save left behind; returns their paths.
 
@@ -208,7 +163,7 @@ def remove_temp_files(path) -> list[str]:
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    prefix = _temp_prefix(path)
+    prefix = temp_prefix(path)
     removed = []
     for name in sorted(os.listdir(directory)):
         if name.startswith(prefix) and name.endswith(".tmp"):
@@ -265,57 +220,6 @@ def _json_attr(attrs, key: str, where: str, default=None):
         raise ValueError(f"{where}: attribute {key!r} is not valid JSON: {err}") from None
 
 
-def _check_dataset(dataset: h5py.Dataset, path: str, where: str) -> None:
-    if dataset.dtype.kind not in _NUMERIC_KINDS:
-        raise ValueError(
-            f"{where}: dataset '{path}' has dtype {dataset.dtype}; only bool, integer and float arrays "
-            "are read (object, string and opaque data are refused, never unpickled)"
-        )
-    if dataset.shape is None:
-        raise ValueError(f"{where}: dataset '{path}' has no dataspace")
-    plist = dataset.id.get_create_plist()
-    if dataset.is_virtual or plist.get_external_count():
-        raise ValueError(f"{where}: dataset '{path}' keeps its data in other files; refused")
-    for i in range(plist.get_nfilters()):
-        if plist.get_filter(i)[0] not in _BUILTIN_FILTERS:
-            raise ValueError(f"{where}: dataset '{path}' needs a filter plugin (id {plist.get_filter(i)[0]}); refused")
-
-
-def _child(group: h5py.Group, name: str, where: str, path: str | None = None):
-    """`group[name]` (None if absent), reached only through a hard link: soft and external
-    links are refused, never followed."""
-    link = group.get(name, getlink=True)
-    if link is None:
-        return None
-    if not isinstance(link, h5py.HardLink):
-        raise ValueError(
-            f"{where}: '{path or name}' is a {type(link).__name__}; only plain groups and datasets are read"
-        )
-    return group[name]
-
-
-def _datasets(group: h5py.Group, where: str) -> dict[str, h5py.Dataset]:
-    """Every dataset under `group`, by path relative to it. Anything but a tree of plain
-    groups and numeric datasets raises ValueError."""
-    found, stack, seen = {}, [("", group)], {group.id}
-    while stack:
-        prefix, current = stack.pop()
-        for name in current:
-            path = prefix + name
-            item = _child(current, name, where, path)
-            if isinstance(item, h5py.Group):
-                if item.id in seen:
-                    raise ValueError(f"{where}: group '{path}' is linked twice; only a plain tree is read")
-                seen.add(item.id)
-                stack.append((path + "/", item))
-            elif isinstance(item, h5py.Dataset):
-                _check_dataset(item, path, where)
-                found[path] = item
-            else:
-                raise ValueError(f"{where}: '{path}' is a {type(item).__name__}; only groups and datasets are read")
-    return found
-
-
 # ------------------------------------------------------------------ weights
 def _named_weights(model, where: str) -> dict:
     if not getattr(model, "built", True):
@@ -356,7 +260,7 @@ def _weight_arrays(model, where: str) -> dict[str, np.ndarray]:
 
 def _match_weights(named: dict, group: h5py.Group, where: str) -> tuple[LoadReport, dict]:
     """The report, and the matched values cast to each variable's dtype (read only when they fit)."""
-    datasets = _datasets(group, where)
+    datasets = hdf5_datasets(group, where)
     matched, mismatched, values = [], [], {}
     for name, var in named.items():
         dataset = datasets.get(name)
@@ -396,7 +300,7 @@ def save_weights(model, path) -> None:
     >>> save_weights(model, os.path.join(tempfile.mkdtemp(), "w.h5"))
     """
     arrays = _weight_arrays(model, "save_weights")
-    with _atomic_h5(path) as f:
+    with atomic_h5(path) as f:
         f.attrs["format"] = WEIGHTS_FORMAT
         f.attrs["version"] = np.int64(FORMAT_VERSION)
         _write_arrays(f, arrays)
@@ -424,7 +328,7 @@ def load_weights(model, path, strict: bool = True) -> LoadReport:
     named = _named_weights(model, where)
     with _open(path, where) as f:
         fmt = _check_header(f, (WEIGHTS_FORMAT, CHECKPOINT_FORMAT), where)
-        group = f if fmt == WEIGHTS_FORMAT else _child(f, "weights", where)
+        group = f if fmt == WEIGHTS_FORMAT else hdf5_child(f, "weights", where)
         if not isinstance(group, h5py.Group):
             raise ValueError(f"{where}: {f.filename!r} has no 'weights' group")
         report, values = _match_weights(named, group, where)
@@ -502,7 +406,7 @@ def save_checkpoint(path, model, optimizer, epoch: int, extra: Any = None, *, sh
         state = optimizer.get_state()
         iterations = np.int64(state.pop("iterations"))
         _check_paths(state, where)
-    with _atomic_h5(path) as f:
+    with atomic_h5(path) as f:
         f.attrs["format"] = CHECKPOINT_FORMAT
         f.attrs["version"] = np.int64(FORMAT_VERSION)
         f.attrs["epoch"] = np.int64(epoch)
@@ -522,7 +426,7 @@ def save_checkpoint(path, model, optimizer, epoch: int, extra: Any = None, *, sh
 def _read_optimizer_state(f: h5py.File, optimizer, where: str) -> dict | None:
     if optimizer is None:
         return None
-    group = _child(f, "optimizer", where)
+    group = hdf5_child(f, "optimizer", where)
     if not isinstance(group, h5py.Group):
         raise ValueError(f"{where}: {f.filename!r} holds no optimizer state")
     saved_class = group.attrs.get("class")
@@ -531,10 +435,10 @@ def _read_optimizer_state(f: h5py.File, optimizer, where: str) -> dict | None:
     iterations = _int_attr(group.attrs, "iterations", where)
     if iterations is None:
         raise ValueError(f"{where}: the optimizer group has no 'iterations' attribute")
-    slots = _child(group, "slots", where, "optimizer/slots")
+    slots = hdf5_child(group, "slots", where, "optimizer/slots")
     if slots is not None and not isinstance(slots, h5py.Group):
         raise ValueError(f"{where}: 'optimizer/slots' must be a group")
-    arrays = {} if slots is None else {k: d[()] for k, d in _datasets(slots, where).items()}
+    arrays = {} if slots is None else {k: d[()] for k, d in hdf5_datasets(slots, where).items()}
     return {"iterations": np.int64(iterations), **arrays}
 
 
@@ -575,7 +479,7 @@ def load_checkpoint(path, model, optimizer) -> CheckpointInfo:
         shuffle_seed = _int_attr(f.attrs, "shuffle_seed", where)
         extra = _json_attr(f.attrs, "extra", where)
         rng_states = _read_rng(f, generators, where)
-        group = _child(f, "weights", where)
+        group = hdf5_child(f, "weights", where)
         if not isinstance(group, h5py.Group):
             raise ValueError(f"{where}: {f.filename!r} has no 'weights' group")
         report, values = _match_weights(named, group, where)

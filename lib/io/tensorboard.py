@@ -2,7 +2,7 @@
 
 An event file is a sequence of TFRecords, each holding one serialized `Event`
 protobuf. This module hand-encodes the few messages the TensorBoard callback needs
-(scalars, histograms, a graph) with a tiny protobuf encoder, and frames them with the
+(scalars, histograms, and a tapeflow Graph as a GraphDef) with a tiny protobuf encoder, and frames them with the
 masked CRC32C checksums that TensorBoard's reader verifies.
 
 >>> import os, tempfile
@@ -21,6 +21,7 @@ import os
 import socket
 import struct
 import time
+import warnings
 
 import numpy as np
 
@@ -32,6 +33,9 @@ __all__ = [
     "scalar_summary",
     "histogram_summary",
     "graph_def",
+    "attr_value",
+    "op_graph_def",
+    "model_graph_def",
     "read_records",
 ]
 
@@ -194,16 +198,157 @@ def histogram_summary(tag: str, values, bins: int = 30) -> bytes:
 
 
 def graph_def(nodes) -> bytes:
-    """A `GraphDef` from (name, op, inputs) triples: one `NodeDef` each, `inputs` naming other nodes.
+    """A `GraphDef` from (name, op, inputs) or (name, op, inputs, attrs) tuples: one `NodeDef`
+    each, `inputs` naming other nodes (`node:i` for output i > 0), `attrs` mapping names to
+    encoded `AttrValue`s (see `attr_value`).
 
     >>> len(graph_def([("dense", "Dense", []), ("dense_1", "Dense", ["dense"])])) > 0
     True
     """
     out = b""
-    for name, op, inputs in nodes:
+    for name, op, inputs, *rest in nodes:
         node = _bytes_field(1, name) + _bytes_field(2, op) + b"".join(_bytes_field(3, i) for i in inputs)
+        for key, value in sorted((rest[0] if rest else {}).items()):
+            node += _bytes_field(5, _bytes_field(1, key) + _bytes_field(2, value))  # map<string, AttrValue> entry
         out += _bytes_field(1, node)
     return out
+
+
+# TensorFlow's DataType enum values for tapeflow's dtypes.
+_DATA_TYPES = {"float16": 19, "float32": 1, "float64": 2, "int32": 3, "int64": 9, "bool": 10}
+
+
+def _shape_proto(shape) -> bytes:
+    """A `TensorShapeProto`; a dynamic (None) dimension has size -1."""
+    return b"".join(_bytes_field(2, _int_field(1, -1 if d is None else d)) for d in shape)
+
+
+def attr_value(value) -> bytes:
+    """An encoded `AttrValue` for a bool, int, float, string, dtype name, shape or list of ints.
+
+    Dtypes are given as ("dtype", name), shapes as ("shape", dims) and lists of shapes as
+    ("shapes", [dims, ...]); anything else is stored as its text.
+
+    >>> list(attr_value(("dtype", "float32")))  # field 6 (type) = DT_FLOAT
+    [48, 1]
+    """
+    if isinstance(value, tuple) and len(value) == 2 and value[0] in ("dtype", "shape", "shapes"):
+        kind, body = value
+        if kind == "dtype":
+            return _int_field(6, _DATA_TYPES.get(str(body), 0))
+        if kind == "shape":
+            return _bytes_field(7, _shape_proto(body))
+        return _bytes_field(1, b"".join(_bytes_field(7, _shape_proto(s)) for s in body))
+    if isinstance(value, bool | np.bool_):
+        return _int_field(5, int(value))
+    if isinstance(value, int | np.integer):
+        return _int_field(3, int(value))
+    if isinstance(value, float | np.floating):
+        return _float_field(4, value)
+    if isinstance(value, tuple | list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return _bytes_field(1, b"".join(_int_field(3, v) for v in value))
+    from tapeflow.graph.ir import format_attr
+
+    return _bytes_field(2, value if isinstance(value, str) else format_attr(value))
+
+
+def op_graph_def(graph) -> bytes:
+    """A `GraphDef` of a tapeflow Graph: every input, constant, state tensor and node, with
+    its dtype and `_output_shapes`, so that TensorBoard draws the dataflow and shows shapes.
+
+    State tensors become `VariableV2` nodes named by their state name; their reads and writes
+    are placed under that name (`dense/kernel/read`), so TensorBoard groups them by layer.
+
+    >>> import tapeflow as tp
+    >>> g = tp.freeze(lambda x: tp.nn.relu(x), tp.TensorSpec((None, 3)))
+    >>> b"Placeholder" in op_graph_def(g) and b"relu_0" in op_graph_def(g)
+    True
+    """
+    taken: set[str] = set()
+
+    def unique(name: str) -> str:
+        base, n = name, 0
+        while name in taken:
+            n += 1
+            name = f"{base}_{n}"
+        taken.add(name)
+        return name
+
+    def typed(values) -> dict:
+        attrs = {"_output_shapes": attr_value(("shapes", [v.shape for v in values]))}
+        if values:
+            attrs["dtype"] = attr_value(("dtype", values[0].dtype.name))
+        return attrs
+
+    nodes, node_of = [], {}  # node_of: id(producer) or id(value) -> GraphDef node name
+
+    def ref(value) -> str:
+        if value.producer is None:
+            return node_of[id(value)]
+        name = node_of[id(value.producer)]
+        return name if value.index == 0 else f"{name}:{value.index}"
+
+    for v in graph.inputs:
+        node_of[id(v)] = unique(v.name)
+        nodes.append((node_of[id(v)], "Placeholder", [], {**typed([v]), "shape": attr_value(("shape", v.shape))}))
+    for v in graph.constants:
+        node_of[id(v)] = unique(v.name)
+        nodes.append((node_of[id(v)], "Const", [], typed([v])))
+    state_node = {}
+    for name, var in graph.state.items():
+        state_node[name] = unique(name)
+        attrs = {
+            "_output_shapes": attr_value(("shapes", [tuple(var.shape)])),
+            "dtype": attr_value(("dtype", var.dtype.name)),
+            "shape": attr_value(("shape", tuple(var.shape))),
+        }
+        nodes.append((state_node[name], "VariableV2", [], attrs))
+    for node in graph.nodes:
+        attrs = {k: attr_value(a) for k, a in node.attrs.items() if not k.startswith("_") and k != "variable"}
+        attrs.update(typed(node.outputs))
+        inputs = [ref(v) for v in node.inputs]
+        variable = node.attrs.get("variable") if node.op in ("read_variable", "assign_variable") else None
+        if variable in state_node:
+            suffix = "read" if node.op == "read_variable" else "assign"
+            name = unique(f"{state_node[variable]}/{suffix}")
+            inputs.insert(0, state_node[variable])
+        else:
+            name = unique(node.name)
+        node_of[id(node)] = name
+        nodes.append((name, node.op, inputs, attrs))
+    return graph_def(nodes)
+
+
+def model_graph_def(model, layer_nodes) -> bytes:
+    """The model's frozen inference graph as a `GraphDef`; when the model cannot be frozen
+    (not built yet, or its call does not trace), its layer graph from `layer_nodes` instead."""
+    graph, why = _inference_graph(model)
+    if graph is None:
+        warnings.warn(f"TensorBoard: writing the layer graph of {model.name}, not its op graph: {why}", stacklevel=3)
+        return graph_def(layer_nodes)
+    return op_graph_def(graph)
+
+
+def _inference_graph(model):
+    """(the model's inference Graph, None) or (None, the reason it could not be frozen)."""
+    freeze_model = getattr(model, "freeze", None)
+    if callable(freeze_model):
+        try:
+            return freeze_model(), None
+        except (TypeError, ValueError) as err:
+            return None, err
+    shape = getattr(model, "_build_input_shape", None)
+    if not isinstance(shape, tuple) or not shape:
+        return None, "the model is not built"
+    from tapeflow.graph import TensorSpec, freeze
+
+    why = None
+    for spec in ((None, *shape[1:]), shape):  # a dynamic batch first
+        try:
+            return freeze(lambda x: model(x, training=False), TensorSpec(spec, model.dtype), name=model.name), None
+        except (TypeError, ValueError) as err:  # FreezeError is a TypeError
+            why = err
+    return None, why
 
 
 # ------------------------------------------------------------------------ writer
@@ -248,9 +393,10 @@ class EventFileWriter:
     def add_histogram(self, tag: str, values, step: int, bins: int = 30, wall_time: float | None = None) -> None:
         self.add_summary(histogram_summary(tag, values, bins), step, wall_time)
 
-    def add_graph(self, graph: bytes, step: int = 0) -> None:
-        """Append a serialized `GraphDef` (see `graph_def`)."""
-        self.add_event(encode_event(time.time(), step, graph_def=graph))
+    def add_graph(self, graph, step: int = 0) -> None:
+        """Append a graph: a tapeflow Graph, or a serialized `GraphDef` (see `graph_def`)."""
+        data = graph if isinstance(graph, bytes) else op_graph_def(graph)
+        self.add_event(encode_event(time.time(), step, graph_def=data))
 
     def flush(self) -> None:
         if self._file is not None:

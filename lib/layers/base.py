@@ -24,6 +24,7 @@ from collections import defaultdict
 import numpy as np
 
 from tapeflow import dtypes, initializers, regularizers
+from tapeflow.graph.trace import TensorSpec
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
 from tapeflow.tensor import Tensor, Variable, eager_scope
@@ -182,6 +183,7 @@ class Layer:
     """
 
     supports_masking = False
+    _input_signature = None  # TensorSpecs (batch None) of the first call's inputs, for freezing
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -227,6 +229,10 @@ class Layer:
         ):
             return self._call_symbolic(inputs, *args, **kwargs)
         inputs = _map_structure(self._convert_input, inputs)
+        if self._input_signature is None:
+            flat = inputs if isinstance(inputs, list | tuple) else [inputs]
+            if all(isinstance(t, Tensor) and t.ndim for t in flat):
+                self._input_signature = [TensorSpec((None, *t.shape[1:]), t.dtype) for t in flat]
         self._maybe_build(_shape_of(inputs))
         params = _call_parameters(type(self))
         training = kwargs.pop("training", None)

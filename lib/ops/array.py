@@ -68,7 +68,9 @@ def reshape(x, shape) -> Tensor:
     (6,)
     """
     x = as_tensor(x, name="reshape")
-    shape = (int(shape),) if isinstance(shape, int | np.integer) else tuple(None if d is None else int(d) for d in shape)
+    if isinstance(shape, int | np.integer):
+        shape = (int(shape),)
+    shape = tuple(None if d is None else int(d) for d in shape)
     if shape == x.shape:
         return x
     return apply(_RESHAPE, (x,), {"shape": shape})

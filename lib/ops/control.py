@@ -52,7 +52,8 @@ def while_loop(cond_fn, body, loop_vars, maximum_iterations: int | None = None):
     if maximum_iterations is not None and (not isinstance(maximum_iterations, int) or maximum_iterations < 0):
         raise ValueError(f"while_loop: maximum_iterations must be an int >= 0 or None, got {maximum_iterations!r}")
     single = not isinstance(loop_vars, list | tuple)
-    values = [v if isinstance(v, Tensor) else as_tensor(v, name="while_loop") for v in ([loop_vars] if single else loop_vars)]
+    given = [loop_vars] if single else loop_vars
+    values = [v if isinstance(v, Tensor) else as_tensor(v, name="while_loop") for v in given]
     if not values:
         raise ValueError("while_loop: loop_vars must not be empty")
     first = cond_fn(*values)

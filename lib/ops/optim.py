@@ -16,7 +16,10 @@ from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
 
 
-def _adam_infer(param, m, v, grad, **_):
+def _adam_infer(param, m, v, grad, lr, step, **_):
+    for label, t in (("lr", lr), ("step", step)):
+        if tuple(t.shape) != () or t.dtype.kind != "f":
+            raise ValueError(f"adam_update: {label} must be a float scalar, got shape {t.shape} and dtype {t.dtype}")
     for label, t in (("m", m), ("v", v), ("grad", grad)):
         if tuple(t.shape) != tuple(param.shape) or t.dtype is not param.dtype:
             raise ValueError(
@@ -29,7 +32,10 @@ def _adam_infer(param, m, v, grad, **_):
 
 
 @defop("adam_update", infer=_adam_infer, num_outputs=3)
-def _ADAM(param, m, v, grad, lr, beta1, beta2, epsilon, step):
+def _ADAM(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    lr, step = float(lr), float(step)
+    if epsilon_on_sqrt_v:
+        epsilon = epsilon / np.sqrt(1.0 - beta2**step)
     m_new = beta1 * m + (1.0 - beta1) * grad
     v_new = beta2 * v + (1.0 - beta2) * grad * grad
     m_hat = m_new / (1.0 - beta1**step)
@@ -39,22 +45,33 @@ def _ADAM(param, m, v, grad, lr, beta1, beta2, epsilon, step):
 
 
 def adam_update(
-    param, m, v, grad, lr: float, step: int, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-7
+    param,
+    m,
+    v,
+    grad,
+    lr,
+    step,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-7,
+    epsilon_on_sqrt_v: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One Adam step (Kingma and Ba, with bias correction); returns (param, m, v).
 
-    `epsilon` is added to sqrt(v_hat), after bias correction (the paper's and
-    torch's form); tp.optimizers.Adam passes epsilon / sqrt(1 - beta2**step)
-    to get Keras's form, epsilon added to sqrt(v).
+    `lr` and `step` (counted from 1) are numbers or scalar tensors; as tensors they
+    are inputs of a frozen train step, so one graph serves every step. `epsilon`
+    is added to sqrt(v_hat), after bias correction (the paper's and torch's form),
+    or with `epsilon_on_sqrt_v` to sqrt(v) before it (Keras's form).
     """
-    if step < 1:
+    if not isinstance(step, Tensor) and step < 1:
         raise ValueError(f"adam_update: step must be >= 1, got {step}")
     ins = tuple(as_tensor(t, name="adam_update") for t in (param, m, v, grad))
+    dtype = ins[0].dtype if ins[0].dtype.kind == "f" else "float32"
+    scalars = tuple(t if isinstance(t, Tensor) else as_tensor(float(t), dtype=dtype) for t in (lr, step))
     attrs = {
-        "lr": float(lr),
         "beta1": float(beta1),
         "beta2": float(beta2),
         "epsilon": float(epsilon),
-        "step": int(step),
+        "epsilon_on_sqrt_v": bool(epsilon_on_sqrt_v),
     }
-    return apply(_ADAM, ins, attrs)
+    return apply(_ADAM, ins + scalars, attrs)

@@ -47,7 +47,12 @@ def _sum_vjp(gs, xs, ys, axes, keepdims):
     from tapeflow.ops.array import broadcast_to
 
     x = xs[0]
-    return (broadcast_to(_keep(gs[0], x.shape, axes, keepdims), x.shape),)
+    g = _keep(gs[0], x.shape, axes, keepdims)
+    if None in x.shape:  # a shape known only when a frozen graph runs: broadcast by adding zeros like x
+        from tapeflow.ops.creation import full_like
+
+        return (g + full_like(x, 0),)
+    return (broadcast_to(g, x.shape),)
 
 
 def _extreme_vjp(gs, xs, ys, axes, keepdims):
@@ -234,10 +239,14 @@ def mean(x, axis=None, keepdims: bool = False) -> Tensor:
     if x.dtype.kind != "f":
         x = cast(x, dtypes.DEFAULT_FLOAT)
     axes = shapes.normalize_axes("mean", axis, x.ndim)
+    total = apply(_SUM, (x,), {"axes": axes, "keepdims": bool(keepdims)})
+    if any(x.shape[a] is None for a in axes):  # counted when a frozen graph runs
+        from tapeflow.ops.creation import full_like
+
+        return total / apply(_SUM, (full_like(x, 1),), {"axes": axes, "keepdims": bool(keepdims)})
     count = 1
     for a in axes:
         count *= x.shape[a]
-    total = apply(_SUM, (x,), {"axes": axes, "keepdims": bool(keepdims)})
     return total * (1.0 / builtins.max(count, 1)) if count else total * np.nan
 
 

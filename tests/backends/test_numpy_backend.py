@@ -27,15 +27,18 @@ def test_the_hot_ops_have_kernels():
         "gather",
         "scatter_add",
         "adam_update",
+        "relu",
+        "relu_grad",
     ):
         assert name in KERNEL_OPS, f"{name} runs its NumPy reference, not a compiled kernel"
         assert get_op(name).kernel("cpu") is getattr(numpy_backend, name)
 
 
 def _conv_cases():
-    for stride, padding, dilation in itertools.product((1, 2), ("SAME", "VALID", ((1, 2), (0, 1))), (1, 2)):
-        x = RNG.standard_normal((3, 9, 7, 5))
-        w = RNG.standard_normal((3, 2, 5, 4))
+    cases = itertools.product((1, 2), ("SAME", "VALID", ((1, 2), (0, 1))), (1, 2), (1, 5, 9))
+    for stride, padding, dilation, channels in cases:  # few channels and many take different paths
+        x = RNG.standard_normal((3, 9, 7, channels))
+        w = RNG.standard_normal((3, 2, channels, 4))
         attrs = {"strides": (stride, stride), "padding": padding, "dilations": (dilation, 1)}
         y = get_op("conv2d").reference(x, w, **attrs)
         dy = RNG.standard_normal(y.shape)
@@ -66,6 +69,13 @@ def _other_cases():
     p, m, g = (RNG.standard_normal((33, 7)) for _ in range(3))
     v = RNG.random((33, 7))
     yield "adam_update", (p, m, v, g), {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7, "step": 3}
+    y = RNG.standard_normal((300, 700))  # large enough to run on several threads
+    y[0, :4] = [np.nan, -0.0, 0.0, np.inf]
+    yield "relu", (y,), {}
+    yield "relu", (y[::2, 1:],), {}
+    yield "relu", (np.array(-3.0),), {}
+    yield "relu_grad", (RNG.standard_normal(y.shape), y), {}
+    yield "relu_grad", (RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4)).T.copy().T), {}
 
 
 def _matmul_cases():
@@ -74,7 +84,13 @@ def _matmul_cases():
     yield "matmul", (b.T, a.T), {}  # transposed views go to BLAS as flags
     yield "matmul", (np.ascontiguousarray(a.T).T, b), {}
     yield "matmul", (a[:, ::2], b[::2]), {}  # strided views are copied
-    yield "matmul", (RNG.standard_normal((600, 700)), RNG.standard_normal((700, 9))), {}  # split across threads
+    # Split across threads: into bands of rows or of columns, with operands stored transposed.
+    tall, wide = RNG.standard_normal((600, 700)), RNG.standard_normal((700, 9))
+    yield "matmul", (tall, wide), {}
+    yield "matmul", (np.ascontiguousarray(tall.T).T, np.ascontiguousarray(wide.T).T), {}
+    yield "matmul", (wide.T, tall.T), {}
+    yield "matmul", (np.ascontiguousarray(wide.T), np.ascontiguousarray(tall.T)), {}
+    yield "matmul", (RNG.standard_normal((1, 50, 300)), RNG.standard_normal((1, 300, 170))), {}
     x, y = RNG.standard_normal((5, 7, 6)), RNG.standard_normal((5, 6, 4))
     yield "matmul", (x, y), {}
     yield "matmul", (y.transpose(0, 2, 1), x.transpose(0, 2, 1)), {}

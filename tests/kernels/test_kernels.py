@@ -114,10 +114,11 @@ def pool_reference(x, dy, kh, kw, stride, pad_top, pad_left, out_h, out_w):
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
 @pytest.mark.parametrize("dilation", [1, 2])
 @pytest.mark.parametrize("stride", [1, 2])
-def test_conv_matches_reference(stride, dilation, padding, dtype, threads):
+@pytest.mark.parametrize("channels", [1, C_IN, 11])
+def test_conv_matches_reference(stride, dilation, padding, channels, dtype, threads):
     rng = np.random.default_rng(stride * 10 + dilation)
-    x = rng.standard_normal((N, H, W, C_IN)).astype(dtype)
-    w = rng.standard_normal((KH, KW, C_IN, C_OUT)).astype(dtype)
+    x = rng.standard_normal((N, H, W, channels)).astype(dtype)
+    w = rng.standard_normal((KH, KW, channels, C_OUT)).astype(dtype)
     out_h, out_w, pt, pl = geometry(H, W, KH, KW, stride, dilation, padding)
     dy = rng.standard_normal((N, out_h, out_w, C_OUT)).astype(dtype)
     y_ref, dx_ref, dw_ref = conv_reference(x, w, dy, stride, dilation, pt, pl, out_h, out_w)
@@ -137,10 +138,11 @@ def test_conv_matches_reference(stride, dilation, padding, dtype, threads):
     ],
 )
 @pytest.mark.parametrize("batch", [1, 5])
-def test_conv_odd_geometry_and_small_chunks(kh, kw, sh, sw, pt, pl, out_h, out_w, batch, threads):
+@pytest.mark.parametrize("channels", [1, C_IN, 11])  # few channels and many take different paths
+def test_conv_odd_geometry_and_small_chunks(kh, kw, sh, sw, pt, pl, out_h, out_w, batch, channels, threads):
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((batch, H, W, C_IN))
-    w = rng.standard_normal((kh, kw, C_IN, C_OUT))
+    x = rng.standard_normal((batch, H, W, channels))
+    w = rng.standard_normal((kh, kw, channels, C_OUT))
     dy = rng.standard_normal((batch, out_h, out_w, C_OUT))
     y_ref, dx_ref, dw_ref = conv_reference_2d(x, w, dy, sh, sw, pt, pl, out_h, out_w)
     geom = (sh, sw, pt, pl, 1, 1)
@@ -335,12 +337,35 @@ def test_adam_update_rejects_mismatched_arrays():
         K.adam_update(a, a.copy(), a.copy(), np.zeros(8)[::2], 0.1, 0.9, 0.99, 1e-8, 1, 1)
 
 
+@pytest.mark.parametrize("shape", [(7,), (300, 1001)], ids=["serial", "parallel"])
+def test_relu_and_its_gradient_match_numpy(shape, dtype, threads):
+    rng = np.random.default_rng(12)
+    x, g = rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
+    x.reshape(-1)[:5] = [np.nan, -0.0, 0.0, -np.inf, np.inf]
+    y = K.relu(x)
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    assert np.signbit(y.reshape(-1)[1]) == np.signbit(np.maximum(x, 0).reshape(-1)[1])
+    np.testing.assert_array_equal(K.relu_grad(g, y), np.where(y > 0, g, 0))
+    assert K.relu(x).dtype == K.relu_grad(g, y).dtype == dtype
+
+
+def test_relu_rejects_mismatched_arrays():
+    a = np.zeros(4)
+    with pytest.raises(TypeError, match="relu_grad"):
+        K.relu_grad(a, a.astype(np.float32))
+    with pytest.raises(ValueError, match="shapes"):
+        K.relu_grad(a, np.zeros(5))
+    with pytest.raises(ValueError, match="contiguous"):
+        K.relu(np.zeros(8)[::2])
+
+
 # ----------------------------------------------------------------------------- build
 
 
 def test_build_info_reports_every_module():
     info = K.build_info()
-    assert set(info) == set(K.MODULES) == {"conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv"}
+    expected = {"conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv", "elementwise"}
+    assert set(info) == set(K.MODULES) == expected
     for name, entry in info.items():
         path = Path(entry["path"])
         assert path.name.startswith(name + ".") and path.exists()
@@ -387,7 +412,7 @@ def test_docstring_examples(module):
 
 
 def test_conv_from_concurrent_python_threads():
-    """Concurrent callers (the GIL is released) get right answers; BLAS gets its threads back."""
+    """Concurrent callers (the GIL is released) get right answers; OpenBLAS stays single-threaded."""
     rng = np.random.default_rng(13)
     x, w = rng.standard_normal((6, H, W, C_IN)), rng.standard_normal((KH, KW, C_IN, C_OUT))
     dy = rng.standard_normal((6, H, W, C_OUT))
@@ -408,4 +433,4 @@ def test_conv_from_concurrent_python_threads():
     for result in results:
         for actual, reference in zip(result, expected, strict=True):
             assert_close(actual, reference, np.float64)
-    assert K._conv._blas_num_threads() == blas_threads
+    assert K._conv._blas_num_threads() == blas_threads in (1, None)

@@ -30,6 +30,7 @@ NOT_DIFFERENTIABLE = {
     "categorical",
     "equal",
     "full_like",
+    "fused_elementwise",
     "greater",
     "greater_equal",
     "less",
@@ -44,6 +45,7 @@ NOT_DIFFERENTIABLE = {
     "random_uniform",
     "stop_gradient",
     "truncated_normal",
+    "while_loop_grad",
 }
 
 
@@ -190,6 +192,21 @@ def _clip_case(name, lo, hi):
 
     sample("clip", name, [x], {"lo": lo, "hi": hi}, fn)
 
+
+sample(
+    "fused_elementwise",
+    "row-and-scalar",
+    [normal(3, 4), normal(4), np.asarray(0.5)],
+    {"program": (("input", 0), ("input", 1), ("add", 0, 1), ("input", 2), ("multiply", 2, 3), ("tanh", 4))},
+    lambda x, b, s: np.tanh((x + b) * s),
+)
+sample(
+    "fused_elementwise",
+    "column-broadcast",
+    [normal(3, 1), normal(2, 1, 4)],
+    {"program": (("input", 0), ("exp", 0), ("input", 1), ("maximum", 1, 2), ("const", 0.5), ("subtract", 3, 4))},
+    lambda x, y: np.maximum(np.exp(x), y) - 0.5,
+)
 
 _clip_case("both", -0.5, 0.5)
 _clip_case("upper-only", None, 0.3)
@@ -855,27 +872,35 @@ sample(
 
 
 # ------------------------------------------------------------- optimizers
-def np_adam(param, m, v, grad, lr, beta1, beta2, epsilon, step):
+def np_adam(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
     m = beta1 * m + (1 - beta1) * grad
     v = beta2 * v + (1 - beta2) * np.square(grad)
     step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
-    return param - step_size * m / (np.sqrt(v) + epsilon * math.sqrt(1 - beta2**step)), m, v
+    eps = epsilon if epsilon_on_sqrt_v else epsilon * math.sqrt(1 - beta2**step)
+    return param - step_size * m / (np.sqrt(v) + eps), m, v
 
 
-_ADAM = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7, "step": 3}
+_ADAM = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}
 sample(
     "adam_update",
     "step-3",
-    [normal(3, 4), normal(3, 4), positive(3, 4), normal(3, 4)],
+    [normal(3, 4), normal(3, 4), positive(3, 4), normal(3, 4), np.array(0.01), np.array(3.0)],
     _ADAM,
-    lambda p, m, v, g: np_adam(p, m, v, g, **_ADAM),
+    lambda p, m, v, g, lr, step: np_adam(p, m, v, g, lr, step, **_ADAM),
 )
 sample(
     "adam_update",
     "step-1-zero-slots",
-    [normal(5), np.zeros(5), np.zeros(5), normal(5)],
-    {**_ADAM, "step": 1},
-    lambda p, m, v, g: np_adam(p, m, v, g, **{**_ADAM, "step": 1}),
+    [normal(5), np.zeros(5), np.zeros(5), normal(5), np.array(0.01), np.array(1.0)],
+    _ADAM,
+    lambda p, m, v, g, lr, step: np_adam(p, m, v, g, lr, step, **_ADAM),
+)
+sample(
+    "adam_update",
+    "keras-epsilon",
+    [normal(5), normal(5), positive(5), normal(5), np.array(0.1), np.array(2.0)],
+    {**_ADAM, "epsilon": 0.1, "epsilon_on_sqrt_v": True},
+    lambda p, m, v, g, lr, step: np_adam(p, m, v, g, lr, step, **{**_ADAM, "epsilon": 0.1}, epsilon_on_sqrt_v=True),
 )
 
 
@@ -1008,6 +1033,100 @@ def _finite_difference(f, arrays, i: int, eps: float) -> np.ndarray:
         x[j] = orig
         grad[j] = (up - down) / (2 * eps)
     return grad
+
+
+# -------------------------------------------------------------- control flow
+def _subgraph(fn, *specs):
+    from tapeflow.graph.trace import trace
+
+    return trace(fn, tuple(tp.TensorSpec(shape, dtype) for shape, dtype in specs))
+
+
+def _cond_attrs(p, x, y):
+    then_graph = _subgraph(lambda a, b: a * b + tp.sin(a), ((3, 2), "float64"), ((3, 2), "float64"))
+    else_graph = _subgraph(lambda a: tp.exp(a), ((3, 2), "float64"))
+    return {
+        "then_graph": then_graph,
+        "else_graph": else_graph,
+        "then_map": (0, 1),
+        "else_map": (0,),
+        "output_specs": (((3, 2), "float64"),),
+        "structure": then_graph.output_structure,
+    }
+
+
+for _pred in (True, False):
+    sample(
+        "cond",
+        f"pred-{_pred}",
+        [np.array(_pred), normal(3, 2), normal(3, 2)],
+        _cond_attrs,
+        lambda p, x, y: x * y + np.sin(x) if p else np.exp(x),
+    )
+
+
+def _while_attrs(i, y, x, *grads, maximum_iterations=None):
+    cond_graph = _subgraph(lambda i, y: i < 3, ((), "int64"), ((3,), "float64"))
+    body_graph = _subgraph(lambda i, y, x: (i + 1, y * x), ((), "int64"), ((3,), "float64"), ((3,), "float64"))
+    return {
+        "cond_graph": cond_graph,
+        "body_graph": body_graph,
+        "cond_map": (),
+        "body_map": (0,),
+        "n_vars": 2,
+        "maximum_iterations": maximum_iterations,
+        "output_specs": (((), "int64"), ((3,), "float64")),
+    }
+
+
+sample("while_loop", "three-steps", [np.array(0), normal(3), normal(3)], _while_attrs, lambda i, y, x: (3, y * x**3))
+sample(
+    "while_loop",
+    "maximum-iterations",
+    [np.array(0), normal(3), normal(3)],
+    lambda i, y, x: _while_attrs(i, y, x, maximum_iterations=2),
+    lambda i, y, x: (2, y * x**2),
+)
+
+
+def _while_grad_attrs(*inputs):
+    from tapeflow.graph.control import _body_gradient_graph
+
+    attrs = _while_attrs(*inputs)
+    return {**attrs, "body_grad_graph": _body_gradient_graph(attrs)}
+
+
+sample(
+    "while_loop_grad",
+    "three-steps",
+    [np.array(0), normal(3), normal(3), np.array(0), normal(3)],
+    _while_grad_attrs,
+    lambda i, y, x, gi, gy: (0, gy * x**3, gy * y * 3 * x**2),
+)
+
+
+# ------------------------------------------------------- fused layer epilogues
+def _biased(y, b, activation):
+    y = y + b
+    return np.maximum(y, 0) if activation == "relu" else y
+
+
+for _act in ("relu", "linear"):
+    sample(
+        "fused_matmul",
+        _act,
+        [normal(4, 5), normal(5, 3), normal(3)],
+        {"activation": _act},
+        lambda a, w, b, act=_act: _biased(a @ w, b, act),
+    )
+    _attrs = {"strides": (2, 1), "padding": "SAME", "dilations": (1, 1), "activation": _act}
+    sample(
+        "fused_conv2d",
+        _act,
+        [normal(2, 5, 4, 2), normal(3, 2, 2, 3), normal(3)],
+        _attrs,
+        lambda x, w, b, act=_act: _biased(np_conv2d(x, w, (2, 1), "SAME", (1, 1)), b, act),
+    )
 
 
 # ======================================================================= tests

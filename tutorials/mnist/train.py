@@ -184,6 +184,14 @@ def train(key: str, plan: Plan, dataset: str, data, out: Path, seed: int) -> Res
     same = np.array_equal(restored.predict(x_test[:500], batch_size=500), model.predict(x_test[:500], batch_size=500))
     print(f"test accuracy {test['accuracy']:.4f}, test loss {test['loss']:.4f}")
     print(f"weights saved to {path}; reloaded into a fresh model: {'same' if same else 'DIFFERENT'} predictions")
+    # Deployment: freeze the inference graph into one file that serves without this script
+    # (`tapeflow run <file> --input x.npy`), and check that it predicts what the model does.
+    graph_path = out / f"{dataset}_{key}.tfg"
+    model.freeze().save(graph_path)
+    served = tp.load_graph(graph_path)
+    frozen = np.concatenate([served(x_test[i : i + 500]).numpy() for i in range(0, len(x_test), 500)])
+    agree = np.mean(np.argmax(frozen, axis=1) == np.argmax(model.predict(x_test, batch_size=500), axis=1))
+    print(f"frozen graph saved to {graph_path}: {len(served.nodes)} nodes; agrees with the model on {agree:.2%}")
     return Result(
         key,
         model.count_params(),

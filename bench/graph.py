@@ -1,0 +1,273 @@
+"""Frozen graphs against PyTorch eager and onnxruntime, side by side in one run.
+
+Every measurement runs in its own fresh subprocess, one after another, so the
+libraries never share the cores or each other's warm caches:
+
+- training step, frozen (compile(jit=True)'s graph) vs tapeflow eager vs PyTorch
+  eager: the MLP 784-256-256-10 (Adam, batch 128) and the Deep-MNIST CNN (batch 50);
+- batch-1 MLP inference latency: frozen graph vs PyTorch eager vs onnxruntime;
+- peak memory of a CNN training step (resident-set growth during the steps).
+
+    python bench/graph.py [--steps N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+THREADS = 2
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _data(kind: str, batch: int):
+    rng = np.random.default_rng(0)
+    if kind == "mlp":
+        x = rng.random((batch, 784), dtype=np.float32)
+    else:
+        x = rng.random((batch, 28, 28, 1), dtype=np.float32)
+    return x, rng.integers(0, 10, batch).astype(np.int64)
+
+
+def _timed(step, steps: int, base: float, warmup: int = 5) -> dict:
+    """Median and 10th-percentile step times, and the peak resident set above `base`
+    (the process after importing its library, before any model or data existed)."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    times = np.array(times) * 1e3
+    return {"ms": float(np.median(times)), "p10": float(np.percentile(times, 10)), "mem": _peak_mib() - base}
+
+
+# ------------------------------------------------------------ workers
+def tapeflow_model(kind: str):
+    import tapeflow as tp
+
+    tp.random.seed(0)
+    if kind == "mlp":
+        layers = [tp.layers.Dense(256, activation="relu"), tp.layers.Dense(256, activation="relu"), tp.layers.Dense(10)]
+    else:
+        layers = [
+            tp.layers.Conv2D(32, 5, padding="same", activation="relu"),
+            tp.layers.MaxPooling2D(2),
+            tp.layers.Conv2D(64, 5, padding="same", activation="relu"),
+            tp.layers.MaxPooling2D(2),
+            tp.layers.Flatten(),
+            tp.layers.Dense(1024, activation="relu"),
+            tp.layers.Dropout(0.5),
+            tp.layers.Dense(10),
+        ]
+    return tp.Sequential(layers)
+
+
+def worker_tapeflow_train(kind: str, batch: int, steps: int, jit: bool) -> dict:
+    import tapeflow as tp
+
+    tp.set_num_threads(THREADS)
+    base = _rss_mib()
+    x, y = _data(kind, batch)
+    model = tapeflow_model(kind)
+    model.compile(tp.optimizers.Adam(1e-3), tp.losses.SparseCategoricalCrossentropy(from_logits=True), jit=jit)
+    tx, ty = tp.tensor(x), tp.tensor(y)
+    model(tx[:1])
+    if jit:
+        model.train_on_batch(x, y)  # trace once
+        opt = model.optimizer
+        graph = model._frozen()[0].graphs[next(iter(model._frozen()[0].graphs))]
+        dtype = model.trainable_weights[0].dtype
+
+        def step():
+            opt.iterations += 1
+            graph(tx, ty, tp.tensor(1e-3, dtype=dtype), tp.tensor(float(opt.iterations), dtype=dtype))
+
+    else:
+
+        def step():
+            model.train_step(tx, ty)
+
+    return _timed(step, steps, base)
+
+
+def worker_torch_train(kind: str, batch: int, steps: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(0)
+    base = _rss_mib()
+    x, y = _data(kind, batch)
+    if kind == "mlp":
+        net = torch.nn.Sequential(
+            torch.nn.Linear(784, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 10),
+        )
+        tx = torch.from_numpy(x)
+    else:
+        net = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 32, 5, padding=2),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(32, 64, 5, padding=2),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(),
+            torch.nn.Linear(3136, 1024),
+            torch.nn.ReLU(),
+            torch.nn.Dropout(0.5),
+            torch.nn.Linear(1024, 10),
+        )
+        tx = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+    ty = torch.from_numpy(y)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(net(tx), ty).backward()
+        opt.step()
+
+    return _timed(step, steps, base)
+
+
+def worker_latency(lib: str, steps: int) -> dict:
+    x, _ = _data("mlp", 1)
+    if lib == "torch":
+        import torch
+
+        torch.set_num_threads(THREADS)
+        net = torch.nn.Sequential(
+            torch.nn.Linear(784, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 10),
+        ).eval()
+        tx = torch.from_numpy(x)
+
+        def run():
+            with torch.no_grad():
+                net(tx)
+
+    else:
+        import tapeflow as tp
+
+        tp.set_num_threads(THREADS)
+        model = tapeflow_model("mlp")
+        model(tp.tensor(x))
+        graph = model.freeze()
+        if lib == "frozen":
+
+            def run():
+                graph(x)
+
+        elif lib == "eager":
+            tx = tp.tensor(x)
+
+            def run():
+                model(tx, training=False)
+
+        else:
+            import onnxruntime as ort
+
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "mlp.onnx")
+                graph.export_onnx(path)
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = THREADS
+                session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            name = session.get_inputs()[0].name
+
+            def run():
+                session.run(None, {name: x})
+
+    result = _timed(run, steps, _rss_mib(), warmup=50)
+    result["ms"] *= 1000  # microseconds
+    result["p10"] *= 1000
+    return result
+
+
+def _worker(args) -> dict:
+    if args.what == "train":
+        if args.lib == "torch":
+            return worker_torch_train(args.kind, args.batch, args.steps)
+        return worker_tapeflow_train(args.kind, args.batch, args.steps, jit=args.lib == "frozen")
+    return worker_latency(args.lib, args.steps)
+
+
+# ------------------------------------------------------------ driver
+def run_one(what: str, lib: str, kind: str, batch: int, steps: int) -> dict | None:
+    cmd = [sys.executable, __file__, "--worker", what, lib, kind, str(batch), str(steps)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS)}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if done.returncode != 0:
+        print(f"  {what} {lib} {kind}: failed: {done.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per training workload")
+    parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        what, lib, kind, batch, steps = args.worker
+        ns = argparse.Namespace(what=what, lib=lib, kind=kind, batch=int(batch), steps=int(steps))
+        print(json.dumps(_worker(ns)))
+        return
+
+    quick = args.quick
+    print(f"tapeflow frozen graphs vs PyTorch eager and onnxruntime ({THREADS} threads, median of the timed steps)")
+    print("\ntraining step (Adam)")
+    print(f"{'workload':<22}{'frozen':>12}{'eager':>12}{'torch':>12}{'frozen/torch':>14}{'eager/torch':>13}")
+    memory = {}
+    for kind, batch, steps in (("mlp", 128, 200), ("cnn", 50, 20)):
+        steps = args.steps or (max(steps // 10, 3) if quick else steps)
+        res = {lib: run_one("train", lib, kind, batch, steps) for lib in ("frozen", "eager", "torch")}
+        if kind == "cnn":
+            memory = res
+        ms = {k: (v["ms"] if v else float("nan")) for k, v in res.items()}
+        print(
+            f"{kind + f' batch {batch}':<22}{ms['frozen']:>10.2f}ms{ms['eager']:>10.2f}ms{ms['torch']:>10.2f}ms"
+            f"{ms['frozen'] / ms['torch']:>13.2f}x{ms['eager'] / ms['torch']:>12.2f}x",
+            flush=True,
+        )
+    print("\nbatch-1 MLP inference latency")
+    lat = {
+        lib: run_one("latency", lib, "mlp", 1, 300 if quick else 3000) for lib in ("frozen", "eager", "torch", "onnx")
+    }
+    us = {k: (v["ms"] if v else float("nan")) for k, v in lat.items()}
+    for lib in ("frozen", "eager", "torch", "onnx"):
+        print(f"  {lib:<8}{us[lib]:>9.1f} us   (frozen / this: {us['frozen'] / us[lib]:.2f}x)")
+    print("\npeak memory of CNN training (resident set above the imported library, MiB)")
+    for lib in ("frozen", "eager", "torch"):
+        if memory.get(lib):
+            print(f"  {lib:<8}{memory[lib]['mem']:>9.1f}")
+
+
+if __name__ == "__main__":
+    main()

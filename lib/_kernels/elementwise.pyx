@@ -1,0 +1,278 @@
+"""A fused elementwise program evaluated in one pass over memory.
+
+The program is a list of instructions (opcode, a, b): register k holds the value of
+instruction k for a block of elements, so each instruction is a short, vectorizable loop
+over data that stays in cache, and every input is read once and the output written once.
+"""
+
+include "_common.pxi"
+
+import numpy as np
+
+from cython cimport floating
+from cython.parallel cimport parallel, prange
+from libc.math cimport exp, fabs, fabsf, log, logf, sqrt, sqrtf, tanh
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+
+cdef extern from *:
+    """
+    #include <math.h>
+    #include <stdint.h>
+    #include <string.h>
+    /* float32 exp and tanh written without branches or calls, so that loops over them
+       vectorize (libm's expf and tanhf do not); both are within a few ulp of libm. */
+    static inline float tapeflow_expf(float x) {
+        float c = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
+        float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round to nearest */
+        float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+        float p = 1.9875691500e-4f;
+        p = p * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * r * r + r + 1.0f;
+        int32_t bits = ((int32_t)n + 127) << 23;
+        float scale;
+        memcpy(&scale, &bits, sizeof scale);
+        float y = p * scale;
+        y = x > 88.72283f ? INFINITY : y;
+        y = x < -87.33654f ? 0.0f : y;
+        return x != x ? x : y;
+    }
+    static inline float tapeflow_tanhf(float x) {
+        float a = fabsf(x);
+        float z = x * x;
+        float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                        + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+        float big = 1.0f - 2.0f / (tapeflow_expf(2.0f * a) + 1.0f);
+        big = x < 0 ? -big : big;
+        return a < 0.625f ? small : big;
+    }
+    """
+    float tapeflow_expf(float x) noexcept nogil
+    float tapeflow_tanhf(float x) noexcept nogil
+
+# Opcodes; tapeflow.graph.fused_op maps op names to these numbers.
+cdef enum:
+    LOAD = 0
+    CONST = 1
+    ADD = 2
+    SUBTRACT = 3
+    MULTIPLY = 4
+    DIVIDE = 5
+    MAXIMUM = 6
+    MINIMUM = 7
+    NEG = 8
+    EXP = 9
+    LOG = 10
+    TANH = 11
+    SIGMOID = 12
+    RELU = 13
+    SQRT = 14
+    SQUARE = 15
+    ABS = 16
+    RECIPROCAL = 17
+    RSQRT = 18
+
+# Input layouts: the whole output's size, one scalar, or one row repeated over the last axis.
+cdef enum:
+    FULL = 0
+    SCALAR = 1
+    ROW = 2
+
+cdef enum:
+    BLOCK = 512
+
+# Below this many elements the parallel region costs more than it saves.
+cdef Py_ssize_t _PARALLEL_MIN = 1 << 16
+
+OPCODES = {
+    "input": LOAD, "const": CONST, "add": ADD, "subtract": SUBTRACT, "multiply": MULTIPLY,
+    "divide": DIVIDE, "maximum": MAXIMUM, "minimum": MINIMUM, "neg": NEG, "exp": EXP, "log": LOG,
+    "tanh": TANH, "sigmoid": SIGMOID, "relu": RELU, "sqrt": SQRT, "square": SQUARE, "abs": ABS,
+    "reciprocal": RECIPROCAL, "rsqrt": RSQRT,
+}
+LAYOUTS = {"full": FULL, "scalar": SCALAR, "row": ROW}
+
+
+cdef inline floating _exp(floating x) noexcept nogil:
+    if floating is float:
+        return tapeflow_expf(x)
+    else:
+        return exp(x)
+
+
+cdef void _unary(int op, floating* d, const floating* x, Py_ssize_t m) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef floating v
+    if op == NEG:
+        for j in range(m):
+            d[j] = -x[j]
+    elif op == EXP:
+        for j in range(m):
+            d[j] = _exp(x[j])
+    elif op == LOG:
+        for j in range(m):
+            d[j] = logf(x[j]) if floating is float else log(x[j])
+    elif op == TANH:
+        for j in range(m):
+            d[j] = tapeflow_tanhf(x[j]) if floating is float else tanh(x[j])
+    elif op == SIGMOID:
+        for j in range(m):
+            d[j] = 1 / (1 + _exp(-x[j]))
+    elif op == RELU:
+        for j in range(m):
+            v = x[j]
+            d[j] = 0 if v <= 0 else v  # NaN stays NaN
+    elif op == SQRT:
+        for j in range(m):
+            d[j] = sqrtf(x[j]) if floating is float else sqrt(x[j])
+    elif op == SQUARE:
+        for j in range(m):
+            d[j] = x[j] * x[j]
+    elif op == ABS:
+        for j in range(m):
+            d[j] = fabsf(x[j]) if floating is float else fabs(x[j])
+    elif op == RECIPROCAL:
+        for j in range(m):
+            d[j] = 1 / x[j]
+    elif op == RSQRT:
+        for j in range(m):
+            d[j] = 1 / (sqrtf(x[j]) if floating is float else sqrt(x[j]))
+
+
+cdef void _binary(int op, floating* d, const floating* x, const floating* y, Py_ssize_t m) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef floating u, v
+    if op == ADD:
+        for j in range(m):
+            d[j] = x[j] + y[j]
+    elif op == SUBTRACT:
+        for j in range(m):
+            d[j] = x[j] - y[j]
+    elif op == MULTIPLY:
+        for j in range(m):
+            d[j] = x[j] * y[j]
+    elif op == DIVIDE:
+        for j in range(m):
+            d[j] = x[j] / y[j]
+    elif op == MAXIMUM:  # NaN wins, as in np.maximum
+        for j in range(m):
+            u = x[j]
+            v = y[j]
+            d[j] = u if (u >= v or u != u) else v
+    elif op == MINIMUM:
+        for j in range(m):
+            u = x[j]
+            v = y[j]
+            d[j] = u if (u <= v or u != u) else v
+
+
+cdef void _run_block(floating* out, floating** inputs, const int* layouts, Py_ssize_t inner,
+                     const int* ops, const int* args_a, const int* args_b, const double* consts,
+                     int count, floating* scratch, floating** regs, Py_ssize_t lo,
+                     Py_ssize_t m) noexcept nogil:
+    """Evaluate every instruction for elements [lo, lo + m); the last one lands in out."""
+    cdef int k, op, layout
+    cdef Py_ssize_t j, col, run
+    cdef floating* dst
+    cdef floating* src
+    cdef floating c
+    for k in range(count):
+        op = ops[k]
+        dst = out + lo if k == count - 1 else scratch + k * BLOCK
+        if op == LOAD:
+            src = inputs[args_a[k]]
+            layout = layouts[args_a[k]]
+            if layout == FULL and k != count - 1:
+                regs[k] = src + lo  # read in place: no copy
+                continue
+            if layout == FULL:
+                for j in range(m):
+                    dst[j] = src[lo + j]
+            elif layout == SCALAR:
+                c = src[0]
+                for j in range(m):
+                    dst[j] = c
+            else:  # copy whole stretches of the row
+                col = lo % inner
+                j = 0
+                while j < m:
+                    run = min(inner - col, m - j)
+                    memcpy(dst + j, src + col, run * sizeof(floating))
+                    j += run
+                    col = 0
+        elif op == CONST:
+            c = <floating>consts[args_a[k]]
+            for j in range(m):
+                dst[j] = c
+        elif op <= MINIMUM:
+            _binary(op, dst, regs[args_a[k]], regs[args_b[k]], m)
+        else:
+            _unary(op, dst, regs[args_a[k]], m)
+        regs[k] = dst
+
+
+def _evaluate(floating[::1] out, list inputs, const int[::1] layouts, Py_ssize_t inner,
+              const int[::1] ops, const int[::1] args_a, const int[::1] args_b,
+              const double[::1] consts):
+    cdef Py_ssize_t n = out.shape[0]
+    cdef int count = ops.shape[0]
+    cdef int n_inputs = len(inputs)
+    cdef Py_ssize_t blocks = (n + BLOCK - 1) // BLOCK
+    cdef Py_ssize_t b, lo
+    cdef int i
+    cdef int threads = _num_threads if n >= _PARALLEL_MIN else 1
+    cdef floating[::1] view
+    cdef floating** pointers = <floating**>malloc(max(n_inputs, 1) * sizeof(floating*))
+    cdef floating* scratch
+    cdef floating** regs
+    cdef int failed[1]
+    failed[0] = 0
+    if pointers == NULL:
+        raise MemoryError("fused_elementwise: cannot allocate input pointers")
+    try:
+        for i in range(n_inputs):
+            view = inputs[i]
+            pointers[i] = &view[0]
+        with nogil, parallel(num_threads=threads):
+            scratch = <floating*>malloc(count * BLOCK * sizeof(floating))
+            regs = <floating**>malloc(count * sizeof(floating*))
+            if scratch != NULL and regs != NULL:
+                for b in prange(blocks, schedule="static"):
+                    lo = b * BLOCK
+                    _run_block(&out[0], pointers, &layouts[0], inner, &ops[0], &args_a[0], &args_b[0],
+                               &consts[0], count, scratch, regs, lo, min(<Py_ssize_t>BLOCK, n - lo))
+            else:
+                failed[0] = 1
+            free(scratch)
+            free(regs)
+    finally:
+        free(pointers)
+    if failed[0]:
+        raise MemoryError("fused_elementwise: cannot allocate per-thread registers")
+
+
+def evaluate(out, inputs, layouts, Py_ssize_t inner, ops, args_a, args_b, consts):
+    """Run an encoded program into the flat C-contiguous `out` (float32 or float64).
+
+    `inputs` are flat contiguous arrays of out's dtype; `layouts[i]` says how input i maps
+    onto the output: FULL (same size), SCALAR (one value) or ROW (`inner` values repeated).
+    `ops`, `args_a`, `args_b` are int32 arrays (one entry per instruction) and `consts`
+    float64. Returns `out`.
+
+    >>> import numpy as np
+    >>> x = np.array([-1.0, 2.0])
+    >>> ops = np.array([OPCODES["input"], OPCODES["relu"]], np.int32)
+    >>> a = np.array([0, 0], np.int32)
+    >>> evaluate(np.empty(2), [x], np.zeros(1, np.int32), 2, ops, a, a, np.zeros(1)).tolist()
+    [0.0, 2.0]
+    """
+    if out.size == 0:
+        return out
+    if ops.shape[0] == 0:
+        raise ValueError("fused_elementwise: empty program")
+    _evaluate(out, list(inputs), layouts, inner, ops, args_a, args_b, consts)
+    return out
