@@ -178,6 +178,18 @@ class Executor:
                     self._plain.append((_KERNEL, fn, ins, outs[0], node.outputs[0].dtype.np, node))
             elif kind == _ASSIGN:
                 self._plain.append((_ASSIGN, what, ins, None, None, node))
+        # Liveness: after its last reader runs, a value's slot is cleared, so that the
+        # array can be freed while the rest of the graph runs (fetched values are kept).
+        last: dict[int, int] = {}
+        for i, (_, _, ins, _, _, _) in enumerate(self._plain):
+            for s in ins:
+                last[s] = i
+        keep = set(self._fetch_slots)
+        frees: list[list[int]] = [[] for _ in self._plain]
+        for s, i in last.items():
+            if s not in keep:
+                frees[i].append(s)
+        self._plain = [(*step, tuple(f)) for step, f in zip(self._plain, frees, strict=True)]
 
     def _run_plain(self, env: list) -> None:
         if self._plain is None:
@@ -186,7 +198,7 @@ class Executor:
             env[s] = var._value
         flush = flush_denormals_enter()
         try:
-            for kind, fn, ins, out, dtype, node in self._plain:
+            for kind, fn, ins, out, dtype, node, frees in self._plain:
                 if kind == _KERNEL:
                     try:
                         r = fn(*[env[i] for i in ins])
@@ -202,6 +214,8 @@ class Executor:
                         env[s] = r if type(r) is np.ndarray and r.dtype == d else np.asarray(r, dtype=d)
                 else:
                     fn._value = _as_state(env[ins[0]], fn)
+                for i in frees:
+                    env[i] = None
         finally:
             flush_denormals_leave(flush)
 

@@ -221,3 +221,16 @@ def test_a_tensor_kept_from_an_earlier_trace_is_rejected():
     tp.freeze(lambda x: kept.append(x) or x, tp.TensorSpec((2,)))
     with pytest.raises(tp.FreezeError, match="belongs to another traced function"):
         tp.freeze(lambda y: y + kept[0], tp.TensorSpec((2,)))
+
+
+def test_functional_model_with_two_inputs_freezes():
+    a, b = tp.layers.Input(shape=(6,)), tp.layers.Input(shape=(4,))
+    h = tp.layers.Concatenate()([tp.layers.Dense(5, activation="relu")(a), b])
+    out = tp.layers.Dense(3)(tp.layers.BatchNormalization()(h))
+    model = tp.Model([a, b], out)
+    xa, xb = RNG.standard_normal((7, 6)).astype(np.float32), RNG.standard_normal((7, 4)).astype(np.float32)
+    model([tp.tensor(xa), tp.tensor(xb)])
+    graph = model.freeze()
+    assert [v.name for v in graph.inputs] == ["input_0", "input_1"]
+    eager = model([tp.tensor(xa), tp.tensor(xb)], training=False).numpy()
+    np.testing.assert_allclose(graph(xa, xb).numpy(), eager, rtol=1e-5, atol=1e-6)
