@@ -13,7 +13,7 @@ import scipy.linalg.cython_blas
 
 from cython cimport floating
 from cython.parallel cimport prange
-from scipy.linalg.cython_blas cimport dgemm, sgemm
+from scipy.linalg.cython_blas cimport dgemm, dgemv, sgemm, sgemv
 
 ctypedef int (*get_threads_fn)() noexcept nogil
 ctypedef void (*set_threads_fn)(int) noexcept nogil
@@ -119,3 +119,20 @@ cdef void _gemm_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_s
         else:
             _gemm(transa, transb, hi - lo, n, k, alpha, a + (lo if transa == c'T' else lo * lda),
                   lda, b, ldb, beta, c + lo * ldc, ldc)
+
+
+cdef inline void _vec_mat(bint trans_b, Py_ssize_t n, Py_ssize_t k, const floating* a, const floating* b,
+                          Py_ssize_t ldb, floating* c) noexcept nogil:
+    """Row-major c[1, n] = a[1, k] @ op(B) as one matrix-vector product (gemm would pack all of B).
+
+    The buffer of B read column-major is B^T (n x k, leading dimension ldb), or with
+    `trans_b` (the buffer holds B^T) it is B itself (k x n).
+    """
+    cdef int n_ = <int>n, k_ = <int>k, ldb_ = <int>ldb, one = 1
+    cdef floating alpha = 1, beta = 0
+    cdef char t = b'T' if trans_b else b'N'
+    cdef int rows = k_ if trans_b else n_, cols = n_ if trans_b else k_
+    if floating is float:
+        sgemv(&t, &rows, &cols, &alpha, <float*>b, &ldb_, <float*>a, &one, &beta, c, &one)
+    else:
+        dgemv(&t, &rows, &cols, &alpha, <double*>b, &ldb_, <double*>a, &one, &beta, c, &one)

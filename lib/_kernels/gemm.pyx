@@ -22,6 +22,10 @@ def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::
     if k == 0:
         c[:, :] = 0
         return
+    if m == 1:
+        with nogil:
+            _vec_mat(trans_b, n, k, &a[0, 0], &b[0, 0], b.shape[1], &c[0, 0])
+        return
     cdef int threads = _gemm_threads(m * n * k)
     with nogil:
         _gemm_split(ta, tb, m, n, k, 1, &a[0, 0], a.shape[1], &b[0, 0], b.shape[1], 0, &c[0, 0],

@@ -162,8 +162,6 @@ def relu_grad(g, y):
 
 def matmul(a, b):
     if a.dtype == b.dtype and a.dtype in _FAST:
-        if a.ndim == b.ndim == 2 and a.shape[0] == 1:
-            return np.matmul(a, b)  # one row: a matrix-vector product, which packs nothing (gemm packs b)
         if a.ndim == b.ndim == 2 or (a.ndim == b.ndim == 3 and a.shape[0] == b.shape[0]):
             return _kernels.matmul(a, b)
         if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:  # a dense layer over a sequence

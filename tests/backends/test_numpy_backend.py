@@ -91,6 +91,11 @@ def _matmul_cases():
     yield "matmul", (wide.T, tall.T), {}
     yield "matmul", (np.ascontiguousarray(wide.T), np.ascontiguousarray(tall.T)), {}
     yield "matmul", (RNG.standard_normal((1, 50, 300)), RNG.standard_normal((1, 300, 170))), {}
+    # One row: a matrix-vector product, with the matrix stored either way.
+    row, mat = RNG.standard_normal((1, 45)), RNG.standard_normal((45, 31))
+    yield "matmul", (row, mat), {}
+    yield "matmul", (row, np.ascontiguousarray(mat.T).T), {}
+    yield "matmul", (np.ascontiguousarray(row.T).T, mat.astype(np.float32).astype(np.float64)), {}
     x, y = RNG.standard_normal((5, 7, 6)), RNG.standard_normal((5, 6, 4))
     yield "matmul", (x, y), {}
     yield "matmul", (y.transpose(0, 2, 1), x.transpose(0, 2, 1)), {}
