@@ -49,6 +49,7 @@ tutorial: build data
 bench: build
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/train.py
+	$(BIN)/python bench/graph.py
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check lib tests bench tutorials setup.py

@@ -36,7 +36,7 @@ from tapeflow.dtypes import (
     int64,
     result_type,
 )
-from tapeflow.graph import FreezeError, Graph, TensorSpec, freeze, load_graph
+from tapeflow.graph import FreezeError, Graph, TensorSpec, freeze, gradients, load_graph
 from tapeflow.graph.function import function
 from tapeflow.models import Model, Sequential
 from tapeflow.ops import *  # noqa: F403 - the op namespace is the public API

@@ -157,19 +157,19 @@ class GradientTape:
             out_grads = [grads.get(id(o)) for o in rec.outputs]
             if all(g is None for g in out_grads):
                 continue
-            inputs = _inputs_at_record_time(rec)
-            if rec.op.partial_vjp:
-                needs = tuple(id(t) in reachable and t.dtype.kind == "f" for t in rec.inputs)
-                in_grads = rec.op.vjp(out_grads, inputs, rec.outputs, needs=needs, **rec.attrs)
-            else:
-                in_grads = rec.op.vjp(out_grads, inputs, rec.outputs, **rec.attrs)
-            for t, g in zip(rec.inputs, in_grads, strict=True):
-                if g is None or id(t) not in reachable or t.dtype.kind != "f":
-                    continue
-                if g.dtype is not t.dtype:
-                    g = cast(g, t.dtype)
-                _accumulate(grads, id(t), g)
+            needs = tuple(id(t) in reachable and t.dtype.kind == "f" for t in rec.inputs)
+            in_grads = call_vjp(rec.op, out_grads, _inputs_at_record_time(rec), rec.outputs, rec.attrs, needs)
+            for t, g, wanted in zip(rec.inputs, in_grads, needs, strict=True):
+                if wanted and g is not None:
+                    _accumulate(grads, id(t), g if g.dtype is t.dtype else cast(g, t.dtype))
         return grads
+
+
+def call_vjp(op: OpDef, out_grads, inputs, outputs, attrs: dict, needs: tuple) -> tuple:
+    """The op's VJP: one gradient (or None) per input; `needs` says which are wanted."""
+    if op.partial_vjp:
+        return op.vjp(out_grads, inputs, outputs, needs=needs, **attrs)
+    return op.vjp(out_grads, inputs, outputs, **attrs)
 
 
 def _inputs_at_record_time(rec: _Record) -> tuple:

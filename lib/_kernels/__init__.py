@@ -87,6 +87,7 @@ _gemm._pin_blas()
 
 conv2d_forward = _conv.conv2d_forward
 matmul = _gemm.matmul
+dense = _gemm.dense
 conv2d_backward_input = _conv.conv2d_backward_input
 conv2d_backward_filter = _conv.conv2d_backward_filter
 max_pool2d_forward = _pool.max_pool2d_forward
@@ -112,6 +113,7 @@ __all__ = [
     "flush_denormals_enter",
     "flush_denormals_leave",
     "matmul",
+    "dense",
     "conv2d_backward_input",
     "conv2d_backward_filter",
     "max_pool2d_forward",

@@ -121,18 +121,36 @@ cdef void _gemm_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_s
                   lda, b, ldb, beta, c + lo * ldc, ldc)
 
 
-cdef inline void _vec_mat(bint trans_b, Py_ssize_t n, Py_ssize_t k, const floating* a, const floating* b,
-                          Py_ssize_t ldb, floating* c) noexcept nogil:
-    """Row-major c[1, n] = a[1, k] @ op(B) as one matrix-vector product (gemm would pack all of B).
+# Below this many multiply-adds a matrix-vector product runs on one thread.
+cdef Py_ssize_t _GEMV_PARALLEL_MIN = 1 << 17
 
-    The buffer of B read column-major is B^T (n x k, leading dimension ldb), or with
-    `trans_b` (the buffer holds B^T) it is B itself (k x n).
-    """
-    cdef int n_ = <int>n, k_ = <int>k, ldb_ = <int>ldb, one = 1
+
+cdef inline void _gemv_part(bint trans_b, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t k, const floating* a,
+                            const floating* b, Py_ssize_t ldb, floating* c) noexcept nogil:
+    """Outputs c[lo:hi] of c[1, n] = a[1, k] @ op(B), as one BLAS matrix-vector product."""
+    cdef int part = <int>(hi - lo), k_ = <int>k, ldb_ = <int>ldb, one = 1
     cdef floating alpha = 1, beta = 0
     cdef char t = b'T' if trans_b else b'N'
-    cdef int rows = k_ if trans_b else n_, cols = n_ if trans_b else k_
+    # Read column-major, the buffer of B is B^T (n x k), or with trans_b (it holds B^T) B itself (k x n).
+    cdef const floating* block = b + (lo * ldb if trans_b else lo)
+    cdef int rows = k_ if trans_b else part, cols = part if trans_b else k_
     if floating is float:
-        sgemv(&t, &rows, &cols, &alpha, <float*>b, &ldb_, <float*>a, &one, &beta, c, &one)
+        sgemv(&t, &rows, &cols, &alpha, <float*>block, &ldb_, <float*>a, &one, &beta, c + lo, &one)
     else:
-        dgemv(&t, &rows, &cols, &alpha, <double*>b, &ldb_, <double*>a, &one, &beta, c, &one)
+        dgemv(&t, &rows, &cols, &alpha, <double*>block, &ldb_, <double*>a, &one, &beta, c + lo, &one)
+
+
+cdef inline void _vec_mat(bint trans_b, Py_ssize_t n, Py_ssize_t k, const floating* a, const floating* b,
+                          Py_ssize_t ldb, floating* c, int threads) noexcept nogil:
+    """Row-major c[1, n] = a[1, k] @ op(B) as matrix-vector products (gemm would pack all of
+    B), the outputs split into `threads` bands when the product is large enough."""
+    cdef Py_ssize_t part, step, lo, hi
+    if threads < 2 or n * k < _GEMV_PARALLEL_MIN or n < 32:
+        _gemv_part(trans_b, 0, n, k, a, b, ldb, c)
+        return
+    step = ((n + threads - 1) // threads + 15) // 16 * 16
+    for part in prange(threads, num_threads=threads, schedule="static"):
+        lo = part * step
+        hi = min(lo + step, n)
+        if lo < hi:
+            _gemv_part(trans_b, lo, hi, k, a, b, ldb, c)

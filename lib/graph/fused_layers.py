@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeflow import _kernels
 from tapeflow.ops.math import matmul
 from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import apply, defop, get_op
 
 ACTIVATIONS = ("linear", "relu")
+_DENSE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _epilogue(out: np.ndarray, bias: np.ndarray, activation: str) -> np.ndarray:
@@ -74,6 +76,8 @@ def _fused_matmul_vjp(gs, xs, ys, activation):
 
 @defop("fused_matmul", infer=_fused_matmul_infer, vjp=_fused_matmul_vjp)
 def _FUSED_MATMUL(a, w, b, activation):
+    if a.ndim == 2 and a.dtype == w.dtype == b.dtype and a.dtype in _DENSE_DTYPES:
+        return _kernels.dense(a, w, b, activation == "relu")  # product, bias and relu in one kernel call
     return _epilogue(_MATMUL_KERNEL(a, w), b, activation)
 
 

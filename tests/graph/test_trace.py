@@ -234,3 +234,27 @@ def test_functional_model_with_two_inputs_freezes():
     assert [v.name for v in graph.inputs] == ["input_0", "input_1"]
     eager = model([tp.tensor(xa), tp.tensor(xb)], training=False).numpy()
     np.testing.assert_allclose(graph(xa, xb).numpy(), eager, rtol=1e-5, atol=1e-6)
+
+
+def test_graph_gradients_append_nodes_that_match_the_tape():
+    model = mlp()
+    x = RNG.standard_normal((5, 8)).astype(np.float32)
+    graph = tp.freeze(lambda x: tp.sum(tp.square(model(x))), tp.TensorSpec((None, 8)), optimize=False)
+    before = len(graph.nodes)
+    reads = {n.attrs["variable"]: n.outputs[0] for n in graph.nodes if n.op == READ}
+    wrt = [reads[w.name] for w in model.trainable_weights] + graph.inputs
+    grads = tp.gradients(graph, graph.outputs, wrt)
+    assert len(graph.nodes) > before and all(g is not None for g in grads)
+    got = graph.run({"x": x}, grads)
+    xt = tp.tensor(x)
+    with tp.GradientTape() as tape:
+        tape.watch(xt)
+        loss = tp.sum(tp.square(model(xt)))
+    expected = tape.gradient(loss, [*model.trainable_weights, xt])
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e.numpy(), rtol=1e-5, atol=1e-5)
+    # an unconnected value gets None; weighting by grad_ys scales the result
+    assert tp.gradients(graph, reads[model.trainable_weights[1].name], graph.inputs) == [None]
+    two = graph.add_constant(np.float32(2.0), "two")
+    (scaled,) = tp.gradients(graph, graph.outputs, graph.inputs, grad_ys=[two])
+    np.testing.assert_allclose(graph.run({"x": x}, scaled), 2 * expected[-1].numpy(), rtol=1e-5, atol=1e-5)
