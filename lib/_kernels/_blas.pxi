@@ -122,7 +122,7 @@ cdef void _gemm_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_s
 
 
 # Below this many multiply-adds a matrix-vector product runs on one thread.
-cdef Py_ssize_t _GEMV_PARALLEL_MIN = 1 << 17
+cdef Py_ssize_t _GEMV_PARALLEL_MIN = 1 << 20
 
 
 cdef inline void _gemv_part(bint trans_b, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t k, const floating* a,

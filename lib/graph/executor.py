@@ -354,6 +354,12 @@ def _needed_nodes(graph: Graph, fetches, feeds, with_updates: bool) -> list:
 
 def check_feed(graph_name: str, value: Value, array) -> np.ndarray:
     """`array` as the fed value, or a ValueError naming the value, shapes and dtypes."""
+    if type(array) is np.ndarray and array.dtype == value.dtype.np and array.ndim == len(value.shape):
+        for want_dim, dim in zip(value.shape, array.shape):  # noqa: B905 - equal lengths checked above
+            if want_dim is not None and want_dim != dim:
+                break
+        else:
+            return array  # the common case, checked without copies
     if hasattr(array, "_value") and array._value is not None:
         array = array._value
     array = np.asarray(array)

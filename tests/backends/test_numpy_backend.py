@@ -96,7 +96,7 @@ def _matmul_cases():
     yield "matmul", (row, mat), {}
     yield "matmul", (row, np.ascontiguousarray(mat.T).T), {}
     yield "matmul", (np.ascontiguousarray(row.T).T, mat.astype(np.float32).astype(np.float64)), {}
-    big_row, big = RNG.standard_normal((1, 700)), RNG.standard_normal((700, 301))  # split over the threads
+    big_row, big = RNG.standard_normal((1, 1100)), RNG.standard_normal((1100, 1001))  # split over the threads
     yield "matmul", (big_row, big), {}
     yield "matmul", (big_row, np.ascontiguousarray(big.T).T), {}
     x, y = RNG.standard_normal((5, 7, 6)), RNG.standard_normal((5, 6, 4))
