@@ -109,6 +109,20 @@ def worker_tapeflow_train(kind: str, batch: int, steps: int, jit: bool) -> dict:
     return _timed(step, steps, base)
 
 
+def torch_model(kind: str):
+    """The same MLP or Deep-MNIST CNN in PyTorch (NCHW)."""
+    import torch
+
+    nn = torch.nn
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    return nn.Sequential(
+        *(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2)),
+        *(nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2)),
+        *(nn.Flatten(), nn.Linear(3136, 1024), nn.ReLU(), nn.Dropout(0.5), nn.Linear(1024, 10)),
+    )
+
+
 def worker_torch_train(kind: str, batch: int, steps: int) -> dict:
     import torch
     import torch.nn.functional as F
@@ -117,30 +131,8 @@ def worker_torch_train(kind: str, batch: int, steps: int) -> dict:
     torch.manual_seed(0)
     base = _rss_mib()
     x, y = _data(kind, batch)
-    if kind == "mlp":
-        net = torch.nn.Sequential(
-            torch.nn.Linear(784, 256),
-            torch.nn.ReLU(),
-            torch.nn.Linear(256, 256),
-            torch.nn.ReLU(),
-            torch.nn.Linear(256, 10),
-        )
-        tx = torch.from_numpy(x)
-    else:
-        net = torch.nn.Sequential(
-            torch.nn.Conv2d(1, 32, 5, padding=2),
-            torch.nn.ReLU(),
-            torch.nn.MaxPool2d(2),
-            torch.nn.Conv2d(32, 64, 5, padding=2),
-            torch.nn.ReLU(),
-            torch.nn.MaxPool2d(2),
-            torch.nn.Flatten(),
-            torch.nn.Linear(3136, 1024),
-            torch.nn.ReLU(),
-            torch.nn.Dropout(0.5),
-            torch.nn.Linear(1024, 10),
-        )
-        tx = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+    net = torch_model(kind)
+    tx = torch.from_numpy(x) if kind == "mlp" else torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
     ty = torch.from_numpy(y)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
 
@@ -158,13 +150,7 @@ def worker_latency(lib: str, steps: int) -> dict:
         import torch
 
         torch.set_num_threads(THREADS)
-        net = torch.nn.Sequential(
-            torch.nn.Linear(784, 256),
-            torch.nn.ReLU(),
-            torch.nn.Linear(256, 256),
-            torch.nn.ReLU(),
-            torch.nn.Linear(256, 10),
-        ).eval()
+        net = torch_model("mlp").eval()
         tx = torch.from_numpy(x)
 
         def run():
