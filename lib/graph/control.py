@@ -23,7 +23,7 @@ from tapeflow.graph.trace import TensorSpec, Tracer, flatten_structure, rebuild_
 from tapeflow.ops import control
 from tapeflow.ops.creation import zeros_like
 from tapeflow.ops.registry import apply, as_tensor, defop, get_op
-from tapeflow.tensor import TRACING, Tensor
+from tapeflow.tensor import TRACING, Tensor, eager_scope
 
 
 # ------------------------------------------------------------ subgraphs
@@ -188,7 +188,7 @@ def _while_infer(*inputs, n_vars, output_specs, **_):
 def _while_vjp(gs, inputs, outputs, **attrs):
     gs = [g if g is not None else zeros_like(o) for g, o in zip(gs, outputs, strict=True)]
     grads = apply(_WHILE_GRAD, tuple(inputs) + tuple(gs), {**attrs, "body_grad_graph": _body_gradient_graph(attrs)})
-    return [g if t.dtype.kind == "f" else None for g, t in zip(grads, inputs[: len(inputs)], strict=True)]
+    return [g if t.dtype.kind == "f" else None for g, t in zip(grads, inputs, strict=True)]
 
 
 @defop("while_loop", infer=_while_infer, vjp=_while_vjp, num_outputs=None)
@@ -207,12 +207,8 @@ def _body_gradient_graph(attrs) -> Graph:
         grads = replay_gradient(body, inputs, out_grads)
         return [g if g is not None else zeros_like(t) for g, t in zip(grads, inputs, strict=True)]
 
-    with_none = TRACING.tracer
-    TRACING.tracer = None
-    try:
+    with eager_scope():  # a standalone graph, not part of the one being traced
         return trace(body_grad, (specs, out_specs), name="while_body_grad")
-    finally:
-        TRACING.tracer = with_none
 
 
 def _while_grad_infer(*inputs, n_vars, **_):

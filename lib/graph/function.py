@@ -22,6 +22,7 @@ import functools
 import inspect
 import logging
 import threading
+import weakref
 
 import numpy as np
 
@@ -70,8 +71,7 @@ class Function:
     def __get__(self, instance, owner):
         if instance is None:
             return self
-        bound = _BOUND.get(self, instance)
-        return bound
+        return _BOUND.get(self, instance)
 
     def _key(self, args, kwargs):
         """(signature key, per-argument descriptions, args with TensorSpecs for tensors)."""
@@ -169,8 +169,6 @@ class _BoundCache:
         key = (id(function), id(instance))
         hit = self._cache.get(key)
         if hit is None or hit[0]() is None:
-            import weakref
-
             method = function._fn.__get__(instance, type(instance))
             bound = Function(method, function.input_signature, function.optimize)
             try:
