@@ -51,8 +51,9 @@ class Model(Layer, Trainer):
         >>> import tapeflow as tp
         >>> model = tp.Sequential([tp.layers.Dense(3)])
         >>> _ = model(tp.ones((2, 4)))
-        >>> [(v.name, v.type_string()) for v in model.freeze().inputs]
-        [('input', 'float32[?,4]')]
+        >>> graph = model.freeze()
+        >>> [(v.name, v.type_string()) for v in graph.inputs + graph.outputs]
+        [('input', 'float32[?,4]'), ('output', 'float32[?,3]')]
         """
         from tapeflow.graph.trace import TensorSpec, freeze
 
@@ -66,7 +67,13 @@ class Model(Layer, Trainer):
         names = ["input"] if len(specs) == 1 else [f"input_{i}" for i in range(len(specs))]
         specs = [s if s.name else TensorSpec(s.shape, s.dtype, name) for s, name in zip(specs, names, strict=True)]
 
-        return freeze(inference, *specs, name=self.name, optimize=optimize)
+        graph = freeze(inference, *specs, name=self.name, optimize=optimize)
+        taken = set(graph.values())
+        for i, value in enumerate(graph.outputs):  # named signatures: input(s) and output(s)
+            name = "output" if len(graph.outputs) == 1 else f"output_{i}"
+            if value.kind == "node" and name not in taken:
+                value.name = name
+        return graph
 
     def summary(self, print_fn=print) -> None:
         """Print each layer's name, type, output shape and parameter count."""
