@@ -131,13 +131,20 @@ class Trainer:
     # ------------------------------------------------------------------- data
     @staticmethod
     def _arrays(x, y, name):
-        """(x, y) as NumPy arrays of equal length (y may be None)."""
-        xs = np.asarray(x) if not isinstance(x, Tensor) else x.numpy()
+        """(x, y) as NumPy arrays of equal length (y may be None); x a tuple of arrays
+        for a model with several inputs."""
+        if isinstance(x, list | tuple):
+            xs = tuple(_as_array(a) for a in x)
+            lengths = [len(a) for a in xs]
+            if len(set(lengths)) > 1:
+                raise ValueError(f"{name}: the {len(xs)} inputs have different sample counts {lengths}")
+        else:
+            xs = _as_array(x)
         if y is None:
             return xs, None
-        ys = np.asarray(y) if not isinstance(y, Tensor) else y.numpy()
-        if len(xs) != len(ys):
-            raise ValueError(f"{name}: x has {len(xs)} samples but y has {len(ys)}")
+        ys = _as_array(y)
+        if _count(xs) != len(ys):
+            raise ValueError(f"{name}: x has {_count(xs)} samples but y has {len(ys)}")
         return xs, ys
 
     def _batches(self, x, y, batch_size, name) -> Dataset:
@@ -171,7 +178,7 @@ class Trainer:
 
         def batches(epoch):
             seed = _epoch_seed(self._fit_seed, epoch)
-            return elements.shuffle(len(xs), seed=seed, reshuffle_each_iteration=False).batch(batch_size)
+            return elements.shuffle(_count(xs), seed=seed, reshuffle_each_iteration=False).batch(batch_size)
 
         return batches
 
@@ -179,9 +186,9 @@ class Trainer:
     def _split(x, y, fraction: float):
         if not 0.0 < fraction < 1.0:
             raise ValueError(f"fit: validation_split must be in (0, 1), got {fraction}")
-        xs, ys = np.asarray(x), np.asarray(y)
-        cut = int(math.floor(len(xs) * (1.0 - fraction)))
-        return (xs[:cut], ys[:cut]), (xs[cut:], ys[cut:])
+        xs, ys = Trainer._arrays(x, y, "fit")
+        cut = int(math.floor(len(ys) * (1.0 - fraction)))
+        return (_rows(xs, slice(None, cut)), ys[:cut]), (_rows(xs, slice(cut, None)), ys[cut:])
 
     # -------------------------------------------------------------------- API
     def fit(
@@ -197,6 +204,7 @@ class Trainer:
         shuffle: bool = True,
         initial_epoch: int = 0,
         seed: int | None = None,
+        validation_batch_size: int | None = None,
     ):
         """Train for `epochs` passes over (x, y) or a Dataset of (x, y) batches; returns a History.
 
@@ -205,7 +213,9 @@ class Trainer:
         built is built on the first batch of array data before the callbacks start. In
         `on_train_begin` a callback may set `model._initial_epoch` (the epoch to start
         from) and `model._fit_seed` (the shuffle seed): that is how
-        `tp.io.BackupAndRestore` resumes an interrupted run exactly.
+        `tp.io.BackupAndRestore` resumes an interrupted run exactly. `x` may be a list
+        of arrays for a model with several inputs; `validation_batch_size` defaults to
+        `batch_size`.
         """
         self._check_compiled("fit")
         if validation_split and validation_data is None:
@@ -218,7 +228,7 @@ class Trainer:
         except TypeError:
             steps = None
         if not self.built and not isinstance(x, Dataset):  # so callbacks (BackupAndRestore) see the weights
-            self(as_tensor(self._arrays(x, None, "fit")[0][:batch_size]), training=False)
+            self(_inputs(_rows(self._arrays(x, None, "fit")[0], slice(None, batch_size))), training=False)
         history = callbacks_module.History()
         progress = callbacks_module.ProgbarLogger(verbose)
         cbs = callbacks_module.CallbackList(
@@ -235,11 +245,11 @@ class Trainer:
             logs = {}
             for step, (xb, yb) in enumerate(train(epoch)):
                 cbs.on_train_batch_begin(step)
-                logs = self.train_step(as_tensor(xb), as_tensor(yb))
+                logs = self.train_step(_inputs(xb), as_tensor(yb))
                 cbs.on_train_batch_end(step, logs)
             logs = dict(logs)
             if validation_data is not None:
-                val = self.evaluate(*_pair(validation_data), batch_size=batch_size, verbose=0)
+                val = self.evaluate(*_pair(validation_data), batch_size=validation_batch_size or batch_size, verbose=0)
                 logs.update({f"val_{k}": v for k, v in val.items()})
             cbs.on_epoch_end(epoch, logs)
             if self.stop_training:
@@ -253,24 +263,24 @@ class Trainer:
         self._reset_metrics()
         logs = {}
         for xb, yb in self._batches(x, y, batch_size, "evaluate"):
-            logs = self.test_step(as_tensor(xb), as_tensor(yb))
+            logs = self.test_step(_inputs(xb), as_tensor(yb))
         return {k: float(v) for k, v in logs.items()}
 
     def predict(self, x, batch_size: int = 32, verbose="auto") -> np.ndarray:
         """The model's outputs for `x`, batch by batch, as one NumPy array."""
-        outputs = [self(as_tensor(xb), training=False).numpy() for xb in self._batches(x, None, batch_size, "predict")]
+        outputs = [self(_inputs(xb), training=False).numpy() for xb in self._batches(x, None, batch_size, "predict")]
         return np.concatenate(outputs) if outputs else np.zeros((0,))
 
     def train_on_batch(self, x, y) -> dict:
         """One update on one batch; returns the loss and metrics of that batch."""
         self._check_compiled("train_on_batch")
         self._reset_metrics()
-        return {k: float(v) for k, v in self.train_step(as_tensor(x), as_tensor(y)).items()}
+        return {k: float(v) for k, v in self.train_step(_inputs(x), as_tensor(y)).items()}
 
     def test_on_batch(self, x, y) -> dict:
         self._check_compiled("test_on_batch")
         self._reset_metrics()
-        return {k: float(v) for k, v in self.test_step(as_tensor(x), as_tensor(y)).items()}
+        return {k: float(v) for k, v in self.test_step(_inputs(x), as_tensor(y)).items()}
 
 
 class BackupAndRestore(callbacks_module.Callback):
@@ -331,6 +341,24 @@ class BackupAndRestore(callbacks_module.Callback):
         if self.delete_checkpoint:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.path)
+
+
+def _as_array(a) -> np.ndarray:
+    return a.numpy() if isinstance(a, Tensor) else np.asarray(a)
+
+
+def _count(xs) -> int:
+    """Samples in an array, or in each array of a tuple of inputs."""
+    return len(xs[0]) if isinstance(xs, tuple) else len(xs)
+
+
+def _rows(xs, rows: slice):
+    return tuple(a[rows] for a in xs) if isinstance(xs, tuple) else xs[rows]
+
+
+def _inputs(xb):
+    """A batch of inputs as a tensor, or a list of tensors for a model with several inputs."""
+    return [as_tensor(a) for a in xb] if isinstance(xb, list | tuple) else as_tensor(xb)
 
 
 def _epoch_seed(base: int, epoch: int) -> int:

@@ -138,3 +138,28 @@ def test_summary_lists_layers_shapes_and_params():
     text = lines[0]
     assert "dense" in text and "(None, 8)" in text and "(None, 3)" in text
     assert "Total params: 75" in text  # 5*8+8 + 8*3+3
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_two_input_model_fits_evaluates_and_predicts_from_lists(jit):
+    rng = np.random.default_rng(3)
+    xa, xb = rng.standard_normal((40, 5)).astype(np.float32), rng.standard_normal((40, 3)).astype(np.float32)
+    y = (xa[:, 0] + xb[:, 0] > 0).astype(np.int64)
+    a, b = tp.layers.Input(shape=(5,)), tp.layers.Input(shape=(3,))
+    out = tp.layers.Dense(2)(tp.layers.Concatenate()([tp.layers.Dense(8, activation="relu")(a), b]))
+    model = tp.Model([a, b], out)
+    model.compile(
+        tp.optimizers.Adam(0.05), tp.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"], jit=jit
+    )
+    history = model.fit(
+        [xa, xb], y, batch_size=8, epochs=3, validation_split=0.25, validation_batch_size=5, seed=1, verbose=0
+    )
+    assert len(history.history["val_loss"]) == 3
+    predicted = model.predict([xa, xb], batch_size=16)
+    eager = model([tp.tensor(xa), tp.tensor(xb)], training=False).numpy()
+    np.testing.assert_allclose(predicted, eager, rtol=1e-5, atol=1e-6)
+    logs = model.evaluate([xa, xb], y, batch_size=16, verbose=0)
+    accuracy = float(np.mean(np.argmax(eager, axis=1) == y))
+    assert logs["accuracy"] == pytest.approx(accuracy)
+    with pytest.raises(ValueError, match="different sample counts"):
+        model.predict([xa, xb[:10]])
