@@ -11,6 +11,7 @@ symbolic `tp.layers.Input` tensors, with any number of inputs and outputs.
 
 from __future__ import annotations
 
+from tapeflow.graph.trace import TensorSpec
 from tapeflow.layers.base import SymbolicTensor
 from tapeflow.models import Model
 
@@ -52,6 +53,8 @@ class Functional(Model):
         for t in self._model_inputs + self._model_outputs:
             if not isinstance(t, SymbolicTensor):
                 raise TypeError(f"Model: inputs and outputs must be symbolic tensors, got {type(t).__name__}")
+        # Frozen without an eager call first, the model takes its symbolic inputs' specs.
+        self._input_signature = [TensorSpec(t.shape, t.dtype) for t in self._model_inputs]
         self._nodes = self._topological_nodes()
         self.layers = []
         for node in self._nodes:

@@ -229,8 +229,7 @@ def test_functional_model_with_two_inputs_freezes():
     out = tp.layers.Dense(3)(tp.layers.BatchNormalization()(h))
     model = tp.Model([a, b], out)
     xa, xb = RNG.standard_normal((7, 6)).astype(np.float32), RNG.standard_normal((7, 4)).astype(np.float32)
-    model([tp.tensor(xa), tp.tensor(xb)])
-    graph = model.freeze()
+    graph = model.freeze()  # from the symbolic inputs, before any eager call
     assert [v.name for v in graph.inputs] == ["input_0", "input_1"]
     eager = model([tp.tensor(xa), tp.tensor(xb)], training=False).numpy()
     np.testing.assert_allclose(graph(xa, xb).numpy(), eager, rtol=1e-5, atol=1e-6)
