@@ -112,19 +112,19 @@ cdef Py_ssize_t _PARALLEL_MIN = 1 << 20
 cdef Py_ssize_t _RELU_PARALLEL_MIN = 1 << 17
 
 
-def _flat_inputs(param, m, v, grad):
-    arrays = {"param": param, "m": m, "v": v, "grad": grad}
-    for name, array in arrays.items():
+def _check_same(name, **arrays):
+    """Every array a C-contiguous numpy array of the first one's shape and float dtype."""
+    first_label, first = next(iter(arrays.items()))
+    for label, array in arrays.items():
         if not isinstance(array, np.ndarray):
-            raise TypeError(f"adam_update: {name} must be a numpy array, got {type(array)}")
-        if array.dtype not in (np.float32, np.float64) or array.dtype != param.dtype:
-            raise TypeError(f"adam_update: {name} has dtype {array.dtype}; all four arrays "
-                            f"need the same float32 or float64 dtype as param ({param.dtype})")
-        if array.shape != param.shape:
-            raise ValueError(f"adam_update: {name} has shape {array.shape}, param {param.shape}")
+            raise TypeError(f"{name}: {label} must be a numpy array, got {type(array)}")
+        if array.dtype not in (np.float32, np.float64) or array.dtype != first.dtype:
+            raise TypeError(f"{name}: {label} has dtype {array.dtype}; {', '.join(arrays)} "
+                            f"need one float32 or float64 dtype ({first_label} is {first.dtype})")
+        if array.shape != first.shape:
+            raise ValueError(f"{name}: shapes differ: {label} has shape {array.shape}, {first_label} {first.shape}")
         if not array.flags.c_contiguous:
-            raise ValueError(f"adam_update: {name} must be C-contiguous")
-    return [array.reshape(-1) for array in (param, m, v, grad)]
+            raise ValueError(f"{name}: {label} must be C-contiguous")
 
 
 def _adam(const floating[::1] p, const floating[::1] m, const floating[::1] v,
@@ -154,7 +154,8 @@ def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double
     >>> np.round(p, 6).tolist()
     [0.9, 1.1]
     """
-    flat = _flat_inputs(param, m, v, grad)
+    _check_same("adam_update", param=param, m=m, v=v, grad=grad)
+    flat = [array.reshape(-1) for array in (param, m, v, grad)]
     outs = [np.empty_like(param) for _ in range(3)]
     if param.size:
         _adam(*flat, *(o.reshape(-1) for o in outs), lr, beta1, beta2, eps, bias_c1, bias_c2)
@@ -181,19 +182,6 @@ def _relu_grad(const floating[::1] g, const floating[::1] y, floating[::1] out):
             tapeflow_relu_f64_grad(&g[0], &y[0], &out[0], n, threads)
 
 
-def _check_same(name, *arrays):
-    first = arrays[0]
-    for array in arrays:
-        if not isinstance(array, np.ndarray):
-            raise TypeError(f"{name}: need numpy arrays, got {type(array)}")
-        if array.dtype not in (np.float32, np.float64) or array.dtype != first.dtype:
-            raise TypeError(f"{name}: need float32 or float64 arrays of one dtype, got "
-                            f"{', '.join(str(a.dtype) for a in arrays)}")
-        if array.shape != first.shape:
-            raise ValueError(f"{name}: shapes differ: {', '.join(str(a.shape) for a in arrays)}")
-        if not array.flags.c_contiguous:
-            raise ValueError(f"{name}: arrays must be C-contiguous")
-
 
 def relu(x):
     """max(x, 0) in one pass, equal to np.maximum(x, 0) (NaN kept, -0.0 made 0.0).
@@ -202,7 +190,7 @@ def relu(x):
     >>> relu(np.array([-1.0, 0.5, np.nan])).tolist()
     [0.0, 0.5, nan]
     """
-    _check_same("relu", x)
+    _check_same("relu", x=x)
     out = np.empty_like(x)
     if x.size:
         _relu(x.reshape(-1), out.reshape(-1))
@@ -216,7 +204,7 @@ def relu_grad(g, y):
     >>> relu_grad(np.array([1.0, 2.0, 3.0]), np.array([0.0, 4.0, np.nan])).tolist()
     [0.0, 2.0, 0.0]
     """
-    _check_same("relu_grad", g, y)
+    _check_same("relu_grad", g=g, y=y)
     out = np.empty_like(g)
     if g.size:
         _relu_grad(g.reshape(-1), y.reshape(-1), out.reshape(-1))
