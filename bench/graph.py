@@ -8,7 +8,7 @@ libraries never share the cores or each other's warm caches:
 - batch-1 MLP inference latency: frozen graph vs PyTorch eager vs onnxruntime;
 - peak memory of a CNN training step (resident-set growth during the steps).
 
-    python bench/graph.py [--steps N] [--quick]
+    python bench/graph.py [--steps N] [--quick] [--rounds N] [--only latency]
 """
 
 from __future__ import annotations
@@ -214,10 +214,33 @@ def run_one(what: str, lib: str, kind: str, batch: int, steps: int) -> dict | No
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+LATENCY_LIBS = ("frozen", "eager", "torch", "onnx")
+
+
+def latency(rounds: int, steps: int) -> None:
+    """Batch-1 MLP latency: every round runs each library in its own process, the order
+    reversed every other round; reports the median over rounds and each round's ratio."""
+    print("\nbatch-1 MLP inference latency (median of each process's calls, then of the rounds)")
+    per_round = {lib: [] for lib in LATENCY_LIBS}
+    for round_ in range(rounds):
+        order = LATENCY_LIBS if round_ % 2 == 0 else LATENCY_LIBS[::-1]
+        for lib in order:
+            result = run_one("latency", lib, "mlp", 1, steps)
+            per_round[lib].append(result["ms"] if result else float("nan"))
+    us = {lib: float(np.median(times)) for lib, times in per_round.items()}
+    for lib in LATENCY_LIBS:
+        rounds_text = " ".join(f"{t:.1f}" for t in per_round[lib])
+        print(f"  {lib:<8}{us[lib]:>9.1f} us   (frozen / this: {us['frozen'] / us[lib]:.2f}x)   rounds: {rounds_text}")
+    ratios = [f / o for f, o in zip(per_round["frozen"], per_round["onnx"], strict=True)]
+    print("  frozen / onnxruntime per round: " + " ".join(f"{r:.2f}x" for r in ratios))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=None, help="timed steps per training workload")
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=5, help="processes per library for the latency workload")
+    parser.add_argument("--only", choices=("latency",), help="run only the batch-1 latency workload")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -227,6 +250,9 @@ def main() -> None:
         return
 
     quick = args.quick
+    if args.only == "latency":
+        latency(args.rounds, 300 if quick else 3000)
+        return
     print(f"tapeflow frozen graphs vs PyTorch eager and onnxruntime ({THREADS} threads, median of the timed steps)")
     print("\ntraining step (Adam)")
     print(f"{'workload':<22}{'frozen':>12}{'eager':>12}{'torch':>12}{'frozen/torch':>14}{'eager/torch':>13}")
@@ -242,13 +268,7 @@ def main() -> None:
             f"{ms['frozen'] / ms['torch']:>13.2f}x{ms['eager'] / ms['torch']:>12.2f}x",
             flush=True,
         )
-    print("\nbatch-1 MLP inference latency")
-    lat = {
-        lib: run_one("latency", lib, "mlp", 1, 300 if quick else 3000) for lib in ("frozen", "eager", "torch", "onnx")
-    }
-    us = {k: (v["ms"] if v else float("nan")) for k, v in lat.items()}
-    for lib in ("frozen", "eager", "torch", "onnx"):
-        print(f"  {lib:<8}{us[lib]:>9.1f} us   (frozen / this: {us['frozen'] / us[lib]:.2f}x)")
+    latency(args.rounds, 300 if quick else 3000)
     print("\npeak memory of CNN training (resident set above the imported library, MiB)")
     for lib in ("frozen", "eager", "torch"):
         if memory.get(lib):

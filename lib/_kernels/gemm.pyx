@@ -8,8 +8,13 @@ matmul produces); that is passed to BLAS as a flag, never copied.
 
 include "_common.pxi"
 include "_blas.pxi"
+include "_row_dense.pxi"
 
 import numpy as np
+
+cimport numpy as cnp
+
+cnp.import_array()
 
 
 def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::1] c,
@@ -95,6 +100,34 @@ def matmul(a, b):
     return out
 
 
+cdef inline bint _plain_f32(object x, int ndim):
+    return (cnp.PyArray_CheckExact(x) and cnp.PyArray_NDIM(<cnp.ndarray>x) == ndim
+            and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_FLOAT32
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x))
+
+
+cdef object _row_dense(object a, object w, object bias, bint relu):
+    """dense of one float32 row with C-contiguous operands, or None for any other case."""
+    if not (_plain_f32(a, 2) and _plain_f32(w, 2) and _plain_f32(bias, 1)):
+        return None
+    cdef cnp.npy_intp* a_dims = cnp.PyArray_DIMS(<cnp.ndarray>a)
+    cdef cnp.npy_intp* w_dims = cnp.PyArray_DIMS(<cnp.ndarray>w)
+    cdef cnp.npy_intp k = w_dims[0], n = w_dims[1]
+    if a_dims[0] != 1 or a_dims[1] != k or cnp.PyArray_DIMS(<cnp.ndarray>bias)[0] != n:
+        return None
+    cdef cnp.npy_intp out_dims[2]
+    out_dims[0], out_dims[1] = 1, n
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, out_dims, cnp.NPY_FLOAT32, 0)
+    cdef int threads = _num_threads if n * k >= _ROW_PARALLEL_MIN and n >= 128 else 1
+    cdef const float* xp = <const float*>cnp.PyArray_DATA(<cnp.ndarray>a)
+    cdef const float* wp = <const float*>cnp.PyArray_DATA(<cnp.ndarray>w)
+    cdef const float* bp = <const float*>cnp.PyArray_DATA(<cnp.ndarray>bias)
+    cdef float* yp = <float*>cnp.PyArray_DATA(out)
+    with nogil:
+        tapeflow_row_dense(xp, wp, bp, yp, k, n, relu, threads)
+    return out
+
+
 def _bias_activation(floating[:, ::1] c, const floating[::1] bias, bint relu):
     cdef Py_ssize_t rows = c.shape[0], cols = c.shape[1], i, j
     cdef floating v
@@ -113,6 +146,9 @@ def dense(a, w, bias, bint relu):
     >>> dense(np.ones((2, 3)), np.ones((3, 2)), np.array([-4.0, 1.0]), True).tolist()
     [[0.0, 4.0], [0.0, 4.0]]
     """
+    out = _row_dense(a, w, bias, relu)
+    if out is not None:
+        return out
     if bias.ndim != 1 or bias.shape[0] != w.shape[1] or bias.dtype != a.dtype:
         raise ValueError(f"dense: bias of shape {bias.shape} and dtype {bias.dtype} for {a.dtype} outputs of {w.shape[1]}")
     out = matmul(a, w)

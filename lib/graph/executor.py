@@ -25,6 +25,7 @@ never live in (or are overwritten as) a reused buffer.
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 from collections import OrderedDict
 
@@ -165,23 +166,27 @@ class Executor:
 
     def _compile_plain(self) -> None:
         """The plain schedule, lean: state reads first (a read always precedes the writes of
-        its variable), then kernels with their attributes bound, and state writes."""
+        its variable), then kernels with their attributes and argument slots bound, and state writes."""
         self._reads = [(outs[0], what) for kind, what, ins, outs, node in self._steps if kind == _READ]
-        self._plain = []
+        self._plain, reads = [], []
         for kind, what, ins, outs, node in self._steps:
+            if kind in (_KERNEL, _ASSIGN):
+                reads.append(ins)
             if kind == _KERNEL:
                 kernel, attrs, multi = what
                 fn = functools.partial(kernel, **attrs) if attrs else kernel
+                args = _arguments(ins)
                 if multi:
-                    self._plain.append((_MULTI, fn, ins, outs, tuple(v.dtype.np for v in node.outputs), node))
+                    dtypes = tuple(v.dtype.np for v in node.outputs)
+                    self._plain.append((_MULTI, fn, args, outs, dtypes, node))
                 else:
-                    self._plain.append((_KERNEL, fn, ins, outs[0], node.outputs[0].dtype.np, node))
+                    self._plain.append((_KERNEL, fn, args, outs[0], node.outputs[0].dtype.np, node))
             elif kind == _ASSIGN:
                 self._plain.append((_ASSIGN, what, ins, None, None, node))
         # Liveness: after its last reader runs, a value's slot is cleared, so that the
         # array can be freed while the rest of the graph runs (fetched values are kept).
         last: dict[int, int] = {}
-        for i, (_, _, ins, _, _, _) in enumerate(self._plain):
+        for i, ins in enumerate(reads):
             for s in ins:
                 last[s] = i
         keep = set(self._fetch_slots)
@@ -198,22 +203,24 @@ class Executor:
             env[s] = var._value
         flush = flush_denormals_enter()
         try:
-            for kind, fn, ins, out, dtype, node, frees in self._plain:
+            for kind, fn, args, out, dtype, node, frees in self._plain:
                 if kind == _KERNEL:
                     try:
-                        r = fn(*[env[i] for i in ins])
+                        r = fn(*args(env))
                     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
-                        raise _node_error(node, [env[i] for i in ins], exc) from exc
-                    env[out] = r if type(r) is np.ndarray and r.dtype == dtype else np.asarray(r, dtype=dtype)
+                        raise _node_error(node, list(args(env)), exc) from exc
+                    if type(r) is not np.ndarray or (r.dtype is not dtype and r.dtype != dtype):
+                        r = np.asarray(r, dtype=dtype)
+                    env[out] = r
                 elif kind == _MULTI:
                     try:
-                        results = fn(*[env[i] for i in ins])
+                        results = fn(*args(env))
                     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
-                        raise _node_error(node, [env[i] for i in ins], exc) from exc
+                        raise _node_error(node, list(args(env)), exc) from exc
                     for s, r, d in zip(out, results, dtype, strict=True):
                         env[s] = r if type(r) is np.ndarray and r.dtype == d else np.asarray(r, dtype=d)
                 else:
-                    fn._value = _as_state(env[ins[0]], fn)
+                    fn._value = _as_state(env[args[0]], fn)
                 for i in frees:
                     env[i] = None
         finally:
@@ -302,6 +309,14 @@ def _observe(node, arrays, results) -> tuple:
     return tuple(np.shape(a) for a in arrays), [np.shape(r) for r in results], views
 
 
+def _arguments(slots: tuple):
+    """A function of the slot list giving the arrays in `slots`, as a tuple."""
+    if len(slots) == 1:
+        (slot,) = slots
+        return lambda env: (env[slot],)
+    return operator.itemgetter(*slots) if slots else lambda env: ()
+
+
 def _conform(array, value) -> np.ndarray:
     return np.asarray(array, dtype=value.dtype.np)
 
@@ -354,12 +369,16 @@ def _needed_nodes(graph: Graph, fetches, feeds, with_updates: bool) -> list:
 
 def check_feed(graph_name: str, value: Value, array) -> np.ndarray:
     """`array` as the fed value, or a ValueError naming the value, shapes and dtypes."""
-    if type(array) is np.ndarray and array.dtype == value.dtype.np and array.ndim == len(value.shape):
-        for want_dim, dim in zip(value.shape, array.shape):  # noqa: B905 - equal lengths checked above
-            if want_dim is not None and want_dim != dim:
-                break
-        else:
-            return array  # the common case, checked without copies
+    if type(array) is np.ndarray and array.dtype is value.dtype.np:  # the common case, checked without copies
+        shape = array.shape
+        if shape == value.shape:
+            return array
+        if len(shape) == len(value.shape):
+            for want_dim, dim in zip(value.shape, shape):  # noqa: B905 - equal lengths checked above
+                if want_dim is not None and want_dim != dim:
+                    break
+            else:
+                return array
     if hasattr(array, "_value") and array._value is not None:
         array = array._value
     array = np.asarray(array)

@@ -176,24 +176,24 @@ class Graph:
         """Run the whole graph (outputs and state writes) on positional inputs;
         returns tensors in the structure the traced function returned."""
         rt = _runtime()
-        if len(args) == len(self.inputs) and all(type(a) is np.ndarray or isinstance(a, rt.Tensor) for a in args):
-            leaves = args  # the common case: one array or tensor per input
-        else:
+        inputs = self.inputs
+        leaves = args  # the common case: one array or tensor per input
+        if len(args) != len(inputs) or any(type(a) is not np.ndarray and not isinstance(a, rt.Tensor) for a in args):
             leaves, _ = rt.flatten_structure(args)
-        if len(leaves) != len(self.inputs):
+        if len(leaves) != len(inputs):
             raise GraphError(
-                f"{self.name}: expected {len(self.inputs)} inputs ({', '.join(v.name for v in self.inputs)}), "
-                f"got {len(leaves)}"
+                f"{self.name}: expected {len(inputs)} inputs ({', '.join(v.name for v in inputs)}), got {len(leaves)}"
             )
-        arrays = [rt.check_feed(self.name, v, a) for v, a in zip(self.inputs, leaves, strict=True)]
+        check = rt.check_feed
+        arrays = [check(self.name, v, a) for v, a in zip(inputs, leaves, strict=True)]
         if self._executor is None:
-            self._executor = rt.Executor(self, self.outputs, self.inputs, with_updates=True)
+            self._executor = rt.Executor(self, self.outputs, inputs, with_updates=True)
+        results = self._executor.run(arrays)
         wrap = rt.Tensor._wrap
-        outs = [wrap(a) for a in self._executor.run(arrays)]
         structure = self.output_structure
         if structure is not None and "leaf" in structure:
-            return outs[structure["leaf"]]
-        return rt.rebuild_structure(structure, outs)
+            return wrap(results[structure["leaf"]])
+        return rt.rebuild_structure(structure, [wrap(a) for a in results])
 
     def run(self, feeds: dict | None = None, fetches=None):
         """Partial execution: compute only what `fetches` need, from `feeds`.

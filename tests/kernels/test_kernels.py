@@ -359,6 +359,38 @@ def test_relu_rejects_mismatched_arrays():
         K.relu(np.zeros(8)[::2])
 
 
+# One row through a dense layer: bands of 64 and 8 outputs and single outputs, split
+# over the threads from 128 outputs and 2^16 multiply-adds.
+@pytest.mark.parametrize("k, n", [(1, 1), (5, 7), (33, 8), (100, 63), (64, 64), (20, 65), (784, 256), (300, 130)])
+@pytest.mark.parametrize("relu", [False, True])
+def test_dense_of_one_row_matches_float64(k, n, relu, threads):
+    rng = np.random.default_rng(k * 1000 + n)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, k), (k, n), (n,)))
+    expected = x.astype(np.float64) @ w.astype(np.float64) + b
+    if relu:
+        expected = np.maximum(expected, 0)
+    got = K.dense(x, w, b, relu)
+    assert got.shape == (1, n) and got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+def test_dense_of_one_row_in_other_layouts_and_dtypes(dtype):
+    rng = np.random.default_rng(3)
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in ((1, 40), (40, 70), (70,)))
+    expected = np.maximum(x.astype(np.float64) @ w + b, 0)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for xs, ws in ((x, np.ascontiguousarray(w.T).T), (np.repeat(x, 2, axis=1)[:, ::2], w)):
+        np.testing.assert_allclose(K.dense(xs, ws, b, True), expected, rtol=tol, atol=tol)
+
+
+def test_dense_rejects_a_bias_of_the_wrong_size():
+    x, w = np.ones((1, 3), np.float32), np.ones((3, 4), np.float32)
+    with pytest.raises(ValueError, match=r"dense: bias of shape \(5,\)"):
+        K.dense(x, w, np.ones(5, np.float32), False)
+    with pytest.raises(ValueError, match="dense: bias"):
+        K.dense(x, w, np.ones(4, np.float64), False)
+
+
 # ----------------------------------------------------------------------------- build
 
 

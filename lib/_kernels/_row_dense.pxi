@@ -1,0 +1,68 @@
+# One input row through a dense layer, y = x @ W + b (then relu): the product a batch-1
+# inference graph runs. For one row, gemm would pack all of W and gemv reloads the outputs
+# for every input; here each band of 64 outputs is summed in registers while W streams by
+# once, so the product runs at the speed W can be read. On x86-64 Linux an AVX2 copy is
+# compiled beside the baseline one and picked when the CPU has it. Outputs are cut into
+# bands between the OpenMP threads, so that each core reads (and caches) its own part of W.
+
+cdef extern from *:
+    """
+    #include <stddef.h>
+    #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+    #define TAPEFLOW_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+    #else
+    #define TAPEFLOW_SIMD_CLONES
+    #endif
+
+    /* y[0:WIDTH] = x[0:k] @ w[0:k, 0:WIDTH] + b[0:WIDTH], w with row stride ldw. */
+    #define TAPEFLOW_ROW_BLOCK(WIDTH)                                                       \\
+    static inline __attribute__((always_inline)) void tapeflow_row_block_##WIDTH(          \\
+        const float *restrict x, const float *restrict w, ptrdiff_t ldw, ptrdiff_t k,      \\
+        const float *restrict b, float *restrict y, int relu)                              \\
+    {                                                                                      \\
+        float acc[WIDTH];                                                                  \\
+        for (int q = 0; q < WIDTH; q++) acc[q] = 0.0f;                                     \\
+        for (ptrdiff_t i = 0; i < k; i++, w += ldw) {                                      \\
+            const float xi = x[i];                                                         \\
+            for (int q = 0; q < WIDTH; q++) acc[q] += xi * w[q];                           \\
+        }                                                                                  \\
+        for (int q = 0; q < WIDTH; q++) {                                                  \\
+            const float v = acc[q] + b[q];                                                 \\
+            y[q] = (relu && v < 0.0f) ? 0.0f : v;                                          \\
+        }                                                                                  \\
+    }
+    TAPEFLOW_ROW_BLOCK(64)
+    TAPEFLOW_ROW_BLOCK(8)
+    TAPEFLOW_ROW_BLOCK(1)
+
+    TAPEFLOW_SIMD_CLONES
+    static void tapeflow_row_dense_band(const float *x, const float *w, ptrdiff_t ldw, const float *b,
+                                        float *y, ptrdiff_t k, ptrdiff_t lo, ptrdiff_t hi, int relu)
+    {
+        ptrdiff_t j = lo;
+        for (; j + 64 <= hi; j += 64) tapeflow_row_block_64(x, w + j, ldw, k, b + j, y + j, relu);
+        for (; j + 8 <= hi; j += 8) tapeflow_row_block_8(x, w + j, ldw, k, b + j, y + j, relu);
+        for (; j < hi; j++) tapeflow_row_block_1(x, w + j, ldw, k, b + j, y + j, relu);
+    }
+
+    /* y[0:n] = x[0:k] @ w[k, n] + b (w C-contiguous), the outputs cut into `threads` bands. */
+    static void tapeflow_row_dense(const float *x, const float *w, const float *b, float *y,
+                                   ptrdiff_t k, ptrdiff_t n, int relu, int threads)
+    {
+        if (threads < 2) {
+            tapeflow_row_dense_band(x, w, n, b, y, k, 0, n, relu);
+            return;
+        }
+        const ptrdiff_t step = ((n + threads - 1) / threads + 63) / 64 * 64;
+        #pragma omp parallel for num_threads(threads) schedule(static)
+        for (int t = 0; t < threads; t++) {
+            const ptrdiff_t lo = t * step, hi = lo + step < n ? lo + step : n;
+            if (lo < hi) tapeflow_row_dense_band(x, w, n, b, y, k, lo, hi, relu);
+        }
+    }
+    """
+    void tapeflow_row_dense(const float* x, const float* w, const float* b, float* y,
+                            Py_ssize_t k, Py_ssize_t n, int relu, int threads) noexcept nogil
+
+# Below this many multiply-adds (or 128 outputs) one row runs on one thread.
+cdef Py_ssize_t _ROW_PARALLEL_MIN = 1 << 16
