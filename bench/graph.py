@@ -8,7 +8,7 @@ libraries never share the cores or each other's warm caches:
 - batch-1 MLP inference latency: frozen graph vs PyTorch eager vs onnxruntime;
 - peak memory of a CNN training step (resident-set growth during the steps).
 
-    python bench/graph.py [--steps N] [--quick] [--rounds N] [--only latency]
+    python bench/graph.py [--steps N] [--quick] [--rounds N] [--only train|latency]
 """
 
 from __future__ import annotations
@@ -214,33 +214,71 @@ def run_one(what: str, lib: str, kind: str, batch: int, steps: int) -> dict | No
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+TRAIN_LIBS = ("frozen", "eager", "torch")
 LATENCY_LIBS = ("frozen", "eager", "torch", "onnx")
 
 
-def latency(rounds: int, steps: int) -> None:
-    """Batch-1 MLP latency: every round runs each library in its own process, the order
-    reversed every other round; reports the median over rounds and each round's ratio."""
-    print("\nbatch-1 MLP inference latency (median of each process's calls, then of the rounds)")
-    per_round = {lib: [] for lib in LATENCY_LIBS}
+def rounds_of(what: str, libs: tuple, kind: str, batch: int, steps: int, rounds: int) -> dict:
+    """Every round runs each library in its own process, one after another, the order
+    reversed every other round, so slow spells of a shared machine fall on all of them."""
+    results = {lib: [] for lib in libs}
     for round_ in range(rounds):
-        order = LATENCY_LIBS if round_ % 2 == 0 else LATENCY_LIBS[::-1]
-        for lib in order:
-            result = run_one("latency", lib, "mlp", 1, steps)
-            per_round[lib].append(result["ms"] if result else float("nan"))
-    us = {lib: float(np.median(times)) for lib, times in per_round.items()}
+        for lib in libs if round_ % 2 == 0 else libs[::-1]:
+            results[lib].append(run_one(what, lib, kind, batch, steps))
+    return results
+
+
+def _median(results: list, key: str = "ms") -> float:
+    values = [r[key] for r in results if r]
+    return float(np.median(values)) if values else float("nan")
+
+
+def _per_round(results: dict, lib: str, reference: str) -> list[float]:
+    return [a["ms"] / b["ms"] for a, b in zip(results[lib], results[reference], strict=True) if a and b]
+
+
+def _ratio_text(ratios: list[float]) -> str:
+    return " ".join(f"{r:.2f}x" for r in ratios) + (f"  (median {np.median(ratios):.2f}x)" if ratios else "")
+
+
+def training(rounds: int, steps_override: int | None, quick: bool) -> dict:
+    print("\ntraining step (Adam); times are medians over the rounds")
+    print(f"{'workload':<22}{'frozen':>12}{'eager':>12}{'torch':>12}{'frozen/torch':>14}{'eager/torch':>13}")
+    memory = {}
+    per_round = {}
+    for kind, batch, steps in (("mlp", 128, 200), ("cnn", 50, 20)):
+        steps = steps_override or (max(steps // 10, 3) if quick else steps)
+        res = rounds_of("train", TRAIN_LIBS, kind, batch, steps, rounds)
+        if kind == "cnn":
+            memory = res
+        ms = {lib: _median(res[lib]) for lib in TRAIN_LIBS}
+        per_round[kind] = _per_round(res, "frozen", "torch")
+        print(
+            f"{kind + f' batch {batch}':<22}{ms['frozen']:>10.2f}ms{ms['eager']:>10.2f}ms{ms['torch']:>10.2f}ms"
+            f"{ms['frozen'] / ms['torch']:>13.2f}x{ms['eager'] / ms['torch']:>12.2f}x",
+            flush=True,
+        )
+    for kind, ratios in per_round.items():
+        print(f"  {kind} frozen / torch per round: {_ratio_text(ratios)}")
+    return memory
+
+
+def latency(rounds: int, steps: int) -> None:
+    print("\nbatch-1 MLP inference latency (median of each process's calls, then of the rounds)")
+    res = rounds_of("latency", LATENCY_LIBS, "mlp", 1, steps, rounds)
+    us = {lib: _median(res[lib]) for lib in LATENCY_LIBS}
     for lib in LATENCY_LIBS:
-        rounds_text = " ".join(f"{t:.1f}" for t in per_round[lib])
+        rounds_text = " ".join(f"{r['ms']:.1f}" if r else "failed" for r in res[lib])
         print(f"  {lib:<8}{us[lib]:>9.1f} us   (frozen / this: {us['frozen'] / us[lib]:.2f}x)   rounds: {rounds_text}")
-    ratios = [f / o for f, o in zip(per_round["frozen"], per_round["onnx"], strict=True)]
-    print("  frozen / onnxruntime per round: " + " ".join(f"{r:.2f}x" for r in ratios))
+    print(f"  frozen / onnxruntime per round: {_ratio_text(_per_round(res, 'frozen', 'onnx'))}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=None, help="timed steps per training workload")
-    parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
-    parser.add_argument("--rounds", type=int, default=5, help="processes per library for the latency workload")
-    parser.add_argument("--only", choices=("latency",), help="run only the batch-1 latency workload")
+    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=None, help="processes per library and workload (default 3, 5)")
+    parser.add_argument("--only", choices=("train", "latency"), help="run only one kind of workload")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -250,29 +288,16 @@ def main() -> None:
         return
 
     quick = args.quick
-    if args.only == "latency":
-        latency(args.rounds, 300 if quick else 3000)
-        return
-    print(f"tapeflow frozen graphs vs PyTorch eager and onnxruntime ({THREADS} threads, median of the timed steps)")
-    print("\ntraining step (Adam)")
-    print(f"{'workload':<22}{'frozen':>12}{'eager':>12}{'torch':>12}{'frozen/torch':>14}{'eager/torch':>13}")
+    print(f"tapeflow frozen graphs vs PyTorch eager and onnxruntime ({THREADS} threads, one process per measurement)")
     memory = {}
-    for kind, batch, steps in (("mlp", 128, 200), ("cnn", 50, 20)):
-        steps = args.steps or (max(steps // 10, 3) if quick else steps)
-        res = {lib: run_one("train", lib, kind, batch, steps) for lib in ("frozen", "eager", "torch")}
-        if kind == "cnn":
-            memory = res
-        ms = {k: (v["ms"] if v else float("nan")) for k, v in res.items()}
-        print(
-            f"{kind + f' batch {batch}':<22}{ms['frozen']:>10.2f}ms{ms['eager']:>10.2f}ms{ms['torch']:>10.2f}ms"
-            f"{ms['frozen'] / ms['torch']:>13.2f}x{ms['eager'] / ms['torch']:>12.2f}x",
-            flush=True,
-        )
-    latency(args.rounds, 300 if quick else 3000)
-    print("\npeak memory of CNN training (resident set above the imported library, MiB)")
-    for lib in ("frozen", "eager", "torch"):
-        if memory.get(lib):
-            print(f"  {lib:<8}{memory[lib]['mem']:>9.1f}")
+    if args.only in (None, "train"):
+        memory = training(args.rounds or (1 if quick else 3), args.steps, quick)
+    if args.only in (None, "latency"):
+        latency(args.rounds or (1 if quick else 5), 300 if quick else 3000)
+    if memory:
+        print("\npeak memory of CNN training (resident set above the imported library, MiB, median over rounds)")
+        for lib in TRAIN_LIBS:
+            print(f"  {lib:<8}{_median(memory[lib], 'mem'):>9.1f}")
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ _gemm._pin_blas()
 conv2d_forward = _conv.conv2d_forward
 matmul = _gemm.matmul
 dense = _gemm.dense
+DenseKernel = _gemm.DenseKernel
 conv2d_backward_input = _conv.conv2d_backward_input
 conv2d_backward_filter = _conv.conv2d_backward_filter
 max_pool2d_forward = _pool.max_pool2d_forward
@@ -114,6 +115,7 @@ __all__ = [
     "flush_denormals_leave",
     "matmul",
     "dense",
+    "DenseKernel",
     "conv2d_backward_input",
     "conv2d_backward_filter",
     "max_pool2d_forward",

@@ -128,6 +128,28 @@ cdef object _row_dense(object a, object w, object bias, bint relu):
     return out
 
 
+cdef class DenseKernel:
+    """dense(a, w, bias, relu) with relu fixed, as a graph's executor calls it: one float32
+    row goes straight to the one-row kernel, anything else to `general(a, w, bias)`.
+
+    >>> import numpy as np
+    >>> DenseKernel(True, None)(np.ones((1, 3), np.float32), np.ones((3, 1), np.float32),
+    ...                         np.array([-1.0], np.float32)).tolist()
+    [[2.0]]
+    """
+
+    cdef readonly bint relu
+    cdef object general
+
+    def __init__(self, bint relu, general):
+        self.relu = relu
+        self.general = general
+
+    def __call__(self, a, w, bias):
+        out = _row_dense(a, w, bias, self.relu)
+        return out if out is not None else self.general(a, w, bias)
+
+
 def _bias_activation(floating[:, ::1] c, const floating[::1] bias, bint relu):
     cdef Py_ssize_t rows = c.shape[0], cols = c.shape[1], i, j
     cdef floating v

@@ -24,7 +24,6 @@ never live in (or are overwritten as) a reused buffer.
 
 from __future__ import annotations
 
-import functools
 import operator
 import threading
 from collections import OrderedDict
@@ -173,8 +172,8 @@ class Executor:
             if kind in (_KERNEL, _ASSIGN):
                 reads.append(ins)
             if kind == _KERNEL:
-                kernel, attrs, multi = what
-                fn = functools.partial(kernel, **attrs) if attrs else kernel
+                _, attrs, multi = what
+                fn = get_op(node.op).bound_kernel("cpu", attrs)
                 args = _arguments(ins)
                 if multi:
                     dtypes = tuple(v.dtype.np for v in node.outputs)

@@ -15,6 +15,8 @@ Their VJPs are written with the primitive ops, like any op's.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tapeflow import _kernels
@@ -74,11 +76,19 @@ def _fused_matmul_vjp(gs, xs, ys, activation):
     return matmul(gz, _transposed(w)), matmul(_transposed(a), gz), reduce_sum(gz, 0)
 
 
-@defop("fused_matmul", infer=_fused_matmul_infer, vjp=_fused_matmul_vjp)
-def _FUSED_MATMUL(a, w, b, activation):
+def _fused_matmul(a, w, b, activation):
     if a.ndim == 2 and a.dtype == w.dtype == b.dtype and a.dtype in _DENSE_DTYPES:
         return _kernels.dense(a, w, b, activation == "relu")  # product, bias and relu in one kernel call
     return _epilogue(_MATMUL_KERNEL(a, w), b, activation)
+
+
+def _bind_fused_matmul(activation):
+    return _kernels.DenseKernel(activation == "relu", functools.partial(_fused_matmul, activation=activation))
+
+
+_FUSED_MATMUL = defop("fused_matmul", infer=_fused_matmul_infer, vjp=_fused_matmul_vjp, bind=_bind_fused_matmul)(
+    _fused_matmul
+)
 
 
 # ------------------------------------------------------------ conv2d

@@ -178,8 +178,13 @@ class Graph:
         rt = _runtime()
         inputs = self.inputs
         leaves = args  # the common case: one array or tensor per input
-        if len(args) != len(inputs) or any(type(a) is not np.ndarray and not isinstance(a, rt.Tensor) for a in args):
+        if len(args) != len(inputs):
             leaves, _ = rt.flatten_structure(args)
+        else:
+            for a in args:
+                if type(a) is not np.ndarray and not isinstance(a, rt.Tensor):
+                    leaves, _ = rt.flatten_structure(args)
+                    break
         if len(leaves) != len(inputs):
             raise GraphError(
                 f"{self.name}: expected {len(inputs)} inputs ({', '.join(v.name for v in inputs)}), got {len(leaves)}"
