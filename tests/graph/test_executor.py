@@ -123,3 +123,27 @@ def test_plan_frees_buffers_after_last_use():
     plan = plan_buffers(steps, escaping={5}, aliases={4: [3]})
     assert plan.buffer_of == {1: 0, 2: 1, 3: 0}
     assert plan.buffers == [(4, "float32"), (4, "float32")]
+
+
+@pytest.mark.parametrize("shape", [(1, 70), (6, 70), (2, 3, 70)], ids=["one-row", "batch", "sequence"])
+@pytest.mark.parametrize("activation", ["linear", "relu"])
+def test_fused_matmul_nodes_match_float64(shape, activation, rng):
+    """The executor binds fused_matmul to a compiled kernel; every input shape gives a @ w + b."""
+    from tapeflow.graph.ir import Graph
+    from tapeflow.ops.registry import get_op
+
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((70, 130)).astype(np.float32)
+    b = rng.standard_normal(130).astype(np.float32)
+    graph = Graph("dense")
+    xv = graph.add_input("x", (None,) * (len(shape) - 1) + (70,), "float32")
+    wv, bv = graph.add_constant(w), graph.add_constant(b)
+    out_shape = (None,) * (len(shape) - 1) + (130,)
+    graph.outputs = graph.add_node("fused_matmul", [xv, wv, bv], {"activation": activation}, [(out_shape, "float32")])
+    expected = x.astype(np.float64) @ w + b
+    if activation == "relu":
+        expected = np.maximum(expected, 0)
+    (got,) = Executor(graph, graph.outputs, [xv]).run([x])
+    assert got.shape == expected.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+    assert isinstance(get_op("fused_matmul").bound_kernel("cpu", {"activation": activation}), tp._kernels.DenseKernel)
