@@ -277,7 +277,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=None, help="timed steps per training workload")
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds (a smoke run)")
-    parser.add_argument("--rounds", type=int, default=None, help="processes per library and workload (default 3, 5)")
+    parser.add_argument("--rounds", type=int, default=None, help="processes per library and workload (default 5)")
     parser.add_argument("--only", choices=("train", "latency"), help="run only one kind of workload")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -291,7 +291,7 @@ def main() -> None:
     print(f"tapeflow frozen graphs vs PyTorch eager and onnxruntime ({THREADS} threads, one process per measurement)")
     memory = {}
     if args.only in (None, "train"):
-        memory = training(args.rounds or (1 if quick else 3), args.steps, quick)
+        memory = training(args.rounds or (1 if quick else 5), args.steps, quick)
     if args.only in (None, "latency"):
         latency(args.rounds or (1 if quick else 5), 300 if quick else 3000)
     if memory:

@@ -383,6 +383,14 @@ def test_dense_of_one_row_in_other_layouts_and_dtypes(dtype):
         np.testing.assert_allclose(K.dense(xs, ws, b, True), expected, rtol=tol, atol=tol)
 
 
+def test_dense_of_one_row_reads_arrays_at_any_offset():
+    rng = np.random.default_rng(4)
+    buffer = rng.standard_normal(1 + 33 * 200 + 200).astype(np.float32)
+    x, w, b = buffer[1:34].reshape(1, 33), buffer[35 : 35 + 33 * 150].reshape(33, 150), buffer[-151:-1]
+    assert all(a.flags.c_contiguous and a.ctypes.data % 32 for a in (x, w, b))
+    np.testing.assert_allclose(K.dense(x, w, b, False), x.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-5)
+
+
 def test_dense_rejects_a_bias_of_the_wrong_size():
     x, w = np.ones((1, 3), np.float32), np.ones((3, 4), np.float32)
     with pytest.raises(ValueError, match=r"dense: bias of shape \(5,\)"):
