@@ -65,7 +65,9 @@ def kernel_extensions() -> list[Extension]:
                     ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
                     ("TAPEFLOW_SOURCE_SHA256", f'"{source_sha256(pyx)}"'),
                 ],
-                extra_compile_args=["-O3", "-fno-math-errno", *omp_flags],
+                # No errno and no floating-point traps to preserve: loops with selects
+                # (relu, clamps, NaN checks) can then be vectorized.
+                extra_compile_args=["-O3", "-fno-math-errno", "-fno-trapping-math", *omp_flags],
                 extra_link_args=omp_flags,
             )
         )

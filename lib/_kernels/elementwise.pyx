@@ -11,7 +11,6 @@ import numpy as np
 
 from cython cimport floating
 from cython.parallel cimport parallel, prange
-from libc.math cimport exp, fabs, fabsf, log, logf, sqrt, sqrtf, tanh
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
@@ -50,31 +49,88 @@ cdef extern from *:
         big = x < 0 ? -big : big;
         return a < 0.625f ? small : big;
     }
-    """
-    float tapeflow_expf(float x) noexcept nogil
-    float tapeflow_tanhf(float x) noexcept nogil
 
-# Opcodes; tapeflow.graph.fused_op maps op names to these numbers.
-cdef enum:
-    LOAD = 0
-    CONST = 1
-    ADD = 2
-    SUBTRACT = 3
-    MULTIPLY = 4
-    DIVIDE = 5
-    MAXIMUM = 6
-    MINIMUM = 7
-    NEG = 8
-    EXP = 9
-    LOG = 10
-    TANH = 11
-    SIGMOID = 12
-    RELU = 13
-    SQRT = 14
-    SQUARE = 15
-    ABS = 16
-    RECIPROCAL = 17
-    RSQRT = 18
+    /* Opcodes (tapeflow.graph.fused_op maps op names to these through OPCODES). */
+    enum {
+        TAPEFLOW_EW_LOAD, TAPEFLOW_EW_CONST, TAPEFLOW_EW_ADD, TAPEFLOW_EW_SUBTRACT,
+        TAPEFLOW_EW_MULTIPLY, TAPEFLOW_EW_DIVIDE, TAPEFLOW_EW_MAXIMUM, TAPEFLOW_EW_MINIMUM,
+        TAPEFLOW_EW_NEG, TAPEFLOW_EW_EXP, TAPEFLOW_EW_LOG, TAPEFLOW_EW_TANH, TAPEFLOW_EW_SIGMOID,
+        TAPEFLOW_EW_RELU, TAPEFLOW_EW_SQRT, TAPEFLOW_EW_SQUARE, TAPEFLOW_EW_ABS,
+        TAPEFLOW_EW_RECIPROCAL, TAPEFLOW_EW_RSQRT
+    };
+
+    #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+    #define TAPEFLOW_EW_CLONES __attribute__((target_clones("avx2", "default")))
+    #else
+    #define TAPEFLOW_EW_CLONES
+    #endif
+
+    /* One instruction over m elements: d = op(x) or d = op(x, y). A switch outside plain
+       loops, so that each loop vectorizes (8 floats at a time in the AVX2 copy). */
+    #define TAPEFLOW_EW_LOOPS(SUFFIX, T, EXP, LOG, TANH, SQRT, FABS)                            \\
+    TAPEFLOW_EW_CLONES                                                                      \\
+    static void tapeflow_ew_unary_##SUFFIX(int op, T *d, const T *x, Py_ssize_t m)         \\
+    {                                                                                      \\
+        Py_ssize_t j;                                                                      \\
+        switch (op) {                                                                      \\
+        case TAPEFLOW_EW_NEG: for (j = 0; j < m; j++) d[j] = -x[j]; break;                 \\
+        case TAPEFLOW_EW_EXP: for (j = 0; j < m; j++) d[j] = EXP(x[j]); break;             \\
+        case TAPEFLOW_EW_LOG: for (j = 0; j < m; j++) d[j] = LOG(x[j]); break;             \\
+        case TAPEFLOW_EW_TANH: for (j = 0; j < m; j++) d[j] = TANH(x[j]); break;           \\
+        case TAPEFLOW_EW_SIGMOID: for (j = 0; j < m; j++) d[j] = 1 / (1 + EXP(-x[j])); break; \\
+        case TAPEFLOW_EW_RELU: /* NaN stays NaN */                                         \\
+            for (j = 0; j < m; j++) { const T v = x[j]; d[j] = v <= 0 ? 0 : v; } break;    \\
+        case TAPEFLOW_EW_SQRT: for (j = 0; j < m; j++) d[j] = SQRT(x[j]); break;           \\
+        case TAPEFLOW_EW_SQUARE: for (j = 0; j < m; j++) d[j] = x[j] * x[j]; break;        \\
+        case TAPEFLOW_EW_ABS: for (j = 0; j < m; j++) d[j] = FABS(x[j]); break;            \\
+        case TAPEFLOW_EW_RECIPROCAL: for (j = 0; j < m; j++) d[j] = 1 / x[j]; break;       \\
+        case TAPEFLOW_EW_RSQRT: for (j = 0; j < m; j++) d[j] = 1 / SQRT(x[j]); break;      \\
+        }                                                                                  \\
+    }                                                                                      \\
+    TAPEFLOW_EW_CLONES                                                                      \\
+    static void tapeflow_ew_binary_##SUFFIX(int op, T *d, const T *x, const T *y, Py_ssize_t m) \\
+    {                                                                                      \\
+        Py_ssize_t j;                                                                      \\
+        switch (op) {                                                                      \\
+        case TAPEFLOW_EW_ADD: for (j = 0; j < m; j++) d[j] = x[j] + y[j]; break;           \\
+        case TAPEFLOW_EW_SUBTRACT: for (j = 0; j < m; j++) d[j] = x[j] - y[j]; break;      \\
+        case TAPEFLOW_EW_MULTIPLY: for (j = 0; j < m; j++) d[j] = x[j] * y[j]; break;      \\
+        case TAPEFLOW_EW_DIVIDE: for (j = 0; j < m; j++) d[j] = x[j] / y[j]; break;        \\
+        case TAPEFLOW_EW_MAXIMUM: /* NaN wins, as in np.maximum */                         \\
+            for (j = 0; j < m; j++) { const T u = x[j], v = y[j]; d[j] = (u >= v || u != u) ? u : v; } \\
+            break;                                                                         \\
+        case TAPEFLOW_EW_MINIMUM:                                                          \\
+            for (j = 0; j < m; j++) { const T u = x[j], v = y[j]; d[j] = (u <= v || u != u) ? u : v; } \\
+            break;                                                                         \\
+        }                                                                                  \\
+    }
+    TAPEFLOW_EW_LOOPS(f32, float, tapeflow_expf, logf, tapeflow_tanhf, sqrtf, fabsf)
+    TAPEFLOW_EW_LOOPS(f64, double, exp, log, tanh, sqrt, fabs)
+    """
+    void tapeflow_ew_unary_f32(int op, float* d, const float* x, Py_ssize_t m) noexcept nogil
+    void tapeflow_ew_binary_f32(int op, float* d, const float* x, const float* y, Py_ssize_t m) noexcept nogil
+    void tapeflow_ew_unary_f64(int op, double* d, const double* x, Py_ssize_t m) noexcept nogil
+    void tapeflow_ew_binary_f64(int op, double* d, const double* x, const double* y, Py_ssize_t m) noexcept nogil
+    enum:
+        LOAD "TAPEFLOW_EW_LOAD"
+        CONST "TAPEFLOW_EW_CONST"
+        ADD "TAPEFLOW_EW_ADD"
+        SUBTRACT "TAPEFLOW_EW_SUBTRACT"
+        MULTIPLY "TAPEFLOW_EW_MULTIPLY"
+        DIVIDE "TAPEFLOW_EW_DIVIDE"
+        MAXIMUM "TAPEFLOW_EW_MAXIMUM"
+        MINIMUM "TAPEFLOW_EW_MINIMUM"
+        NEG "TAPEFLOW_EW_NEG"
+        EXP "TAPEFLOW_EW_EXP"
+        LOG "TAPEFLOW_EW_LOG"
+        TANH "TAPEFLOW_EW_TANH"
+        SIGMOID "TAPEFLOW_EW_SIGMOID"
+        RELU "TAPEFLOW_EW_RELU"
+        SQRT "TAPEFLOW_EW_SQRT"
+        SQUARE "TAPEFLOW_EW_SQUARE"
+        ABS "TAPEFLOW_EW_ABS"
+        RECIPROCAL "TAPEFLOW_EW_RECIPROCAL"
+        RSQRT "TAPEFLOW_EW_RSQRT"
 
 # Input layouts: the whole output's size, one scalar, or one row repeated over the last axis.
 cdef enum:
@@ -97,77 +153,18 @@ OPCODES = {
 LAYOUTS = {"full": FULL, "scalar": SCALAR, "row": ROW}
 
 
-cdef inline floating _exp(floating x) noexcept nogil:
+cdef inline void _unary(int op, floating* d, const floating* x, Py_ssize_t m) noexcept nogil:
     if floating is float:
-        return tapeflow_expf(x)
+        tapeflow_ew_unary_f32(op, d, x, m)
     else:
-        return exp(x)
+        tapeflow_ew_unary_f64(op, d, x, m)
 
 
-cdef void _unary(int op, floating* d, const floating* x, Py_ssize_t m) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef floating v
-    if op == NEG:
-        for j in range(m):
-            d[j] = -x[j]
-    elif op == EXP:
-        for j in range(m):
-            d[j] = _exp(x[j])
-    elif op == LOG:
-        for j in range(m):
-            d[j] = logf(x[j]) if floating is float else log(x[j])
-    elif op == TANH:
-        for j in range(m):
-            d[j] = tapeflow_tanhf(x[j]) if floating is float else tanh(x[j])
-    elif op == SIGMOID:
-        for j in range(m):
-            d[j] = 1 / (1 + _exp(-x[j]))
-    elif op == RELU:
-        for j in range(m):
-            v = x[j]
-            d[j] = 0 if v <= 0 else v  # NaN stays NaN
-    elif op == SQRT:
-        for j in range(m):
-            d[j] = sqrtf(x[j]) if floating is float else sqrt(x[j])
-    elif op == SQUARE:
-        for j in range(m):
-            d[j] = x[j] * x[j]
-    elif op == ABS:
-        for j in range(m):
-            d[j] = fabsf(x[j]) if floating is float else fabs(x[j])
-    elif op == RECIPROCAL:
-        for j in range(m):
-            d[j] = 1 / x[j]
-    elif op == RSQRT:
-        for j in range(m):
-            d[j] = 1 / (sqrtf(x[j]) if floating is float else sqrt(x[j]))
-
-
-cdef void _binary(int op, floating* d, const floating* x, const floating* y, Py_ssize_t m) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef floating u, v
-    if op == ADD:
-        for j in range(m):
-            d[j] = x[j] + y[j]
-    elif op == SUBTRACT:
-        for j in range(m):
-            d[j] = x[j] - y[j]
-    elif op == MULTIPLY:
-        for j in range(m):
-            d[j] = x[j] * y[j]
-    elif op == DIVIDE:
-        for j in range(m):
-            d[j] = x[j] / y[j]
-    elif op == MAXIMUM:  # NaN wins, as in np.maximum
-        for j in range(m):
-            u = x[j]
-            v = y[j]
-            d[j] = u if (u >= v or u != u) else v
-    elif op == MINIMUM:
-        for j in range(m):
-            u = x[j]
-            v = y[j]
-            d[j] = u if (u <= v or u != u) else v
+cdef inline void _binary(int op, floating* d, const floating* x, const floating* y, Py_ssize_t m) noexcept nogil:
+    if floating is float:
+        tapeflow_ew_binary_f32(op, d, x, y, m)
+    else:
+        tapeflow_ew_binary_f64(op, d, x, y, m)
 
 
 cdef void _run_block(floating* out, floating** inputs, const int* layouts, Py_ssize_t inner,
