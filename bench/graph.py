@@ -6,9 +6,11 @@ libraries never share the cores or each other's warm caches:
 - training step, frozen (compile(jit=True)'s graph) vs tapeflow eager vs PyTorch
   eager: the MLP 784-256-256-10 (Adam, batch 128) and the Deep-MNIST CNN (batch 50);
 - batch-1 MLP inference latency: frozen graph vs PyTorch eager vs onnxruntime;
-- peak memory of a CNN training step (resident-set growth during the steps).
+- peak memory of a CNN training step (resident-set growth during the steps);
+- elementwise chains (GELU, LSTM gates, tanh chain): frozen with and without
+  elementwise fusion vs PyTorch eager.
 
-    python bench/graph.py [--steps N] [--quick] [--rounds N] [--only train|latency]
+    python bench/graph.py [--steps N] [--quick] [--rounds N] [--only train|latency|fusion]
 """
 
 from __future__ import annotations
@@ -195,7 +197,59 @@ def worker_latency(lib: str, steps: int) -> dict:
     return result
 
 
+# Elementwise chains, written once against a module with tanh/sigmoid (tapeflow or torch).
+def _gelu(m, x):
+    return 0.5 * x * (1.0 + m.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+
+def _lstm_gates(m, x):
+    return m.sigmoid(x) * m.tanh(x + 1.0) + m.sigmoid(x - 1.0) * x
+
+
+def _tanh_chain(m, x):
+    return m.tanh(m.tanh(m.tanh(x * 2.0 + 1.0)))
+
+
+CHAINS = {"gelu": _gelu, "lstm_gates": _lstm_gates, "tanh_chain": _tanh_chain}
+CHAIN_SHAPE = (256, 1024)
+
+
+def worker_fusion(lib: str, kind: str, steps: int) -> dict:
+    x = np.random.default_rng(0).standard_normal(CHAIN_SHAPE).astype(np.float32)
+    chain = CHAINS[kind]
+    if lib == "torch":
+        import torch
+
+        torch.set_num_threads(THREADS)
+        tx = torch.from_numpy(x)
+
+        def run():
+            with torch.no_grad():
+                chain(torch, tx)
+
+    else:
+        import tapeflow as tp
+        from tapeflow.graph import passes
+
+        tp.set_num_threads(THREADS)
+        graph = tp.freeze(lambda t: chain(tp, t), tp.TensorSpec((None, CHAIN_SHAPE[1])), optimize=False)
+        passes.optimize(
+            graph,
+            passes.DEFAULT_PASSES if lib == "fused" else [p for p in passes.DEFAULT_PASSES if p is not passes.FUSION],
+        )
+
+        def run():
+            graph(x)
+
+    result = _timed(run, steps, _rss_mib(), warmup=5)
+    result["ms"] *= 1000  # microseconds
+    result["p10"] *= 1000
+    return result
+
+
 def _worker(args) -> dict:
+    if args.what == "fusion":
+        return worker_fusion(args.lib, args.kind, args.steps)
     if args.what == "train":
         if args.lib == "torch":
             return worker_torch_train(args.kind, args.batch, args.steps)
@@ -273,12 +327,28 @@ def latency(rounds: int, steps: int) -> None:
     print(f"  frozen / onnxruntime per round: {_ratio_text(_per_round(res, 'frozen', 'onnx'))}")
 
 
+FUSION_LIBS = ("fused", "unfused", "torch")
+
+
+def fusion(rounds: int, steps: int) -> None:
+    print(f"\nelementwise chains on float32{list(CHAIN_SHAPE)}: frozen graph with and without fusion, PyTorch eager")
+    print(f"{'chain':<14}{'fused':>12}{'unfused':>12}{'torch':>12}{'fused/unfused':>15}{'fused/torch':>13}")
+    for kind in CHAINS:
+        res = rounds_of("fusion", FUSION_LIBS, kind, 1, steps, rounds)
+        us = {lib: _median(res[lib]) for lib in FUSION_LIBS}
+        print(
+            f"{kind:<14}{us['fused']:>10.0f}us{us['unfused']:>10.0f}us{us['torch']:>10.0f}us"
+            f"{us['fused'] / us['unfused']:>14.2f}x{us['fused'] / us['torch']:>12.2f}x",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=None, help="timed steps per training workload")
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds (a smoke run)")
     parser.add_argument("--rounds", type=int, default=None, help="processes per library and workload (default 5)")
-    parser.add_argument("--only", choices=("train", "latency"), help="run only one kind of workload")
+    parser.add_argument("--only", choices=("train", "latency", "fusion"), help="run only one kind of workload")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -294,6 +364,8 @@ def main() -> None:
         memory = training(args.rounds or (1 if quick else 5), args.steps, quick)
     if args.only in (None, "latency"):
         latency(args.rounds or (1 if quick else 5), 300 if quick else 3000)
+    if args.only in (None, "fusion"):
+        fusion(args.rounds or (1 if quick else 3), 20 if quick else 200)
     if memory:
         print("\npeak memory of CNN training (resident set above the imported library, MiB, median over rounds)")
         for lib in TRAIN_LIBS:

@@ -9,10 +9,13 @@ include "_common.pxi"
 
 import numpy as np
 
+cimport numpy as cnp
 from cython cimport floating
 from cython.parallel cimport parallel, prange
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
+
+cnp.import_array()
 
 cdef extern from *:
     """
@@ -212,44 +215,151 @@ cdef void _run_block(floating* out, floating** inputs, const int* layouts, Py_ss
         regs[k] = dst
 
 
-def _evaluate(floating[::1] out, list inputs, const int[::1] layouts, Py_ssize_t inner,
-              const int[::1] ops, const int[::1] args_a, const int[::1] args_b,
-              const double[::1] consts):
-    cdef Py_ssize_t n = out.shape[0]
-    cdef int count = ops.shape[0]
-    cdef int n_inputs = len(inputs)
+cdef int _run_program(floating* out, Py_ssize_t n, floating** inputs, const int* layouts, Py_ssize_t inner,
+                      const int* ops, const int* args_a, const int* args_b, const double* consts,
+                      int count) noexcept nogil:
+    """Evaluate the program into out[0:n], in blocks split over the threads; -1 if a thread
+    could not allocate its registers."""
     cdef Py_ssize_t blocks = (n + BLOCK - 1) // BLOCK
     cdef Py_ssize_t b, lo
-    cdef int i
     cdef int threads = _num_threads if n >= _PARALLEL_MIN else 1
-    cdef floating[::1] view
-    cdef floating** pointers = <floating**>malloc(max(n_inputs, 1) * sizeof(floating*))
     cdef floating* scratch
     cdef floating** regs
     cdef int failed[1]
     failed[0] = 0
+    with parallel(num_threads=threads):
+        scratch = <floating*>malloc(count * BLOCK * sizeof(floating))
+        regs = <floating**>malloc(count * sizeof(floating*))
+        if scratch != NULL and regs != NULL:
+            for b in prange(blocks, schedule="static"):
+                lo = b * BLOCK
+                _run_block(out, inputs, layouts, inner, ops, args_a, args_b, consts, count, scratch, regs,
+                           lo, min(<Py_ssize_t>BLOCK, n - lo))
+        else:
+            failed[0] = -1
+        free(scratch)
+        free(regs)
+    return failed[0]
+
+
+def _evaluate(floating[::1] out, list inputs, const int[::1] layouts, Py_ssize_t inner,
+              const int[::1] ops, const int[::1] args_a, const int[::1] args_b,
+              const double[::1] consts):
+    cdef int n_inputs = len(inputs)
+    cdef int i, failed
+    cdef floating[::1] view
+    cdef floating** pointers = <floating**>malloc(max(n_inputs, 1) * sizeof(floating*))
     if pointers == NULL:
         raise MemoryError("fused_elementwise: cannot allocate input pointers")
     try:
         for i in range(n_inputs):
             view = inputs[i]
             pointers[i] = &view[0]
-        with nogil, parallel(num_threads=threads):
-            scratch = <floating*>malloc(count * BLOCK * sizeof(floating))
-            regs = <floating**>malloc(count * sizeof(floating*))
-            if scratch != NULL and regs != NULL:
-                for b in prange(blocks, schedule="static"):
-                    lo = b * BLOCK
-                    _run_block(&out[0], pointers, &layouts[0], inner, &ops[0], &args_a[0], &args_b[0],
-                               &consts[0], count, scratch, regs, lo, min(<Py_ssize_t>BLOCK, n - lo))
-            else:
-                failed[0] = 1
-            free(scratch)
-            free(regs)
+        with nogil:
+            failed = _run_program(&out[0], out.shape[0], pointers, &layouts[0], inner, &ops[0], &args_a[0],
+                                  &args_b[0], &consts[0], ops.shape[0])
     finally:
         free(pointers)
-    if failed[0]:
+    if failed:
         raise MemoryError("fused_elementwise: cannot allocate per-thread registers")
+
+
+cdef enum:
+    MAX_BOUND_INPUTS = 64
+
+
+cdef class Program:
+    """An encoded program bound once, as a graph runs it: `program(*arrays)` evaluates it
+    straight away when the arrays are C-contiguous, of one float dtype, and each is the
+    result's shape, a single value or one row of the last axis; other inputs go to
+    `general(*arrays)`.
+
+    >>> import numpy as np
+    >>> ops = np.array([OPCODES["input"], OPCODES["input"], OPCODES["add"]], np.int32)
+    >>> a, b = np.array([0, 1, 0], np.int32), np.array([0, 0, 1], np.int32)
+    >>> Program(ops, a, b, np.zeros(1), None)(np.ones((2, 2)), np.array([1.0, 2.0])).tolist()
+    [[2.0, 3.0], [2.0, 3.0]]
+    """
+
+    cdef object _ops, _args_a, _args_b, _consts, general
+    cdef int count
+    cdef readonly int inputs_needed
+
+    def __init__(self, ops, args_a, args_b, consts, general):
+        self._ops = np.ascontiguousarray(ops, dtype=np.int32)
+        self._args_a = np.ascontiguousarray(args_a, dtype=np.int32)
+        self._args_b = np.ascontiguousarray(args_b, dtype=np.int32)
+        self._consts = np.ascontiguousarray(consts, dtype=np.float64)
+        self.count = self._ops.shape[0]
+        if self.count == 0 or self._args_a.shape[0] != self.count or self._args_b.shape[0] != self.count:
+            raise ValueError("fused_elementwise: empty program or instruction arrays of different lengths")
+        self.inputs_needed = 0
+        for k, (op, a, b) in enumerate(zip(self._ops, self._args_a, self._args_b)):
+            if op == LOAD:
+                self.inputs_needed = max(self.inputs_needed, a + 1)
+            elif op == CONST:
+                if not 0 <= a < self._consts.shape[0]:
+                    raise ValueError(f"fused_elementwise: instruction {k} names constant {a}")
+            elif not (ADD <= op <= RSQRT and 0 <= a < k and (op > MINIMUM or 0 <= b < k)):
+                raise ValueError(f"fused_elementwise: instruction {k} ({op}, {a}, {b}) is invalid")
+        self.general = general
+
+    def __call__(self, *arrays):
+        out = self._direct(arrays)
+        return out if out is not None else self.general(*arrays)
+
+    cdef object _direct(self, tuple arrays):
+        cdef Py_ssize_t n_inputs = len(arrays), i, size, best = 0
+        cdef cnp.ndarray a, ref = None
+        cdef int layouts[MAX_BOUND_INPUTS]
+        cdef void* pointers[MAX_BOUND_INPUTS]
+        if n_inputs < self.inputs_needed or n_inputs == 0 or n_inputs > MAX_BOUND_INPUTS:
+            return None
+        for i in range(n_inputs):
+            if not cnp.PyArray_CheckExact(arrays[i]):
+                return None
+            a = <cnp.ndarray>arrays[i]
+            size = cnp.PyArray_SIZE(a)
+            if size > best:
+                best, ref = size, a
+        if ref is None:
+            return None
+        cdef int typenum = cnp.PyArray_TYPE(ref), nd = cnp.PyArray_NDIM(ref), a_nd
+        if typenum != cnp.NPY_FLOAT32 and typenum != cnp.NPY_FLOAT64:
+            return None
+        cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(ref)
+        cdef Py_ssize_t inner = dims[nd - 1] if nd else 1
+        for i in range(n_inputs):
+            a = <cnp.ndarray>arrays[i]
+            a_nd = cnp.PyArray_NDIM(a)
+            if cnp.PyArray_TYPE(a) != typenum or not cnp.PyArray_IS_C_CONTIGUOUS(a) or a_nd > nd:
+                return None
+            size = cnp.PyArray_SIZE(a)
+            if a_nd == nd and cnp.PyArray_CompareLists(cnp.PyArray_DIMS(a), dims, nd):
+                layouts[i] = FULL
+            elif size == 1:
+                layouts[i] = SCALAR
+            elif a_nd >= 1 and cnp.PyArray_DIMS(a)[a_nd - 1] == inner and size == inner:
+                layouts[i] = ROW
+            else:
+                return None
+            pointers[i] = cnp.PyArray_DATA(a)
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(nd, dims, typenum, 0)
+        cdef const int* ops = <const int*>cnp.PyArray_DATA(<cnp.ndarray>self._ops)
+        cdef const int* args_a = <const int*>cnp.PyArray_DATA(<cnp.ndarray>self._args_a)
+        cdef const int* args_b = <const int*>cnp.PyArray_DATA(<cnp.ndarray>self._args_b)
+        cdef const double* consts = <const double*>cnp.PyArray_DATA(<cnp.ndarray>self._consts)
+        cdef int failed
+        with nogil:
+            if typenum == cnp.NPY_FLOAT32:
+                failed = _run_program(<float*>cnp.PyArray_DATA(out), best, <float**>pointers, layouts, inner,
+                                      ops, args_a, args_b, consts, self.count)
+            else:
+                failed = _run_program(<double*>cnp.PyArray_DATA(out), best, <double**>pointers, layouts, inner,
+                                      ops, args_a, args_b, consts, self.count)
+        if failed:
+            raise MemoryError("fused_elementwise: cannot allocate per-thread registers")
+        return out
 
 
 def evaluate(out, inputs, layouts, Py_ssize_t inner, ops, args_a, args_b, consts):

@@ -105,8 +105,20 @@ def _layouts(arrays, shape):
     return out
 
 
+@functools.lru_cache(maxsize=512)
+def bound_program(program: tuple):
+    """The compiled kernel of `program`, called with the input arrays (what a graph runs)."""
+    return _kernel.Program(*_encode(program), functools.partial(_run_general, program=program))
+
+
 def run_program(arrays, program: tuple, out: np.ndarray | None = None) -> np.ndarray:
     """Evaluate `program` on `arrays`, into `out` when given (C-contiguous, the result's shape and dtype)."""
+    if out is None:
+        return bound_program(program)(*arrays)
+    return _run_general(*arrays, program=program, out=out)
+
+
+def _run_general(*arrays, program: tuple, out: np.ndarray | None = None) -> np.ndarray:
     dtype = arrays[0].dtype
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     plan = _layouts(arrays, shape) if dtype in _FLOATS and all(a.dtype == dtype for a in arrays) else None
@@ -142,4 +154,4 @@ def fused_elementwise(*inputs, program):
     return run_program(inputs, program)
 
 
-FUSED_ELEMENTWISE = defop("fused_elementwise", infer=_infer)(fused_elementwise)
+FUSED_ELEMENTWISE = defop("fused_elementwise", infer=_infer, bind=bound_program)(fused_elementwise)

@@ -399,6 +399,103 @@ def test_dense_rejects_a_bias_of_the_wrong_size():
         K.dense(x, w, np.ones(4, np.float64), False)
 
 
+# Fused elementwise programs, bound once (elementwise.Program): every opcode against NumPy.
+_UNARY_REFERENCE = {
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "relu": lambda x: np.where(x > 0, x, np.where(np.isnan(x), x, 0)),
+    "sqrt": np.sqrt,
+    "square": np.square,
+    "abs": np.abs,
+    "reciprocal": np.reciprocal,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+}
+_BINARY_REFERENCE = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": np.divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+
+
+def _program(instructions):
+    from tapeflow._kernels import elementwise
+
+    ops, args_a, args_b, consts = [], [], [], []
+    for name, *args in instructions:
+        ops.append(elementwise.OPCODES[name])
+        if name == "const":
+            consts.append(args[0])
+            args = [len(consts) - 1]
+        args_a.append(args[0])
+        args_b.append(args[1] if len(args) > 1 else 0)
+    return elementwise.Program(ops, args_a, args_b, np.array(consts or [0.0]), _no_fallback)
+
+
+def _no_fallback(*arrays):
+    raise AssertionError(f"fell back for {[a.shape for a in arrays]}")
+
+
+@pytest.mark.parametrize("size", [(3, 5), (300, 700)], ids=["serial", "parallel"])
+@pytest.mark.parametrize("name", sorted(_UNARY_REFERENCE))
+def test_program_unary_ops_match_numpy(name, size, dtype, threads):
+    x = np.random.default_rng(5).uniform(0.1, 3.0, size).astype(dtype) * (1 if name in ("log", "sqrt", "rsqrt") else -1)
+    x.reshape(-1)[0] = np.nan
+    got = _program([("input", 0), (name, 0)])(x)
+    with np.errstate(all="ignore"):
+        want = _UNARY_REFERENCE[name](x.astype(np.float64))
+    assert got.dtype == dtype and got.shape == x.shape
+    tol = 1e-12 if dtype == np.float64 else 2e-6
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", sorted(_BINARY_REFERENCE))
+def test_program_binary_ops_broadcast_rows_and_scalars(name, dtype, threads):
+    rng = np.random.default_rng(6)
+    x, row = rng.standard_normal((400, 300)).astype(dtype), rng.standard_normal(300).astype(dtype)
+    x.reshape(-1)[:2] = [np.nan, 1.0]
+    row[1] = np.nan  # maximum and minimum let NaN through from either side
+    program = _program([("input", 0), ("input", 1), (name, 0, 1), ("const", 0.5), (name, 2, 3)])
+    op = _BINARY_REFERENCE[name]
+    for got, want in (
+        (program(x, row), op(op(x, row), 0.5)),
+        (program(row, x), op(op(row, x), 0.5)),
+        (program(x, np.asarray(2.0, dtype)), op(op(x, 2.0), 0.5)),
+    ):
+        assert got.dtype == dtype and got.shape == x.shape
+        np.testing.assert_allclose(got, want.astype(dtype), rtol=1e-6, atol=1e-6)
+
+
+def test_program_hands_other_inputs_to_its_general_path():
+    from tapeflow._kernels import elementwise
+
+    calls = []
+    ops, args = np.array([0, 0, elementwise.OPCODES["add"]], np.int32), np.array([0, 1, 0], np.int32)
+    program = elementwise.Program(ops, args, np.array([0, 0, 1], np.int32), np.zeros(1), lambda *a: calls.append(a))
+    column, row = np.ones((3, 1)), np.ones((1, 4))
+    for arrays in ((column, row), (np.ones((4, 6))[:, ::2], np.ones(3)), (np.ones(3), np.ones(3, np.float32))):
+        program(*arrays)
+    program(np.ones(3))  # fewer inputs than the program reads
+    assert len(calls) == 4
+
+
+def test_program_rejects_malformed_instructions():
+    from tapeflow._kernels import elementwise
+
+    add = elementwise.OPCODES["add"]
+    with pytest.raises(ValueError, match="instruction 1"):
+        elementwise.Program(np.array([0, add], np.int32), np.zeros(2, np.int32), np.array([0, 1]), np.zeros(1), None)
+    with pytest.raises(ValueError, match="empty program"):
+        elementwise.Program(np.zeros(0, np.int32), np.zeros(0), np.zeros(0), np.zeros(1), None)
+    with pytest.raises(ValueError, match="constant 3"):
+        elementwise.Program(np.array([1], np.int32), np.array([3]), np.zeros(1), np.zeros(1), None)
+
+
 # ----------------------------------------------------------------------------- build
 
 

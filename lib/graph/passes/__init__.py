@@ -1,10 +1,10 @@
 """Graph passes, each `run(graph) -> changed`, and the pass manager that runs them.
 
 DEFAULT_PASSES simplify, fold constants, merge common subexpressions, drop
-dead code and fold bias adds and relus into the matmul or conv before them
-(`fused_matmul`, `fused_conv2d`). Elementwise fusion (`FUSION`) is opt-in: on the CPU its kernel does
-not yet beat NumPy's vectorized ufuncs for exp/tanh/sigmoid chains. Memory planning needs concrete shapes, so
-the executor does it (see `memory` and `Executor(plan_memory=True)`).
+dead code, fold bias adds and relus into the matmul or conv before them
+(`fused_matmul`, `fused_conv2d`), and fuse the remaining chains of elementwise ops
+into single `fused_elementwise` kernels (`FUSION`). Memory planning needs concrete
+shapes, so the executor does it (see `memory` and `Executor(plan_memory=True)`).
 
 >>> import tapeflow as tp
 >>> g = tp.freeze(lambda x: x * 1.0 + 0.0, tp.TensorSpec((3,)), optimize=False)
@@ -22,14 +22,15 @@ from tapeflow.graph.passes.fold import ConstantFolding
 from tapeflow.graph.passes.fuse import ElementwiseFusion
 from tapeflow.graph.passes.simplify import AlgebraicSimplification
 
+FUSION = ElementwiseFusion()
 DEFAULT_PASSES: list = [
     AlgebraicSimplification(),
     ConstantFolding(),
     CommonSubexpressionElimination(),
     DeadCodeElimination(),
     BiasActivationFusion(),
+    FUSION,
 ]
-FUSION = ElementwiseFusion()
 
 
 def optimize(graph: Graph, passes=None, max_rounds: int = 4) -> dict:
