@@ -10,7 +10,6 @@
 """
 
 from tapeflow import (
-    _kernels,
     callbacks,
     config,
     data,
@@ -23,6 +22,7 @@ from tapeflow import (
     regularizers,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
+from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads
 from tapeflow.data import datasets
 from tapeflow.devices import Device, device, list_devices
 from tapeflow.dtypes import (
@@ -44,8 +44,6 @@ from tapeflow.ops import nn, random
 from tapeflow.ops.registry import get_op
 from tapeflow.tensor import Tensor, Variable
 
-build_info = _kernels.build_info
-set_num_threads = _kernels.set_num_threads
-get_num_threads = _kernels.get_num_threads
+io.BackupAndRestore = callbacks.BackupAndRestore  # the checkpoint callback, beside the checkpoints it writes
 
 __version__ = "0.1.0"

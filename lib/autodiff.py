@@ -1,9 +1,11 @@
 """Reverse-mode autodiff: GradientTape, grad, value_and_grad, custom_gradient.
 
 A tape records the ops that touch watched tensors. `gradient` walks that
-record backwards, in execution order reversed (an explicit topological order,
-no recursion), calling each op's VJP. VJPs are tapeflow ops, so an outer tape
-records them and nested tapes give higher-order gradients.
+record backwards with `backprop`, in execution order reversed (an explicit
+topological order, no recursion), calling each op's VJP. Graph gradients
+(tapeflow.graph.gradients) run the same walk over a graph's nodes. VJPs are
+tapeflow ops, so an outer tape records them and nested tapes give higher-order
+gradients.
 
 >>> import tapeflow as tp
 >>> w = tp.Variable([2.0, 3.0])
@@ -126,8 +128,9 @@ class GradientTape:
         flat_sources, rebuild = _flatten(sources)
         targets, _ = _flatten(target)
         seeds = _seeds(targets, output_gradients)
+        watched = [s for s in flat_sources if isinstance(s, Tensor) and id(s) in self._watched]
         with registry.paused_recording(self):
-            grads = self._backward(targets, seeds, flat_sources)
+            grads = backprop(self._records, targets, seeds, watched, _tensors_at_record_time)
         results = []
         for s in flat_sources:
             g = grads.get(id(s))
@@ -141,28 +144,38 @@ class GradientTape:
             self.reset()
         return rebuild(results)
 
-    def _backward(self, targets, seeds, sources) -> dict[int, Tensor]:
-        source_ids = {id(s) for s in sources if isinstance(s, Tensor) and id(s) in self._watched}
-        reachable = set(source_ids)
-        relevant = []
-        for rec in self._records:  # forward pass: which records depend on a source
-            if any(id(t) in reachable for t in rec.inputs):
-                relevant.append(rec)
-                reachable.update(id(o) for o in rec.outputs)
-        grads: dict[int, Tensor] = {}
-        for t, seed in zip(targets, seeds, strict=True):
-            if id(t) in reachable:
-                _accumulate(grads, id(t), seed)
-        for rec in reversed(relevant):  # reverse execution order is a topological order
-            out_grads = [grads.get(id(o)) for o in rec.outputs]
-            if all(g is None for g in out_grads):
-                continue
-            needs = tuple(id(t) in reachable and t.dtype.kind == "f" for t in rec.inputs)
-            in_grads = call_vjp(rec.op, out_grads, _inputs_at_record_time(rec), rec.outputs, rec.attrs, needs)
-            for t, g, wanted in zip(rec.inputs, in_grads, needs, strict=True):
-                if wanted and g is not None:
-                    _accumulate(grads, id(t), g if g.dtype is t.dtype else cast(g, t.dtype))
-        return grads
+
+def backprop(records, targets, seeds, sources, vjp_tensors) -> dict[int, Tensor]:
+    """The reverse-mode walk: gradients of `targets` (weighted by `seeds`: one tensor per
+    target, or a function giving a target's seed) with respect to `sources`, keyed by
+    id() of each source.
+
+    `records` are in execution order, each with `op`, `attrs`, `inputs` and `outputs`;
+    those are tensors for a tape and graph values for a graph. `vjp_tensors(record)` gives
+    the (inputs, outputs) tensors its VJP sees. Only records on a path from a source to
+    a target are visited.
+    """
+    reachable = {id(s) for s in sources}
+    relevant = []
+    for rec in records:  # forward: which records depend on a source
+        if any(id(t) in reachable for t in rec.inputs):
+            relevant.append(rec)
+            reachable.update(id(o) for o in rec.outputs)
+    grads: dict[int, Tensor] = {}
+    for i, t in enumerate(targets):
+        if id(t) in reachable:
+            _accumulate(grads, id(t), seeds(t) if callable(seeds) else seeds[i])
+    for rec in reversed(relevant):  # reverse execution order is a topological order
+        out_grads = [grads.get(id(o)) for o in rec.outputs]
+        if rec.op.vjp is None or all(g is None for g in out_grads):
+            continue
+        needs = tuple(id(t) in reachable and t.dtype.kind == "f" for t in rec.inputs)
+        inputs, outputs = vjp_tensors(rec)
+        in_grads = call_vjp(rec.op, out_grads, inputs, outputs, rec.attrs, needs)
+        for t, g, wanted in zip(rec.inputs, in_grads, needs, strict=True):
+            if wanted and g is not None:
+                _accumulate(grads, id(t), g if g.dtype is t.dtype else cast(g, t.dtype))
+    return grads
 
 
 def call_vjp(op: OpDef, out_grads, inputs, outputs, attrs: dict, needs: tuple) -> tuple:
@@ -172,10 +185,11 @@ def call_vjp(op: OpDef, out_grads, inputs, outputs, attrs: dict, needs: tuple) -
     return op.vjp(out_grads, inputs, outputs, **attrs)
 
 
-def _inputs_at_record_time(rec: _Record) -> tuple:
-    """Variables changed since the op ran are replaced by their old values."""
+def _tensors_at_record_time(rec: _Record) -> tuple:
+    """The record's (inputs, outputs), with Variables changed since the op ran replaced by
+    their old values."""
     if rec.values is None:
-        return rec.inputs
+        return rec.inputs, rec.outputs
     out = []
     for t in rec.inputs:
         old = rec.values.get(id(t)) if type(t) is Variable else None
@@ -183,7 +197,7 @@ def _inputs_at_record_time(rec: _Record) -> tuple:
             out.append(old)
         else:
             out.append(t if old is None or old is t._value else Tensor._wrap(old, t.device))
-    return tuple(out)
+    return tuple(out), rec.outputs
 
 
 def _accumulate(grads: dict, key: int, g: Tensor) -> None:

@@ -21,8 +21,7 @@ import sys
 import numpy as np
 
 from tapeflow.graph.executor import NodeError
-from tapeflow.graph.ir import Graph
-from tapeflow.graph.serialize import load_graph
+from tapeflow.graph.runnable import Graph, load_graph
 
 
 def describe(graph: Graph) -> str:

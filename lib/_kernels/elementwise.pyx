@@ -17,6 +17,8 @@ from libc.string cimport memcpy
 
 cnp.import_array()
 
+from tapeflow.elementwise import PRIMITIVES
+
 cdef extern from *:
     """
     #include <math.h>
@@ -147,12 +149,9 @@ cdef enum:
 # Below this many elements the parallel region costs more than it saves.
 cdef Py_ssize_t _PARALLEL_MIN = 1 << 16
 
-OPCODES = {
-    "input": LOAD, "const": CONST, "add": ADD, "subtract": SUBTRACT, "multiply": MULTIPLY,
-    "divide": DIVIDE, "maximum": MAXIMUM, "minimum": MINIMUM, "neg": NEG, "exp": EXP, "log": LOG,
-    "tanh": TANH, "sigmoid": SIGMOID, "relu": RELU, "sqrt": SQRT, "square": SQUARE, "abs": ABS,
-    "reciprocal": RECIPROCAL, "rsqrt": RSQRT,
-}
+# Opcodes follow tapeflow.elementwise.PRIMITIVES, the order of the enum above.
+OPCODES = {"input": LOAD, "const": CONST}
+OPCODES.update(zip(PRIMITIVES, range(ADD, ADD + len(PRIMITIVES))))
 LAYOUTS = {"full": FULL, "scalar": SCALAR, "row": ROW}
 
 

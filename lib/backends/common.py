@@ -76,13 +76,6 @@ def check_labels(name: str, labels: np.ndarray, num_classes: int) -> None:
         raise ValueError(f"{name}: label {bad} is out of range [0, {num_classes})")
 
 
-def check_finite(name: str, **arrays) -> None:
-    """Reject NaN or infinity in parameters that must be finite."""
-    for label, arr in arrays.items():
-        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-            raise ValueError(f"{name}: {label} contains NaN or infinity")
-
-
 class IndexOutOfRange(IndexError, ValueError):
     """An index outside a tensor's bounds (both an IndexError and a ValueError)."""
 

@@ -1,7 +1,8 @@
 """The CPU backend: compiled kernels for the hot ops, by op name.
 
 Ops without an entry here run their NumPy reference. Each function takes the
-op's input arrays and attrs, exactly as the reference does.
+op's input arrays and attrs, exactly as the reference does. `bind_<op>` functions
+fix an op's attrs once, for graphs (see tapeflow.backends).
 
 >>> import numpy as np
 >>> from tapeflow.backends import numpy_backend
@@ -11,12 +12,23 @@ op's input arrays and attrs, exactly as the reference does.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tapeflow import _kernels
+from tapeflow._kernels import elementwise as _elementwise
 from tapeflow.backends.common import check_index_range, check_labels, conv_geometry
 
 _FAST = (np.float32, np.float64)
+
+# The numerics every kernel runs under: subnormals flushed to zero, as TensorFlow does
+# (they would cost ~100x); `enter_numerics()` returns what `leave_numerics` restores.
+enter_numerics = _kernels.flush_denormals_enter
+leave_numerics = _kernels.flush_denormals_leave
+set_num_threads = _kernels.set_num_threads
+get_num_threads = _kernels.get_num_threads
+build_info = _kernels.build_info
 
 
 def _ready(*arrays):
@@ -168,3 +180,52 @@ def matmul(a, b):
             rows = _kernels.matmul(a.reshape(-1, a.shape[-1]), b)
             return rows.reshape(a.shape[:-1] + (b.shape[1],))
     return np.matmul(a, b)
+
+
+# ------------------------------------------------------------ fused layer ops
+def _bias_activation(out, bias, activation):
+    """Bias and activation in place on `out`, a product the kernel has just allocated."""
+    out += bias
+    if activation == "relu":
+        np.maximum(out, 0, out=out)
+    return out
+
+
+def fused_matmul(a, w, b, activation):
+    if a.ndim == 2 and a.dtype == w.dtype == b.dtype and a.dtype in _FAST:
+        return _kernels.dense(a, w, b, activation == "relu")  # product, bias and relu in one kernel call
+    return _bias_activation(matmul(a, w), b, activation)
+
+
+def bind_fused_matmul(reference, activation):
+    """One float32 row goes straight to the one-row dense kernel, with no Python in between."""
+    return _kernels.DenseKernel(activation == "relu", functools.partial(fused_matmul, activation=activation))
+
+
+def fused_conv2d(x, w, b, activation, **conv):
+    return _bias_activation(conv2d(x, w, **conv), b, activation)
+
+
+# ------------------------------------------------------------ elementwise programs
+@functools.lru_cache(maxsize=512)
+def _encode(program: tuple):
+    """The program as the kernel's int32 opcode/argument arrays and float64 constants."""
+    ops, args_a, args_b, consts = [], [], [], []
+    for ins in program:
+        ops.append(_elementwise.OPCODES[ins[0]])
+        if ins[0] == "const":
+            consts.append(float(ins[1]))
+            args_a.append(len(consts) - 1)
+        else:
+            args_a.append(ins[1])
+        args_b.append(ins[2] if len(ins) > 2 else 0)
+    as32 = functools.partial(np.asarray, dtype=np.int32)
+    return as32(ops), as32(args_a), as32(args_b), np.asarray(consts or [0.0])
+
+
+def bind_fused_elementwise(reference, program):
+    """One pass over memory when each input is the result's shape, one value or one row of
+    the last axis (made contiguous first if need be); the reference for other broadcasts."""
+    encoded = _encode(program)
+    contiguous = _elementwise.Program(*encoded, reference)
+    return _elementwise.Program(*encoded, lambda *arrays: contiguous(*map(np.ascontiguousarray, arrays)))

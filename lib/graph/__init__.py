@@ -1,9 +1,11 @@
 """Graphs frozen from eager code: IR, tracing, execution and passes."""
 
-from tapeflow.graph import control, fused_layers
+from tapeflow.graph import control
 from tapeflow.graph.executor import Executor, NodeError
 from tapeflow.graph.gradients import gradients
-from tapeflow.graph.ir import Graph, GraphError, Node, Value
-from tapeflow.graph.serialize import GraphFileError, load_graph
-from tapeflow.graph.trace import TensorSpec, freeze
+from tapeflow.graph.ir import GraphError, Node, Value
+from tapeflow.graph.runnable import Graph, load_graph
+from tapeflow.graph.serialize import GraphFileError
+from tapeflow.graph.structure import TensorSpec
+from tapeflow.graph.trace import freeze
 from tapeflow.tensor import FreezeError

@@ -17,9 +17,9 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.autodiff import GradientTape
-from tapeflow.graph.executor import Executor
-from tapeflow.graph.ir import Graph
-from tapeflow.graph.trace import TensorSpec, Tracer, flatten_structure, rebuild_structure, trace
+from tapeflow.graph.runnable import Graph
+from tapeflow.graph.structure import TensorSpec, flatten_structure, rebuild_structure
+from tapeflow.graph.trace import Tracer, trace
 from tapeflow.ops import control
 from tapeflow.ops.creation import zeros_like
 from tapeflow.ops.registry import apply, as_tensor, defop, get_op
@@ -29,9 +29,7 @@ from tapeflow.tensor import TRACING, Tensor, eager_scope
 # ------------------------------------------------------------ subgraphs
 def run_subgraph(graph: Graph, arrays) -> list:
     """Run a branch or body graph on arrays (its executor is built once)."""
-    if graph._executor is None:
-        graph._executor = Executor(graph, graph.outputs, graph.inputs, with_updates=False)
-    return graph._executor.run(list(arrays))
+    return graph.execute(list(arrays))
 
 
 def replay(graph: Graph, inputs) -> list:
@@ -41,8 +39,7 @@ def replay(graph: Graph, inputs) -> list:
         env[id(c)] = Tensor._wrap(c.data)
     for node in graph.nodes:
         op = get_op(node.op)
-        attrs = {k: a for k, a in node.attrs.items() if not k.startswith("_")}
-        outs = apply(op, tuple(env[id(v)] for v in node.inputs), attrs)
+        outs = apply(op, tuple(env[id(v)] for v in node.inputs), node.public_attrs)
         outs = (outs,) if op.num_outputs == 1 else outs
         env.update((id(v), o) for v, o in zip(node.outputs, outs, strict=True))
     return [env[id(v)] for v in graph.outputs]

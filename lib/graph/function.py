@@ -26,7 +26,10 @@ import weakref
 
 import numpy as np
 
-from tapeflow.graph.trace import TensorSpec, flatten_structure, trace
+from tapeflow.graph import passes
+from tapeflow.graph.structure import TensorSpec, flatten_structure, rebuild_structure
+from tapeflow.graph.trace import trace
+from tapeflow.ops.registry import as_tensor
 from tapeflow.tensor import Tensor, Variable
 
 logger = logging.getLogger("tapeflow.function")
@@ -119,8 +122,6 @@ class Function:
         return graph(*feeds)
 
     def _trace(self, key, names, specs, bound):
-        from tapeflow.graph.trace import rebuild_structure
-
         if self._last_key is not None:
             reason = _difference(self._last_key, key, names)
             self.retrace_reasons.append(reason)
@@ -145,18 +146,11 @@ class Function:
                 positional.append(call_args[name])
         graph = trace(self._fn, tuple(positional), keyword, name=self.__name__)
         if self.optimize:
-            from tapeflow.graph.passes import optimize
-
-            optimize(graph)
+            passes.optimize(graph)
         self.graphs[key] = graph
         self.trace_count += 1
         self._last_key = key
         return graph
-
-    def get_concrete_graph(self, *args, **kwargs):
-        """The Graph for these arguments (TensorSpecs allowed), tracing if needed."""
-        key, names, specs, bound = self._key(args, kwargs)
-        return self.graphs.get(key) or self._trace(key, names, specs, bound)
 
 
 class _BoundCache:
@@ -192,11 +186,7 @@ def _is_tensor(x) -> bool:
 
 
 def _as_spec_source(x):
-    if isinstance(x, np.ndarray):
-        from tapeflow.ops.registry import as_tensor
-
-        return as_tensor(x)
-    return x
+    return as_tensor(x) if isinstance(x, np.ndarray) else x
 
 
 def _check_matches(fname: str, arg: str, spec: TensorSpec, value) -> None:

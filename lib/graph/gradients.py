@@ -16,12 +16,21 @@ them to `graph.outputs`, or fetch them with `graph.run`.
 
 from __future__ import annotations
 
-from tapeflow.autodiff import call_vjp
+from tapeflow.autodiff import backprop
 from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, Value
 from tapeflow.graph.trace import Tracer
 from tapeflow.ops.creation import ones_like
-from tapeflow.ops.math import add, cast
 from tapeflow.ops.registry import get_op
+
+
+class _NodeRecord:
+    """A graph node as the reverse-mode walk sees it: its op, attrs and values."""
+
+    __slots__ = ("op", "attrs", "inputs", "outputs")
+
+    def __init__(self, node):
+        self.op, self.attrs = get_op(node.op), node.public_attrs
+        self.inputs, self.outputs = node.inputs, node.outputs
 
 
 def gradients(graph: Graph, ys, xs, grad_ys=None) -> list:
@@ -37,14 +46,6 @@ def gradients(graph: Graph, ys, xs, grad_ys=None) -> list:
     if seeds is not None and len(seeds) != len(ys):
         raise GraphError(f"gradients: {len(seeds)} grad_ys for {len(ys)} ys")
 
-    # Only nodes on a path from some x to some y need a VJP.
-    reachable = {id(x) for x in xs}
-    on_path = []
-    for node in graph.nodes:
-        if any(id(v) in reachable for v in node.inputs):
-            on_path.append(node)
-            reachable.update(id(o) for o in node.outputs)
-
     tracer = Tracer(graph)
     for v in graph.inputs + graph.constants:
         tracer._own.add(id(v))
@@ -58,28 +59,14 @@ def gradients(graph: Graph, ys, xs, grad_ys=None) -> list:
             hit = traced[id(v)] = tracer.traced(v)
         return hit
 
-    grads: dict[int, object] = {}
+    def vjp_tensors(rec):
+        return tuple(t(v) for v in rec.inputs), tuple(t(o) for o in rec.outputs)
+
+    records = [_NodeRecord(node) for node in graph.nodes if node.op not in (READ, ASSIGN)]
+    floats = [i for i, y in enumerate(ys) if y.dtype.kind == "f"]
     with tracer:
-        for i, y in enumerate(ys):
-            if id(y) in reachable and y.dtype.kind == "f":
-                seed = t(seeds[i]) if seeds is not None else ones_like(t(y))
-                grads[id(y)] = seed if id(y) not in grads else add(grads[id(y)], seed)
-        for node in reversed(on_path):
-            outs = [grads.get(id(o)) for o in node.outputs]
-            if all(g is None for g in outs):
-                continue
-            if node.op in (READ, ASSIGN):
-                continue
-            op = get_op(node.op)
-            if op.vjp is None:
-                continue  # not differentiable (random draws, comparisons): no gradient flows
-            attrs = {k: a for k, a in node.attrs.items() if not k.startswith("_")}
-            needs = tuple(id(v) in reachable and v.dtype.kind == "f" for v in node.inputs)
-            ins, outputs = tuple(t(v) for v in node.inputs), tuple(t(o) for o in node.outputs)
-            for v, g, wanted in zip(node.inputs, call_vjp(op, outs, ins, outputs, attrs, needs), needs, strict=True):
-                if wanted and g is not None:
-                    g = g if g.dtype is v.dtype else cast(g, v.dtype)
-                    grads[id(v)] = g if id(v) not in grads else add(grads[id(v)], g)
+        seed_tensors = (lambda y: ones_like(t(y))) if seeds is None else [t(seeds[i]) for i in floats]
+        grads = backprop(records, [ys[i] for i in floats], seed_tensors, xs, vjp_tensors)
     graph.changed()
     graph.lint()
     return [None if grads.get(id(x)) is None else tracer.value_of(grads[id(x)]) for x in xs]

@@ -1,9 +1,11 @@
 """The graph IR: values (typed, shaped edges), nodes and the Graph that holds them.
 
-This module knows nothing about concrete ops: a node names its op and keeps
-its attributes, and the executor and passes give those names meaning. Graph
+This module is a data structure only: it knows nothing about concrete ops (a node
+names its op and keeps its attributes; the executor and passes give those names
+meaning) and nothing about running (tapeflow.graph.runnable adds that). Graph
 state (Variables) is read by `read_variable` nodes and written by
-`assign_variable` nodes, kept in program order.
+`assign_variable` nodes, kept in program order. A graph belongs to a device, whose
+backend runs it.
 
 >>> g = Graph("double")
 >>> x = g.add_input("x", (None, 3), "float32")
@@ -20,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from tapeflow import dtypes
+from tapeflow.devices import Device, current_device
 
 READ = "read_variable"
 ASSIGN = "assign_variable"
@@ -68,6 +71,11 @@ class Node:
         self.attrs = dict(attrs)
         self.outputs = list(outputs)
 
+    @property
+    def public_attrs(self) -> dict:
+        """The attrs the op takes; names starting with "_" are notes for passes and tools."""
+        return {k: a for k, a in self.attrs.items() if not k.startswith("_")}
+
     def __repr__(self) -> str:
         return f"Node({self.name}: {self.op})"
 
@@ -86,13 +94,14 @@ class Graph:
     """A dataflow graph: inputs, nodes in a topological order, outputs and state.
 
     `state` maps each state name to its Variable (or, for a loaded graph, to a
-    Variable created from the file). `input_names` and `output_names` are the
-    named signatures; `output_structure` rebuilds the traced function's return
-    value from the flat outputs.
+    Variable created from the file). `output_structure` rebuilds the traced
+    function's return value from the flat outputs. `device` is where the graph runs
+    (the current device when it was made).
     """
 
-    def __init__(self, name: str = "graph"):
+    def __init__(self, name: str = "graph", device: Device | None = None):
         self.name = name
+        self.device = device or current_device()
         self.inputs: list[Value] = []
         self.outputs: list[Value] = []
         self.nodes: list[Node] = []
@@ -100,7 +109,6 @@ class Graph:
         self.state: dict = {}
         self.output_structure = None
         self._names: dict[str, int] = {}
-        self._executor = None
 
     # ------------------------------------------------------------ building
     def unique_name(self, base: str) -> str:
@@ -142,8 +150,7 @@ class Graph:
         return node.outputs
 
     def changed(self) -> None:
-        """Drop the cached execution plan (call after editing the graph)."""
-        self._executor = None
+        """Call after editing the graph: subclasses drop what they derived from it."""
 
     # ------------------------------------------------------------ queries
     def values(self) -> dict[str, Value]:
@@ -171,56 +178,6 @@ class Graph:
     def parameter_count(self) -> int:
         return int(sum(int(np.prod(v.shape)) for v in self.state.values()))
 
-    # ------------------------------------------------------------ running
-    def __call__(self, *args):
-        """Run the whole graph (outputs and state writes) on positional inputs;
-        returns tensors in the structure the traced function returned."""
-        rt = _runtime()
-        inputs = self.inputs
-        leaves = args  # the common case: one array or tensor per input
-        if len(args) != len(inputs):
-            leaves, _ = rt.flatten_structure(args)
-        else:
-            for a in args:
-                if type(a) is not np.ndarray and not isinstance(a, rt.Tensor):
-                    leaves, _ = rt.flatten_structure(args)
-                    break
-        if len(leaves) != len(inputs):
-            raise GraphError(
-                f"{self.name}: expected {len(inputs)} inputs ({', '.join(v.name for v in inputs)}), got {len(leaves)}"
-            )
-        check = rt.check_feed
-        arrays = [check(self.name, v, a) for v, a in zip(inputs, leaves, strict=True)]
-        if self._executor is None:
-            self._executor = rt.Executor(self, self.outputs, inputs, with_updates=True)
-        results = self._executor.run(arrays)
-        wrap = rt.Tensor._wrap
-        structure = self.output_structure
-        if structure is not None and "leaf" in structure:
-            return wrap(results[structure["leaf"]])
-        return rt.rebuild_structure(structure, [wrap(a) for a in results])
-
-    def run(self, feeds: dict | None = None, fetches=None):
-        """Partial execution: compute only what `fetches` need, from `feeds`.
-
-        Keys of `feeds` and items of `fetches` are value names (as printed,
-        without the %) or values; a fed inner value replaces its computation.
-        State writes are not run. Returns NumPy arrays (one, or a list when
-        `fetches` is a list).
-        """
-        from tapeflow.graph.executor import Executor, check_feed
-
-        by_name = self.values()
-        feeds = feeds or {}
-        single = fetches is not None and not isinstance(fetches, list | tuple)
-        wanted = self.outputs if fetches is None else [fetches] if single else list(fetches)
-        fetch_values = [self._resolve(f, by_name, "fetch") for f in wanted]
-        feed_values = [self._resolve(k, by_name, "feed") for k in feeds]
-        arrays = [check_feed(self.name, v, a) for v, a in zip(feed_values, feeds.values(), strict=True)]
-        executor = Executor(self, fetch_values, feed_values, with_updates=False)
-        outs = executor.run(arrays)
-        return outs[0] if single else outs
-
     def _resolve(self, key, by_name: dict, role: str) -> Value:
         if isinstance(key, Value):
             return key
@@ -234,18 +191,6 @@ class Graph:
             near = sorted(by_name)[:12]
             raise GraphError(f"{self.name}: no value named {key!r} to {role}; values include {near}")
         raise TypeError(f"{self.name}: a {role} must be a value name or a Value, got {type(key).__name__}")
-
-    def export_onnx(self, path, opset: int = 17) -> None:
-        """Write the graph as an ONNX model file (see tapeflow.graph.onnx; needs the onnx package)."""
-        from tapeflow.graph.onnx import export_onnx
-
-        export_onnx(self, path, opset=opset)
-
-    def save(self, path) -> None:
-        """Write the graph with its state and constants to one file (see tapeflow.graph.serialize)."""
-        from tapeflow.graph.serialize import save_graph
-
-        save_graph(self, path)
 
     # ------------------------------------------------------------ checking
     def lint(self) -> None:
@@ -294,7 +239,7 @@ class Graph:
             lines.append(f"  const %{v.name} : {v.type_string()}")
         for node in self.nodes:
             ins = ", ".join(_ref(v) for v in node.inputs)
-            attrs = ", ".join(f"{k}={format_attr(a)}" for k, a in node.attrs.items() if not k.startswith("_"))
+            attrs = ", ".join(f"{k}={format_attr(a)}" for k, a in node.public_attrs.items())
             head = f"{node.op}[{attrs}]" if attrs else node.op
             if node.outputs:
                 outs = ", ".join(f"%{v.name}" for v in node.outputs)
@@ -326,27 +271,6 @@ class Graph:
             lines.append(f'  "{src}" -> "output_{i}";')
         lines.append("}")
         return "\n".join(lines)
-
-
-class _Runtime:
-    """What running a graph needs from later modules, imported on first use."""
-
-    def __init__(self):
-        from tapeflow.graph.executor import Executor, check_feed
-        from tapeflow.graph.trace import flatten_structure, rebuild_structure
-        from tapeflow.tensor import Tensor
-
-        self.Executor, self.check_feed, self.Tensor = Executor, check_feed, Tensor
-        self.flatten_structure, self.rebuild_structure = flatten_structure, rebuild_structure
-
-
-_RUNTIME: list = []
-
-
-def _runtime() -> _Runtime:
-    if not _RUNTIME:
-        _RUNTIME.append(_Runtime())
-    return _RUNTIME[0]
 
 
 def _ref(v: Value) -> str:

@@ -25,8 +25,9 @@ import tempfile
 import numpy as np
 
 from tapeflow import _compat
-from tapeflow.backends.common import conv_geometry
-from tapeflow.graph.ir import ASSIGN, READ, Graph, Value
+from tapeflow.backends.common import conv_geometry, padded_extent
+from tapeflow.elementwise import PRIMITIVES
+from tapeflow.graph.ir import ASSIGN, READ, Graph, Node, Value
 from tapeflow.ops.registry import get_op
 
 MIN_OPSET = 13
@@ -272,15 +273,11 @@ class _Exporter:
             raise
         except Exception as exc:  # noqa: BLE001 - re-raised with the node named
             raise ExportError(
-                f"export_onnx: node '{node.name}' ({node.op}, attrs {_public_attrs(node)}) could not be "
+                f"export_onnx: node '{node.name}' ({node.op}, attrs {node.public_attrs}) could not be "
                 f"converted: {type(exc).__name__}: {exc}"
             ) from exc
         for v, name in zip(node.outputs, outs, strict=True):
             self.names[id(v)] = name
-
-
-def _public_attrs(node) -> dict:
-    return {k: a for k, a in node.attrs.items() if not k.startswith("_")}
 
 
 def _elem_type(helper, v: Value) -> int:
@@ -288,7 +285,7 @@ def _elem_type(helper, v: Value) -> int:
 
 
 def _unsupported(node, why: str) -> ExportError:
-    return ExportError(f"export_onnx: node '{node.name}' ({node.op}, attrs {_public_attrs(node)}) {why}")
+    return ExportError(f"export_onnx: node '{node.name}' ({node.op}, attrs {node.public_attrs}) {why}")
 
 
 # ---------------------------------------------------------------- converters
@@ -405,35 +402,30 @@ def _full_like(ex, node, outs, x):
     ex.emit("ConstantOfShape", [ex.emit("Shape", [x])], outs[0], value=value)
 
 
-_FLOAT_ARITHMETIC = {"add": "Add", "multiply": "Mul", "divide": "Div"}
-
-
 @_converts("fused_elementwise")
 def _fused_elementwise(ex, node, outs, *inputs):
-    """Unfold the fused program (see tapeflow.graph.fused_op) into one ONNX node per instruction."""
-    dtype = node.outputs[0].dtype.np
+    """Unfold the fused program (see tapeflow.ops.fused) into the ONNX nodes of its
+    instructions, each converted as the primitive op's own node would be."""
+    dtype = node.outputs[0].dtype
     regs: list[str] = []
     uses: list[frozenset] = []  # the inputs each register depends on
-    for step in node.attrs["program"]:
+    for k, step in enumerate(node.attrs["program"]):
         name, args = step[0], step[1:]
         if name == "input":
             regs.append(inputs[args[0]])
             uses.append(frozenset(args))
             continue
         if name == "const":
-            regs.append(ex.scalar(args[0], dtype))
+            regs.append(ex.scalar(args[0], dtype.np))
             uses.append(frozenset())
             continue
-        operands = [regs[a] for a in args]
-        if name == "square":
-            value = ex.emit("Mul", operands * 2)
-        elif name == "rsqrt":
-            value = ex.emit("Reciprocal", [ex.emit("Sqrt", operands)])
-        elif name in _FLOAT_ARITHMETIC or name in _ONE_TO_ONE:
-            value = ex.emit(_FLOAT_ARITHMETIC.get(name) or _ONE_TO_ONE[name], operands)
-        else:
+        convert = _CONVERTERS.get(name) if name in PRIMITIVES else None
+        if convert is None:
             raise _unsupported(node, f"has the instruction {step!r}, which has no ONNX conversion")
-        regs.append(value)
+        operands = [Value(f"{node.name}/{k}/{i}", (), dtype) for i in range(len(args))]
+        (out,) = instruction = [Value(f"{node.name}/{k}", (), dtype)]
+        regs.append(ex.claim(f"{node.name}/{name}"))
+        convert(ex, Node(out.name, name, operands, {}, instruction), [regs[-1]], *(regs[a] for a in args))
         uses.append(frozenset().union(*(uses[a] for a in args)))
     result = regs[-1]
     for i in sorted(set(range(len(inputs))) - uses[-1]):  # every input shapes the result, used or not
@@ -606,15 +598,11 @@ def _window_pads(node, in_shape, kernel, strides, padding, dilations) -> dict:
     if padding == "SAME":  # the odd padding cell goes last, as in TensorFlow
         h, w = in_shape[1:3]
         oh, ow, top, left = conv_geometry(node.op, h, w, *kernel, strides, padding, dilations)
-        bottom = _same_total(h, oh, kernel[0], strides[0], dilations[0]) - top
-        right = _same_total(w, ow, kernel[1], strides[1], dilations[1]) - left
+        bottom = padded_extent(h, oh, kernel[0], strides[0], dilations[0], top) - h - top
+        right = padded_extent(w, ow, kernel[1], strides[1], dilations[1], left) - w - left
         return {"pads": [top, left, bottom, right]}
     (top, bottom), (left, right) = padding
     return {"pads": [top, left, bottom, right]}
-
-
-def _same_total(size: int, out: int, k: int, stride: int, dilation: int) -> int:
-    return max((out - 1) * stride + (k - 1) * dilation + 1 - size, 0)
 
 
 @_converts("conv2d", "fused_conv2d")

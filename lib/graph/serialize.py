@@ -69,9 +69,10 @@ class GraphFileError(GraphError):
 class _AttrCodec:
     """Typed JSON for node attributes; collects the arrays and generators they refer to."""
 
-    def __init__(self, generators: list | None = None):
+    def __init__(self, generators: list | None = None, graph_class: type = Graph):
         self.arrays: dict[str, np.ndarray] = {}  # dataset path -> array, filled while encoding
         self.generators = [] if generators is None else generators  # the non-global random streams
+        self.graph_class = graph_class  # what decoded subgraphs are made as
         self._generator_index: dict[int, int] = {}
         self._counts: dict[str, int] = {}
 
@@ -266,7 +267,7 @@ class _AttrCodec:
         _check_type(body, dict, where, "a subgraph")
         if body.get("state", []) != [] or "generators" in body:
             raise GraphFileError(f"{where}: a subgraph holds no state or generators of its own")
-        return _read_graph(body, self, datasets, Graph(_str(body, "name", where)), f"{where} subgraph")
+        return _read_graph(body, self, datasets, self.graph_class(_str(body, "name", where)), f"{where} subgraph")
 
 
 _DECODERS = {
@@ -341,7 +342,7 @@ def save_graph(graph: Graph, path) -> None:
     >>> g = tp.freeze(lambda x: x * 2.0, tp.TensorSpec((2,)))
     >>> tmp = tempfile.TemporaryDirectory()
     >>> save_graph(g, os.path.join(tmp.name, "double.tfg"))
-    >>> load_graph(os.path.join(tmp.name, "double.tfg"))(tp.tensor([1.0, 2.0])).numpy().tolist()
+    >>> tp.load_graph(os.path.join(tmp.name, "double.tfg"))(tp.tensor([1.0, 2.0])).numpy().tolist()
     [2.0, 4.0]
     >>> tmp.cleanup()
     """
@@ -378,8 +379,9 @@ def _array_spec(name: str, array: np.ndarray, dataset: str, where: str) -> dict:
 
 
 # ================================================================== loading
-def load_graph(path) -> Graph:
-    """Read a graph file written by `save_graph`; its state becomes new Variables.
+def load_graph(path, graph_class: type = Graph) -> Graph:
+    """Read a graph file written by `save_graph` as a `graph_class` (tapeflow.graph.runnable's
+    for `tp.load_graph`); its state becomes new Variables.
 
     Every part of the file is checked before use (see the module docstring);
     problems raise GraphFileError naming the file and the offending entry.
@@ -406,7 +408,7 @@ def load_graph(path) -> Graph:
         raise GraphFileError(f"{where}: not an HDF5 file (a graph file starts with the HDF5 signature)")
     try:
         with h5py.File(path, "r") as f:
-            return _read(f, where)
+            return _read(f, where, graph_class)
     except GraphFileError:
         raise
     except RecursionError:
@@ -415,7 +417,7 @@ def load_graph(path) -> Graph:
         raise GraphFileError(f"{where}: the HDF5 file is damaged or truncated: {err}") from None
 
 
-def _read(f: h5py.File, where: str) -> Graph:
+def _read(f: h5py.File, where: str, graph_class: type) -> Graph:
     _check_header(f, where)
     datasets = _all_datasets(f, where)
     meta = _read_json(datasets, where)
@@ -423,7 +425,7 @@ def _read(f: h5py.File, where: str) -> Graph:
     generators = [
         _restore_generator(s, f"{where}: generator {i}") for i, s in enumerate(_list(meta, "generators", where))
     ]
-    graph = Graph(_str(meta, "name", where))
+    graph = graph_class(_str(meta, "name", where))
     for i, spec in enumerate(_list(meta, "state", where)):
         name, shape, dtype = _typed_spec(spec, f"{where}: state {i}", dynamic=False)
         if name in graph.state:
@@ -432,7 +434,7 @@ def _read(f: h5py.File, where: str) -> Graph:
         _check_type(trainable, bool, f"{where}: state '{name}'", "'trainable'")
         data = _read_dataset(datasets, spec.get("dataset"), shape, dtype.np, f"{where}: state '{name}'", "state/")
         graph.state[name] = Variable(data, trainable=trainable, name=name)
-    return _read_graph(meta, _AttrCodec(generators=generators), datasets, graph, where)
+    return _read_graph(meta, _AttrCodec(generators, graph_class), datasets, graph, where)
 
 
 def _read_graph(meta: dict, codec: _AttrCodec, datasets: dict, graph: Graph, where: str) -> Graph:
@@ -612,7 +614,7 @@ def _check_state_node(node: Node, graph: Graph, here: str) -> None:
 def _check_infer(opdef, node: Node, here: str) -> None:
     """Re-run the op's shape rule on the declared input types; the outputs must match."""
     stand_ins = [TracedTensor(v.shape, v.dtype) for v in node.inputs]
-    public = {k: a for k, a in node.attrs.items() if not k.startswith("_")}
+    public = node.public_attrs
     _check_attr_names(opdef, len(node.inputs), public, here)
     try:
         specs = opdef.infer(*stand_ins, **public)

@@ -1,7 +1,7 @@
-"""Saving and loading: weights files, resumable training checkpoints, and `BackupAndRestore`.
+"""Saving and loading: weights files and resumable training checkpoints.
 
-`BackupAndRestore` is a callback, defined with the training loop it drives
-(`tapeflow.training`), which comes after this package; it is imported on first use.
+The callback that writes and restores checkpoints during `fit` is
+`tp.callbacks.BackupAndRestore` (also reachable as `tp.io.BackupAndRestore`).
 
 >>> import tapeflow as tp
 >>> tp.io.checkpoint.WEIGHTS_FORMAT, tp.io.FORMAT_VERSION
@@ -28,7 +28,6 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "FORMAT_VERSION",
     "WEIGHTS_FORMAT",
-    "BackupAndRestore",
     "CheckpointInfo",
     "LoadReport",
     "ShapeMismatch",
@@ -40,11 +39,3 @@ __all__ = [
     "save_checkpoint",
     "save_weights",
 ]
-
-
-def __getattr__(name: str):
-    if name == "BackupAndRestore":
-        from tapeflow.training import BackupAndRestore
-
-        return BackupAndRestore
-    raise AttributeError(f"module 'tapeflow.io' has no attribute {name!r}")

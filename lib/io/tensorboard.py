@@ -25,6 +25,10 @@ import warnings
 
 import numpy as np
 
+from tapeflow.graph.ir import format_attr
+from tapeflow.graph.structure import TensorSpec
+from tapeflow.graph.trace import freeze
+
 __all__ = [
     "EventFileWriter",
     "crc32c",
@@ -247,8 +251,6 @@ def attr_value(value) -> bytes:
         return _float_field(4, value)
     if isinstance(value, tuple | list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return _bytes_field(1, b"".join(_int_field(3, v) for v in value))
-    from tapeflow.graph.ir import format_attr
-
     return _bytes_field(2, value if isinstance(value, str) else format_attr(value))
 
 
@@ -304,7 +306,7 @@ def op_graph_def(graph) -> bytes:
         }
         nodes.append((state_node[name], "VariableV2", [], attrs))
     for node in graph.nodes:
-        attrs = {k: attr_value(a) for k, a in node.attrs.items() if not k.startswith("_") and k != "variable"}
+        attrs = {k: attr_value(a) for k, a in node.public_attrs.items() if k != "variable"}
         attrs.update(typed(node.outputs))
         inputs = [ref(v) for v in node.inputs]
         variable = node.attrs.get("variable") if node.op in ("read_variable", "assign_variable") else None
@@ -340,8 +342,6 @@ def _inference_graph(model):
     shape = getattr(model, "_build_input_shape", None)
     if not isinstance(shape, tuple) or not shape:
         return None, "the model is not built"
-    from tapeflow.graph import TensorSpec, freeze
-
     why = None
     for spec in ((None, *shape[1:]), shape):  # a dynamic batch first
         try:

@@ -2,7 +2,8 @@
 
 An OpDef holds the op's shape/dtype rule (`infer`), its NumPy reference
 forward, and its VJP written with tapeflow ops. Backends give fast kernels by
-op name; the reference is the fallback and the test oracle.
+op name (see tapeflow.backends); the reference is the fallback and the test oracle,
+and calls no compiled code.
 
 >>> from tapeflow.ops import registry
 >>> registry.get_op("exp").name
@@ -17,9 +18,7 @@ import threading
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow._kernels import flush_denormals_enter as _flush_denormals_enter
-from tapeflow._kernels import flush_denormals_leave as _flush_denormals_leave
-from tapeflow.backends import kernel_module
+from tapeflow.backends import backend
 from tapeflow.devices import current_device
 from tapeflow.tensor import TRACING, Tensor
 
@@ -35,12 +34,11 @@ class OpDef:
         "num_outputs",
         "partial_vjp",
         "stateful",
-        "bind",
-        "_kernels",
+        "_by_family",
         "doc",
     )
 
-    def __init__(self, name, reference, infer, vjp, num_outputs, partial_vjp, stateful=False, bind=None):
+    def __init__(self, name, reference, infer, vjp, num_outputs, partial_vjp, stateful=False):
         self.name = name
         self.reference = reference
         self.infer = infer
@@ -48,8 +46,7 @@ class OpDef:
         self.num_outputs = num_outputs
         self.partial_vjp = partial_vjp
         self.stateful = stateful  # draws random numbers: never merged, folded or reordered by graph passes
-        self.bind = bind  # bind(**attrs) -> the reference forward specialized to these attrs
-        self._kernels = {}
+        self._by_family = {}
         self.doc = reference.__doc__
 
     @property
@@ -58,23 +55,24 @@ class OpDef:
 
     def kernel(self, family: str):
         """The forward kernel for a device family (the reference if none)."""
-        fn = self._kernels.get(family)
+        fn = self._by_family.get(family)
         if fn is None:
-            fn = getattr(kernel_module(family), self.name, None) or self.reference
-            self._kernels[family] = fn
+            fn = getattr(backend(family), self.name, None) or self.reference
+            self._by_family[family] = fn
         return fn
 
     def bound_kernel(self, family: str, attrs: dict):
         """The forward kernel with `attrs` fixed, called with the input arrays only (how a
-        graph's executor calls each node).
+        graph's executor calls each node): the backend's `bind_<op>` where it has one.
 
         >>> import numpy as np
         >>> get_op("transpose").bound_kernel("cpu", {"perm": (1, 0)})(np.zeros((2, 3))).shape
         (3, 2)
         """
+        binder = getattr(backend(family), f"bind_{self.name}", None)
+        if binder is not None:
+            return binder(functools.partial(self.reference, **attrs), **attrs)
         fn = self.kernel(family)
-        if self.bind is not None and fn is self.reference:
-            return self.bind(**attrs)
         return functools.partial(fn, **attrs) if attrs else fn
 
     def __repr__(self) -> str:
@@ -92,7 +90,6 @@ def defop(
     num_outputs: int = 1,
     partial_vjp: bool = False,
     stateful: bool = False,
-    bind=None,
 ):
     """Register the decorated NumPy reference forward as op `name`.
 
@@ -103,15 +100,13 @@ def defop(
     where unconnected) and returns one gradient (or None) per input. With
     `partial_vjp=True` it also gets `needs`, one bool per input, and may skip
     the gradients nobody asked for (worth it when each costs a matmul).
-    `stateful` ops (random draws) give a new result on every run. `bind(**attrs)`, where
-    given, returns the reference forward with its attributes fixed, faster to call than
-    the reference with keywords (see OpDef.bound_kernel).
+    `stateful` ops (random draws) give a new result on every run.
     """
 
     def wrap(reference):
         if name in _REGISTRY:
             raise ValueError(f"op {name!r} is already registered")
-        _REGISTRY[name] = OpDef(name, reference, infer, vjp, num_outputs, partial_vjp, stateful, bind)
+        _REGISTRY[name] = OpDef(name, reference, infer, vjp, num_outputs, partial_vjp, stateful)
         return _REGISTRY[name]
 
     return wrap
@@ -179,11 +174,12 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
         return tracer.apply(op, inputs, attrs)
     specs = op.infer(*inputs, **attrs)
     device = inputs[0]._device if inputs else current_device()
-    flush = _flush_denormals_enter()  # as TensorFlow does: subnormals would cost ~100x
+    kernels = backend(device.family)
+    numerics = kernels.enter_numerics()
     try:
         out = op.kernel(device.family)(*[t._value for t in inputs], **attrs)
     finally:
-        _flush_denormals_leave(flush)
+        kernels.leave_numerics(numerics)
     if op.num_outputs == 1:
         out = (out,)
     elif len(out) != len(specs):

@@ -8,6 +8,7 @@ import pytest
 
 import tapeflow as tp
 from tapeflow.backends import numpy_backend
+from tapeflow.elementwise import ARITY, PRIMITIVES
 from tapeflow.ops.registry import all_ops, get_op
 
 KERNEL_OPS = sorted(op.name for op in all_ops() if op.kernel("cpu") is not op.reference)
@@ -151,3 +152,16 @@ def test_ops_run_with_subnormals_flushed_and_the_callers_setting_restored():
     tiny = tp.tensor(np.array([1e-30], dtype=np.float32))
     assert (tiny * 1e-10).numpy()[0] == 0.0  # 1e-40 is subnormal in float32: flushed inside the op
     assert np.float32(1e-30) * np.float32(1e-10) > 0  # outside ops NumPy keeps subnormals
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("primitive", PRIMITIVES)
+def test_each_elementwise_primitive_has_its_opcode(primitive, dtype):
+    """The compiled program kernel numbers its opcodes after tapeflow.elementwise.PRIMITIVES:
+    each one-instruction program computes what the op's reference does."""
+    arity = ARITY[primitive]
+    inputs = [np.abs(RNG.standard_normal((3, 5))).astype(dtype) + 0.5 for _ in range(arity)]
+    program = (*(("input", i) for i in range(arity)), (primitive, *range(arity)))
+    got = get_op("fused_elementwise").bound_kernel("cpu", {"program": program})(*inputs)
+    tol = 1e-12 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(got, get_op(primitive).reference(*inputs), rtol=tol, atol=tol)

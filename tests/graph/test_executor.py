@@ -1,5 +1,5 @@
-"""The executor with memory planning: reused buffers never change results or touch
-fed arrays, constants or Variables, and a failing node is named."""
+"""The executor: repeated runs never change results or touch fed arrays, constants or
+Variables, and a failing node is named."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 import tapeflow as tp
 from tapeflow.graph import passes
 from tapeflow.graph.executor import Executor, NodeError
-from tapeflow.graph.passes.memory import PlanStep, plan_buffers
 
 
 def _mlp_graph(optimize):
@@ -26,14 +25,14 @@ def _mlp_graph(optimize):
 @pytest.mark.parametrize("optimize", [False, True])
 def test_repeated_runs_and_batch_sizes_match_eager(optimize, rng):
     model, graph = _mlp_graph(optimize)
-    planned = Executor(graph, graph.outputs, graph.inputs, plan_memory=True)
+    executor = Executor(graph, graph.outputs, graph.inputs)
     plain = Executor(graph, graph.outputs, graph.inputs)
     weights = [w.copy() for w in model.get_weights()]
     results = []
     for n in (5, 3, 5, 5, 1, 3):
         x = rng.standard_normal((n, 8)).astype(np.float32)
         x_copy = x.copy()
-        (got,) = planned.run([x])
+        (got,) = executor.run([x])
         results.append((x_copy, got))
         np.testing.assert_array_equal(x, x_copy)  # the fed array is untouched
         np.testing.assert_array_equal(got, plain.run([x])[0])
@@ -41,26 +40,6 @@ def test_repeated_runs_and_batch_sizes_match_eager(optimize, rng):
         np.testing.assert_allclose(got, model(tp.tensor(x), training=False).numpy(), rtol=1e-5, atol=1e-6)
     for w, before in zip(model.get_weights(), weights, strict=True):
         np.testing.assert_array_equal(w, before)
-
-
-def test_buffers_are_reused_in_place(rng):
-    def chain(x, y):
-        a = tp.exp(x + y)
-        b = tp.tanh(a * y)
-        c = tp.sqrt(tp.abs(b - x))
-        return tp.maximum(c, y) / 2.0
-
-    spec = tp.TensorSpec((64, 32))
-    graph = tp.freeze(chain, spec, spec, optimize=False)
-    executor = Executor(graph, graph.outputs, graph.inputs, plan_memory=True)
-    x, y = rng.standard_normal((2, 64, 32)).astype(np.float32)
-    first = executor.run([x, y])[0]
-    second = executor.run([x, y])[0]
-    np.testing.assert_array_equal(first, second)
-    np.testing.assert_allclose(second, chain(tp.tensor(x), tp.tensor(y)).numpy(), rtol=1e-6)
-    (steps,) = executor._plans.values()
-    buffers = {s[1][0].out.ctypes.data for s in steps if hasattr(s[1][0], "out")}
-    assert len(graph.nodes) == 9 and len(buffers) == 1  # the eight inner values share one buffer
 
 
 def test_state_and_constants_are_never_written(rng):
@@ -73,7 +52,7 @@ def test_state_and_constants_are_never_written(rng):
         return tp.nn.relu(out + tp.tensor(c))
 
     graph = tp.freeze(f, tp.TensorSpec((4, 3)), optimize=False)
-    executor = Executor(graph, graph.outputs, graph.inputs, plan_memory=True)
+    executor = Executor(graph, graph.outputs, graph.inputs)
     constants = [(k.data, k.data.copy()) for k in graph.constants]
     for _ in range(3):
         held = v._value
@@ -96,7 +75,7 @@ def test_views_keep_their_buffer_alive(rng):
         return tp.reshape(b, (6, 2)) + r
 
     graph = tp.freeze(f, tp.TensorSpec((3, 4)), optimize=False)
-    executor = Executor(graph, graph.outputs, graph.inputs, plan_memory=True)
+    executor = Executor(graph, graph.outputs, graph.inputs)
     x = rng.standard_normal((3, 4)).astype(np.float32)
     for _ in range(2):
         np.testing.assert_allclose(executor.run([x])[0], f(tp.tensor(x)).numpy(), rtol=1e-6)
@@ -109,20 +88,6 @@ def test_a_failing_node_is_named():
     with pytest.raises(NodeError, match=r"node 'matmul_0' \(matmul\) with inputs \(float32\[2, 5\], float32\[3, 4\]\)"):
         graph(tp.ones((2, 5)))
     np.testing.assert_array_equal(graph(tp.ones((1, 3))).numpy(), np.full((1, 4), 3.0))
-
-
-def test_plan_frees_buffers_after_last_use():
-    f32 = ((4,), "float32")
-    steps = [
-        PlanStep((0,), (1,), f32, True),
-        PlanStep((1,), (2,), f32, False),  # cannot overwrite 1: 1 lives on
-        PlanStep((1, 2), (3,), f32, True),  # 1 and 2 die here: in place into 1's buffer
-        PlanStep((3,), (4,), None),  # not plannable
-        PlanStep((4,), (5,), f32, True),
-    ]
-    plan = plan_buffers(steps, escaping={5}, aliases={4: [3]})
-    assert plan.buffer_of == {1: 0, 2: 1, 3: 0}
-    assert plan.buffers == [(4, "float32"), (4, "float32")]
 
 
 @pytest.mark.parametrize("shape", [(1, 70), (6, 70), (2, 3, 70)], ids=["one-row", "batch", "sequence"])

@@ -3,8 +3,7 @@
 DEFAULT_PASSES simplify, fold constants, merge common subexpressions, drop
 dead code, fold bias adds and relus into the matmul or conv before them
 (`fused_matmul`, `fused_conv2d`), and fuse the remaining chains of elementwise ops
-into single `fused_elementwise` kernels (`FUSION`). Memory planning needs concrete
-shapes, so the executor does it (see `memory` and `Executor(plan_memory=True)`).
+into single `fused_elementwise` kernels (`FUSION`).
 
 >>> import tapeflow as tp
 >>> g = tp.freeze(lambda x: x * 1.0 + 0.0, tp.TensorSpec((3,)), optimize=False)

@@ -39,9 +39,8 @@ class ConstantFolding:
                 continue
             if sum(math.prod(v.shape) for v in node.outputs) > self.max_elements:
                 continue
-            attrs = {k: a for k, a in node.attrs.items() if not k.startswith("_")}
             try:
-                result = op.kernel("cpu")(*(v.data for v in node.inputs), **attrs)
+                result = op.kernel(graph.device.family)(*(v.data for v in node.inputs), **node.public_attrs)
             except Exception:  # noqa: BLE001 - left in place: the executor reports it with the node named
                 continue
             results = (result,) if op.num_outputs == 1 else tuple(result)

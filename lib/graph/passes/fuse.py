@@ -3,7 +3,7 @@
 A producer joins its reader's group when it is elementwise, has that one reader
 (and is not a graph output), and works in the group's float dtype. The fused
 node takes the chain's outside inputs; 0-d float constants are folded into its
-program. See tapeflow.graph.fused_op for the program format.
+program. See tapeflow.ops.fused for the program format.
 
 >>> import tapeflow as tp
 >>> g = tp.freeze(lambda x: tp.tanh(tp.exp(x) * 2.0), tp.TensorSpec((3,)), optimize=False)
@@ -13,10 +13,11 @@ program. See tapeflow.graph.fused_op for the program format.
 
 from __future__ import annotations
 
-from tapeflow.graph.fused_op import FUSIBLE, check_program
+from tapeflow.elementwise import PRIMITIVES
 from tapeflow.graph.ir import Graph, Node
 from tapeflow.graph.passes.rewrite import consumer_counts
 from tapeflow.ops import shapes
+from tapeflow.ops.fused import check_program
 
 FUSED = "fused_elementwise"
 
@@ -47,7 +48,7 @@ class ElementwiseFusion:
 
 
 def _fusible(node) -> bool:
-    if node.op not in FUSIBLE and node.op != FUSED or len(node.outputs) != 1:
+    if node.op not in PRIMITIVES and node.op != FUSED or len(node.outputs) != 1:
         return False
     dtype = node.outputs[0].dtype
     return dtype.kind == "f" and all(v.dtype is dtype for v in node.inputs)

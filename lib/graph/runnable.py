@@ -1,0 +1,105 @@
+"""`tp.Graph`: the graph IR with running, saving and exporting added.
+
+`tapeflow.graph.ir.Graph` is the data structure; this subclass is what freezing and
+loading give: calling it runs the whole graph (outputs and state writes) with an
+executor it builds once and drops when the graph is edited, `run` executes part of it,
+and `save` and `export_onnx` write it out.
+
+>>> import numpy as np
+>>> g = Graph("sq")
+>>> x = g.add_input("x", (2,), "float32")
+>>> g.outputs = g.add_node("multiply", [x, x], {}, [((2,), "float32")])
+>>> g(np.array([2.0, 3.0], np.float32)).numpy().tolist()
+[4.0, 9.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow.devices import Device
+from tapeflow.graph import ir, onnx, serialize
+from tapeflow.graph.executor import Executor, check_feed
+from tapeflow.graph.ir import GraphError
+from tapeflow.graph.structure import flatten_structure, rebuild_structure
+from tapeflow.tensor import Tensor
+
+
+class Graph(ir.Graph):
+    """A dataflow graph that runs: `graph(*inputs)`, `graph.run(feeds, fetches)`,
+    `graph.save(path)` and `graph.export_onnx(path)`."""
+
+    def __init__(self, name: str = "graph", device: Device | None = None):
+        super().__init__(name, device)
+        self._executor = None
+
+    def changed(self) -> None:
+        self._executor = None
+
+    def execute(self, arrays) -> list[np.ndarray]:
+        """Run the whole graph on one checked array per input; returns the output arrays."""
+        if self._executor is None:
+            self._executor = Executor(self, self.outputs, self.inputs, with_updates=True)
+        return self._executor.run(arrays)
+
+    def __call__(self, *args):
+        """Run the whole graph (outputs and state writes) on positional inputs;
+        returns tensors in the structure the traced function returned."""
+        inputs = self.inputs
+        leaves = args  # the common case: one array or tensor per input
+        if len(args) != len(inputs):
+            leaves, _ = flatten_structure(args)
+        else:
+            for a in args:
+                if type(a) is not np.ndarray and not isinstance(a, Tensor):
+                    leaves, _ = flatten_structure(args)
+                    break
+        if len(leaves) != len(inputs):
+            raise GraphError(
+                f"{self.name}: expected {len(inputs)} inputs ({', '.join(v.name for v in inputs)}), got {len(leaves)}"
+            )
+        results = self.execute([check_feed(self.name, v, a) for v, a in zip(inputs, leaves, strict=True)])
+        structure = self.output_structure
+        if structure is not None and "leaf" in structure:
+            return Tensor._wrap(results[structure["leaf"]])
+        return rebuild_structure(structure, [Tensor._wrap(a) for a in results])
+
+    def run(self, feeds: dict | None = None, fetches=None):
+        """Partial execution: compute only what `fetches` need, from `feeds`.
+
+        Keys of `feeds` and items of `fetches` are value names (as printed,
+        without the %) or values; a fed inner value replaces its computation.
+        State writes are not run. Returns NumPy arrays (one, or a list when
+        `fetches` is a list).
+        """
+        by_name = self.values()
+        feeds = feeds or {}
+        single = fetches is not None and not isinstance(fetches, list | tuple)
+        wanted = self.outputs if fetches is None else [fetches] if single else list(fetches)
+        fetch_values = [self._resolve(f, by_name, "fetch") for f in wanted]
+        feed_values = [self._resolve(k, by_name, "feed") for k in feeds]
+        arrays = [check_feed(self.name, v, a) for v, a in zip(feed_values, feeds.values(), strict=True)]
+        outs = Executor(self, fetch_values, feed_values, with_updates=False).run(arrays)
+        return outs[0] if single else outs
+
+    def save(self, path) -> None:
+        """Write the graph with its state and constants to one file (see tapeflow.graph.serialize)."""
+        serialize.save_graph(self, path)
+
+    def export_onnx(self, path, opset: int = 17) -> None:
+        """Write the graph as an ONNX model file (see tapeflow.graph.onnx; needs the onnx package)."""
+        onnx.export_onnx(self, path, opset=opset)
+
+
+def load_graph(path) -> Graph:
+    """Read a graph written by `Graph.save`; loading never runs code from the file.
+
+    >>> import os, tempfile
+    >>> import tapeflow as tp
+    >>> g = tp.freeze(lambda x: x * 2.0, tp.TensorSpec((2,)))
+    >>> path = os.path.join(tempfile.mkdtemp(), "double.tfg")
+    >>> g.save(path)
+    >>> load_graph(path)(tp.ones((2,))).numpy().tolist()
+    [2.0, 2.0]
+    """
+    return serialize.load_graph(path, graph_class=Graph)

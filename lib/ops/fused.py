@@ -1,0 +1,156 @@
+"""Fused ops that graph passes create: a layer's product with its bias and activation
+(`fused_matmul`, `fused_conv2d`), and a chain of elementwise ops run as one program
+(`fused_elementwise`).
+
+Like every op, each is defined here once, with its shape rule, its VJP written with the
+primitive ops and a NumPy reference; backends give them compiled kernels by name.
+
+`fused_elementwise`'s `program` attr is a tuple of instructions; instruction k defines
+register k:
+
+- ``("input", i)``: the op's input i, broadcast to the output shape;
+- ``("const", c)``: the float c;
+- ``(name, a)`` or ``(name, a, b)``: a primitive of tapeflow.elementwise applied to
+  earlier registers a, b.
+
+The last register is the result. Programs hold only strings, ints, floats and tuples,
+so graphs that contain them serialize as JSON. The op has no VJP: fusion runs on
+inference graphs and on training graphs whose gradient nodes already exist.
+
+>>> import numpy as np
+>>> prog = (("input", 0), ("input", 1), ("add", 0, 1), ("relu", 2))
+>>> FUSED_ELEMENTWISE.reference(np.array([[-2.0, 1.0]]), np.array([0.5, 0.5]), program=prog).tolist()
+[[0.0, 1.5]]
+>>> a, w, b = np.ones((2, 3)), np.ones((3, 4)), np.full(4, -5.0)
+>>> FUSED_MATMUL.reference(a, w, b, activation="relu").tolist()
+[[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow.elementwise import ARITY, PRIMITIVES
+from tapeflow.ops import shapes
+from tapeflow.ops.array import transpose
+from tapeflow.ops.math import matmul
+from tapeflow.ops.reduce import sum as reduce_sum
+from tapeflow.ops.registry import apply, defop, get_op
+
+ACTIVATIONS = ("linear", "relu")
+
+
+# ------------------------------------------------------------ bias and activation
+def bias_activation(y: np.ndarray, bias: np.ndarray, activation: str) -> np.ndarray:
+    """`activation(y + bias)`, NaN kept as NaN."""
+    y = y + bias
+    return np.maximum(y, 0) if activation == "relu" else y
+
+
+def _check_bias(name, y_shape, b, dtype):
+    if len(b.shape) != 1 or (y_shape[-1] is not None and b.shape[0] != y_shape[-1]):
+        raise ValueError(f"{name}: bias of shape {b.shape} does not match output channels {y_shape[-1]}")
+    if b.dtype is not dtype:
+        raise TypeError(f"{name}: bias dtype {b.dtype} differs from {dtype}")
+
+
+def _check_activation(name, activation):
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{name}: activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+def _pre_activation_grad(g, y, activation):
+    return apply(get_op("relu_grad"), (g, y), {}) if activation == "relu" else g
+
+
+# ------------------------------------------------------------ matmul
+def _fused_matmul_infer(a, w, b, activation):
+    _check_activation("fused_matmul", activation)
+    if len(w.shape) != 2:
+        raise ValueError(f"fused_matmul: the weight must be 2-D, got shape {w.shape}")
+    ((shape, dtype),) = get_op("matmul").infer(a, w)
+    _check_bias("fused_matmul", shape, b, dtype)
+    return [(shape, dtype)]
+
+
+def _fused_matmul_vjp(gs, xs, ys, activation):
+    a, w, b = xs
+    gz = _pre_activation_grad(gs[0], ys[0], activation)
+    if a.ndim != 2 or w.ndim != 2:
+        raise NotImplementedError("fused_matmul: gradients are defined for 2-D operands only")
+    return matmul(gz, transpose(w, (1, 0))), matmul(transpose(a, (1, 0)), gz), reduce_sum(gz, 0)
+
+
+@defop("fused_matmul", infer=_fused_matmul_infer, vjp=_fused_matmul_vjp)
+def FUSED_MATMUL(a, w, b, activation):
+    """`activation(a @ w + b)`: a Dense layer in one node."""
+    return bias_activation(np.matmul(a, w), b, activation)
+
+
+# ------------------------------------------------------------ conv2d
+def _fused_conv_infer(x, w, b, activation, **conv):
+    _check_activation("fused_conv2d", activation)
+    ((shape, dtype),) = get_op("conv2d").infer(x, w, **conv)
+    _check_bias("fused_conv2d", shape, b, dtype)
+    return [(shape, dtype)]
+
+
+def _fused_conv_vjp(gs, xs, ys, activation, **conv):
+    x, w, b = xs
+    gz = _pre_activation_grad(gs[0], ys[0], activation)
+    gx, gw = get_op("conv2d").vjp([gz], (x, w), (ys[0],), needs=(True, True), **conv)
+    return gx, gw, reduce_sum(gz, (0, 1, 2))
+
+
+@defop("fused_conv2d", infer=_fused_conv_infer, vjp=_fused_conv_vjp)
+def FUSED_CONV2D(x, w, b, activation, **conv):
+    """`activation(conv2d(x, w) + b)`: a Conv2D layer in one node."""
+    return bias_activation(get_op("conv2d").reference(x, w, **conv), b, activation)
+
+
+# ------------------------------------------------------------ elementwise programs
+def check_program(program, n_inputs: int) -> None:
+    """Raise ValueError naming the first malformed instruction of `program`."""
+    if not isinstance(program, tuple) or not program:
+        raise ValueError(f"fused_elementwise: program must be a non-empty tuple, got {program!r}")
+    for k, ins in enumerate(program):
+        ok = isinstance(ins, tuple) and ins and isinstance(ins[0], str)
+        if ok and ins[0] == "input":
+            ok = len(ins) == 2 and isinstance(ins[1], int) and 0 <= ins[1] < n_inputs
+        elif ok and ins[0] == "const":
+            ok = len(ins) == 2 and isinstance(ins[1], int | float)
+        elif ok:
+            arity = ARITY.get(ins[0], 0)
+            ok = arity > 0 and len(ins) == arity + 1 and all(isinstance(a, int) and 0 <= a < k for a in ins[1:])
+        if not ok:
+            raise ValueError(
+                f"fused_elementwise: instruction {k} {ins!r} is invalid (with {n_inputs} inputs; ops: "
+                f"{', '.join(sorted(PRIMITIVES))})"
+            )
+
+
+def _fused_elementwise_infer(*inputs, program):
+    if not inputs:
+        raise ValueError("fused_elementwise: needs at least one input")
+    dtype = inputs[0].dtype
+    if dtype.kind != "f" or any(x.dtype is not dtype for x in inputs):
+        raise TypeError(f"fused_elementwise: inputs must share one float dtype, got {[x.dtype.name for x in inputs]}")
+    check_program(program, len(inputs))
+    return [(shapes.broadcast("fused_elementwise", *(tuple(x.shape) for x in inputs)), dtype)]
+
+
+@defop("fused_elementwise", infer=_fused_elementwise_infer)
+def FUSED_ELEMENTWISE(*inputs, program):
+    """Run an elementwise program, instruction by instruction, with each op's reference."""
+    dtype = inputs[0].dtype
+    registers = []
+    for ins in program:
+        if ins[0] == "input":
+            registers.append(inputs[ins[1]])
+        elif ins[0] == "const":
+            registers.append(np.asarray(ins[1], dtype=dtype))
+        else:
+            args = (registers[a] for a in ins[1:])
+            registers.append(np.asarray(get_op(ins[0]).reference(*args), dtype=dtype))
+    shape = np.broadcast_shapes(*(a.shape for a in inputs))
+    return np.ascontiguousarray(np.broadcast_to(registers[-1], shape))
