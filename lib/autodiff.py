@@ -56,18 +56,15 @@ class GradientTape:
         self._records: list[_Record] = []
         self._watched: dict[int, Tensor] = {}
         self._used = False
-        self._recording = False
 
     def __enter__(self) -> GradientTape:
         if self._used:
             raise TapeError("GradientTape: this non-persistent tape was already used; create a new one")
         registry.push_recorder(self)
-        self._recording = True
         return self
 
     def __exit__(self, *exc) -> None:
         registry.pop_recorder(self)
-        self._recording = False
 
     def watch(self, tensor) -> None:
         """Record operations on `tensor` (or on each tensor in a list/tuple/dict)."""

@@ -73,7 +73,6 @@ int64 = DType("int64", "i", 64)
 bool_ = DType("bool", "b", 8)
 
 ALL_DTYPES = (float16, float32, float64, int32, int64, bool_)
-FLOAT_DTYPES = (float16, float32, float64)
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
 
@@ -105,14 +104,6 @@ def as_dtype(value) -> DType:
     if npd is not None and npd in _BY_NP:
         return _BY_NP[npd]
     raise TypeError(f"unsupported dtype {value!r}; tapeflow supports " + ", ".join(d.name for d in ALL_DTYPES))
-
-
-def from_numpy(npdtype) -> DType:
-    """The DType of a NumPy dtype (fast path for arrays already normalized)."""
-    d = _BY_NP.get(npdtype)
-    if d is None:
-        raise TypeError(f"unsupported NumPy dtype {npdtype}")
-    return d
 
 
 def promote(a: DType, b: DType) -> DType:
