@@ -173,10 +173,6 @@ class Functional(Model):
         outputs = run_layer_calls(self._calls, self._model_inputs, self._model_outputs, given, training)
         return rebuild(self._output_structure, outputs)
 
-    def compute_output_shape(self, input_shape):
-        shapes = [tuple(t.shape) for t in self._model_outputs]
-        return rebuild(self._output_structure, shapes)
-
     def _summary_rows(self):
         return [(layer, used[0].shape if used else "?") for layer, _, _, used in self._calls]
 
@@ -207,12 +203,6 @@ class Sequential(Model):
         for layer in self.layers:
             x = layer(x, training=training)
         return x
-
-    def compute_output_shape(self, input_shape):
-        shape = tuple(input_shape)
-        for layer in self.layers:
-            shape = layer.compute_output_shape(shape)
-        return shape
 
     def _summary_rows(self):
         rows, shape = [], getattr(self, "_build_input_shape", None)
