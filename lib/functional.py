@@ -1,22 +1,29 @@
-"""Functional models: `tp.Model(inputs, outputs)` over a graph of layer calls made on
-symbolic `tp.layers.Input` tensors, with any number of inputs and outputs.
+"""The functional API's graph: the layer calls that lead from symbolic `tp.layers.Input`
+tensors to symbolic outputs, in an order that runs them. `tp.Model(inputs, outputs)`
+(a `tapeflow.models.Functional`) is built on it.
 
 >>> import tapeflow as tp
->>> a, b = tp.layers.Input(shape=(3,)), tp.layers.Input(shape=(2,))
->>> h = tp.layers.Concatenate()([tp.layers.Dense(4)(a), b])
->>> model = tp.Model(inputs=[a, b], outputs=[tp.layers.Dense(1)(h), h])
->>> [y.shape for y in model([tp.ones((5, 3)), tp.ones((5, 2))])]
-[(5, 1), (5, 6)]
+>>> x = tp.layers.Input(shape=(3,))
+>>> hidden, head = tp.layers.Dense(4), tp.layers.Dense(1)
+>>> y = head(hidden(x))
+>>> calls = layer_calls([x], [y])
+>>> [layer for layer, *_ in calls] == [hidden, head]
+True
+>>> run_layer_calls(calls, [x], [y], [tp.ones((2, 3))], training=False)[0].shape
+(2, 1)
 """
 
 from __future__ import annotations
 
-from tapeflow.graph.trace import TensorSpec
 from tapeflow.layers.base import SymbolicTensor
-from tapeflow.models import Model
 
 
-def _flatten(structure) -> list:
+def flatten(structure) -> list:
+    """The tensors of an input or output structure (one, a list, or a dict by sorted key).
+
+    >>> flatten({"b": 2, "a": 1}), rebuild({"b": 0, "a": 0}, [1, 2])
+    ([1, 2], {'a': 1, 'b': 2})
+    """
     if isinstance(structure, dict):
         return [structure[k] for k in sorted(structure)]
     if isinstance(structure, list | tuple):
@@ -24,7 +31,8 @@ def _flatten(structure) -> list:
     return [structure]
 
 
-def _rebuild(structure, values: list):
+def rebuild(structure, values: list):
+    """`values` in the form of `structure` (the inverse of `flatten`)."""
     if isinstance(structure, dict):
         return dict(zip(sorted(structure), values, strict=True))
     if isinstance(structure, list | tuple):
@@ -32,79 +40,42 @@ def _rebuild(structure, values: list):
     return values[0]
 
 
-class _Node:
-    """One layer call of the graph: its layer, symbolic inputs, kwargs and outputs."""
+def layer_calls(inputs: list[SymbolicTensor], outputs: list[SymbolicTensor]) -> list[tuple]:
+    """Every layer call the outputs depend on, each after the calls it consumes (no recursion),
+    as (layer, symbolic inputs, kwargs, the symbolic outputs used): plain tuples and lists,
+    so that the layers in them are found like those in any attribute."""
+    known = {id(t) for t in inputs}
+    calls: dict[int, tuple] = {}
+    order: list[tuple] = []
+    stack = [(t, False) for t in reversed(outputs)]
+    done: set[int] = set()
+    while stack:
+        tensor, expanded = stack.pop()
+        if id(tensor) in known or id(tensor) in done:
+            continue
+        if tensor.history is None:
+            raise ValueError(f"Model: output depends on {tensor.name}, which is not among the model's inputs")
+        layer, args, kwargs = tensor.history
+        call = calls.setdefault(id(tensor.history), (layer, args, kwargs, []))
+        if expanded:
+            done.add(id(tensor))
+            used = call[3]
+            if all(o is not tensor for o in used):
+                used.append(tensor)
+            if all(c is not call for c in order):
+                order.append(call)
+            continue
+        stack.append((tensor, True))
+        for parent in reversed(flatten(args)):
+            stack.append((parent, False))
+    return order
 
-    __slots__ = ("layer", "inputs", "kwargs", "outputs")
 
-    def __init__(self, history):
-        self.layer, self.inputs, self.kwargs = history
-        self.outputs: list[SymbolicTensor] = []
-
-
-class Functional(Model):
-    """A model defined by the layer calls between its symbolic inputs and outputs."""
-
-    def __init__(self, inputs, outputs, name: str | None = None, **kwargs):
-        super().__init__(name=name, **kwargs)
-        self._input_structure, self._output_structure = inputs, outputs
-        self._model_inputs = _flatten(inputs)
-        self._model_outputs = _flatten(outputs)
-        for t in self._model_inputs + self._model_outputs:
-            if not isinstance(t, SymbolicTensor):
-                raise TypeError(f"Model: inputs and outputs must be symbolic tensors, got {type(t).__name__}")
-        # Frozen without an eager call first, the model takes its symbolic inputs' specs.
-        self._input_signature = [TensorSpec(t.shape, t.dtype) for t in self._model_inputs]
-        self._nodes = self._topological_nodes()
-        self.layers = []
-        for node in self._nodes:
-            if all(node.layer is not seen for seen in self.layers):
-                self.layers.append(node.layer)
-
-    def _topological_nodes(self) -> list[_Node]:
-        """Every layer call the outputs depend on, each after the calls it consumes (no recursion)."""
-        inputs = {id(t) for t in self._model_inputs}
-        nodes: dict[int, _Node] = {}
-        order: list[_Node] = []
-        stack = [(t, False) for t in reversed(self._model_outputs)]
-        done: set[int] = set()
-        while stack:
-            tensor, expanded = stack.pop()
-            if id(tensor) in inputs or id(tensor) in done:
-                continue
-            if tensor.history is None:
-                raise ValueError(f"Model: output depends on {tensor.name}, which is not among the model's inputs")
-            key = id(tensor.history)
-            node = nodes.get(key)
-            if node is None:
-                node = nodes[key] = _Node(tensor.history)
-            if expanded:
-                done.add(id(tensor))
-                if all(o is not tensor for o in node.outputs):
-                    node.outputs.append(tensor)
-                if all(n is not node for n in order):
-                    order.append(node)
-                continue
-            stack.append((tensor, True))
-            for parent in reversed(_flatten(node.inputs)):
-                stack.append((parent, False))
-        return order
-
-    def call(self, inputs, training=None):
-        given = _flatten(inputs)
-        if len(given) != len(self._model_inputs):
-            raise ValueError(f"{self.name}: expected {len(self._model_inputs)} inputs, got {len(given)}")
-        values = {id(sym): value for sym, value in zip(self._model_inputs, given, strict=True)}
-        for node in self._nodes:
-            args = _rebuild(node.inputs, [values[id(t)] for t in _flatten(node.inputs)])
-            result = node.layer(args, **{"training": training, **node.kwargs})
-            for out in node.outputs:
-                values[id(out)] = result[out.index] if isinstance(result, list | tuple) else result
-        return _rebuild(self._output_structure, [values[id(t)] for t in self._model_outputs])
-
-    def compute_output_shape(self, input_shape):
-        shapes = [tuple(t.shape) for t in self._model_outputs]
-        return _rebuild(self._output_structure, shapes)
-
-    def _summary_rows(self):
-        return [(node.layer, node.outputs[0].shape if node.outputs else "?") for node in self._nodes]
+def run_layer_calls(calls: list[tuple], inputs: list, outputs: list, values: list, training) -> list:
+    """The values of `outputs` when `inputs` take `values`, running `calls` (from `layer_calls`)."""
+    found = {id(sym): value for sym, value in zip(inputs, values, strict=True)}
+    for layer, args, kwargs, used in calls:
+        result = layer(rebuild(args, [found[id(t)] for t in flatten(args)]), **{"training": training, **kwargs})
+        for out in used:
+            found[id(out)] = result[out.index] if isinstance(result, list | tuple) else result
+    return [found[id(t)] for t in outputs]

@@ -1,5 +1,6 @@
 """Models: a Layer that can be trained. Build one by subclassing `Model` and writing
-`call`, or stack layers with `Sequential`.
+`call`, by calling `Model(inputs, outputs)` on symbolic tensors (a `Functional` model),
+or by stacking layers with `Sequential`.
 
 >>> import tapeflow as tp
 >>> model = tp.Sequential([tp.layers.Dense(4, activation="relu"), tp.layers.Dense(2)])
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import io
 
+from tapeflow.functional import flatten, layer_calls, rebuild, run_layer_calls
+from tapeflow.graph.trace import TensorSpec, freeze
 from tapeflow.io import checkpoint as weights_io
-from tapeflow.layers.base import Layer, _layers_in
+from tapeflow.layers.base import Layer, SymbolicTensor, _layers_in
 from tapeflow.training import Trainer
 
 
@@ -36,8 +39,6 @@ class Model(Layer, Trainer):
     def __new__(cls, *args, **kwargs):
         # tp.Model(inputs, outputs) builds a functional model over symbolic tensors.
         if cls is Model and (args or "inputs" in kwargs):
-            from tapeflow.functional import Functional
-
             return Functional.__new__(Functional)
         return super().__new__(cls)
 
@@ -55,8 +56,6 @@ class Model(Layer, Trainer):
         >>> [(v.name, v.type_string()) for v in graph.inputs + graph.outputs]
         [('input', 'float32[?,4]'), ('output', 'float32[?,3]')]
         """
-        from tapeflow.graph.trace import TensorSpec, freeze
-
         specs = input_specs or self._input_signature
         if not specs:
             raise ValueError(f"{self.name}.freeze: call the model once or pass TensorSpecs for its inputs")
@@ -140,6 +139,44 @@ class Model(Layer, Trainer):
 _HEADER = ("Layer (type)", "Output shape", "Params")
 
 
+class Functional(Model):
+    """A model defined by the layer calls between its symbolic inputs and outputs.
+
+    >>> import tapeflow as tp
+    >>> a, b = tp.layers.Input(shape=(3,)), tp.layers.Input(shape=(2,))
+    >>> h = tp.layers.Concatenate()([tp.layers.Dense(4)(a), b])
+    >>> model = tp.Model(inputs=[a, b], outputs=[tp.layers.Dense(1)(h), h])
+    >>> [y.shape for y in model([tp.ones((5, 3)), tp.ones((5, 2))])]
+    [(5, 1), (5, 6)]
+    """
+
+    def __init__(self, inputs, outputs, name: str | None = None, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self._input_structure, self._output_structure = inputs, outputs
+        self._model_inputs = flatten(inputs)
+        self._model_outputs = flatten(outputs)
+        for t in self._model_inputs + self._model_outputs:
+            if not isinstance(t, SymbolicTensor):
+                raise TypeError(f"Model: inputs and outputs must be symbolic tensors, got {type(t).__name__}")
+        # Frozen without an eager call first, the model takes its symbolic inputs' specs.
+        self._input_signature = [TensorSpec(t.shape, t.dtype) for t in self._model_inputs]
+        self._calls = layer_calls(self._model_inputs, self._model_outputs)
+        self.layers = []
+        for layer, *_ in self._calls:
+            if all(layer is not seen for seen in self.layers):
+                self.layers.append(layer)
+
+    def call(self, inputs, training=None):
+        given = flatten(inputs)
+        if len(given) != len(self._model_inputs):
+            raise ValueError(f"{self.name}: expected {len(self._model_inputs)} inputs, got {len(given)}")
+        outputs = run_layer_calls(self._calls, self._model_inputs, self._model_outputs, given, training)
+        return rebuild(self._output_structure, outputs)
+
+    def _summary_rows(self):
+        return [(layer, used[0].shape if used else "?") for layer, _, _, used in self._calls]
+
+
 class Sequential(Model):
     """A plain stack of layers, each feeding the next.
 
@@ -166,12 +203,6 @@ class Sequential(Model):
         for layer in self.layers:
             x = layer(x, training=training)
         return x
-
-    def compute_output_shape(self, input_shape):
-        shape = tuple(input_shape)
-        for layer in self.layers:
-            shape = layer.compute_output_shape(shape)
-        return shape
 
     def _summary_rows(self):
         rows, shape = [], getattr(self, "_build_input_shape", None)

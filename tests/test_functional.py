@@ -29,6 +29,17 @@ def test_shared_layer_is_one_set_of_weights():
     np.testing.assert_allclose(model(value).numpy(), shared(shared(value)).numpy(), rtol=1e-6)
 
 
+def test_output_shapes_come_from_the_layer_calls():
+    x = tp.layers.Input(shape=(6,))
+    inner = tp.Sequential([tp.layers.Dense(4), tp.layers.Dense(3)])  # its layers build on the first eager call
+    hidden = inner(x)
+    model = tp.Model(x, {"logits": tp.layers.Dense(2)(hidden), "hidden": hidden})
+    assert model.compute_output_shape((5, 6)) == {"hidden": (5, 3), "logits": (5, 2)}
+    assert not any(layer.built for layer in inner.layers)
+    model(np.ones((1, 6)))
+    assert model.compute_output_shape((None, 6)) == {"hidden": (None, 3), "logits": (None, 2)}
+
+
 def test_functional_model_trains_with_fit():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((64, 4)).astype("float32")

@@ -64,6 +64,50 @@ def conv_geometry(name: str, in_h: int, in_w: int, kh: int, kw: int, strides, pa
     return out_h, out_w, top, left
 
 
+def window_output_size(name: str, in_h, in_w, kh: int, kw: int, strides, padding: str, dilations=(1, 1)) -> tuple:
+    """(out_h, out_w) of a 'SAME' or 'VALID' window op, for layers: an unknown size (None)
+    stays unknown, and a window larger than the input is an error in the layer's words.
+
+    >>> window_output_size("pool", None, 7, 3, 3, (2, 2), "SAME")
+    (None, 4)
+    >>> window_output_size("pool", 2, 5, 3, 3, (1, 1), "VALID")
+    Traceback (most recent call last):
+    ...
+    ValueError: pool: input size 2 is smaller than the window 3 with 'valid' padding
+    """
+    sizes = []
+    for size, k, stride, dilation in zip((in_h, in_w), (kh, kw), strides, dilations, strict=True):
+        span = (k - 1) * dilation + 1
+        if padding == "VALID" and size is not None and size < span:
+            raise ValueError(f"{name}: input size {size} is smaller than the window {span} with 'valid' padding")
+        sizes.append(None if size is None else _axis_geometry(name, size, k, stride, dilation, padding, (0, 0))[0])
+    return tuple(sizes)
+
+
+def conv_transpose_output_size(in_h, in_w, kh: int, kw: int, strides, padding, output_padding, dilations):
+    """(out_h, out_w) of a transposed convolution by Keras' rule, for layers that must give
+    the op its output size: without `output_padding`, in * stride ('SAME') or
+    in * stride + max(window - stride, 0) ('VALID'). An unknown size (None) stays unknown.
+
+    >>> conv_transpose_output_size(4, 4, 3, 3, (2, 2), "VALID", None, (1, 1))
+    (9, 9)
+    >>> conv_transpose_output_size(4, 4, 3, 3, (2, 2), "SAME", (1, 0), (1, 1))
+    (8, 7)
+    """
+    sizes = []
+    axes = zip((in_h, in_w), (kh, kw), strides, output_padding or (None, None), dilations, strict=True)
+    for size, k, stride, extra, dilation in axes:
+        span = (k - 1) * dilation + 1
+        if size is None:
+            sizes.append(None)
+        elif extra is None:
+            sizes.append(size * stride + max(span - stride, 0) if padding == "VALID" else size * stride)
+        else:
+            pad = span // 2 if padding == "SAME" else 0
+            sizes.append((size - 1) * stride + span - 2 * pad + extra)
+    return tuple(sizes)
+
+
 def padded_extent(size: int, out: int, k: int, stride: int, dilation: int, before: int) -> int:
     """Rows (or columns) after padding that the windows of an op reach."""
     return max(size + before, (out - 1) * stride + (k - 1) * dilation + 1)

@@ -14,6 +14,7 @@ input checks, symbolic inputs, and layer (de)serialization.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import math
@@ -24,7 +25,8 @@ from collections import defaultdict
 import numpy as np
 
 from tapeflow import dtypes, initializers, regularizers
-from tapeflow.graph.trace import TensorSpec
+from tapeflow.graph.ir import Graph
+from tapeflow.graph.trace import TensorSpec, Tracer
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
 from tapeflow.tensor import Tensor, Variable, eager_scope
@@ -102,9 +104,18 @@ def _as_shape(shape) -> tuple:
         raise TypeError(f"expected a shape (a sequence of ints or None), got {shape!r}") from None
 
 
+def _as_shapes(shape):
+    """One shape as a tuple, or several (a list or tuple of shapes) as a list of tuples."""
+    if isinstance(shape, list | tuple) and shape and isinstance(shape[0], list | tuple):
+        return [_as_shape(s) for s in shape]
+    return _as_shape(shape)
+
+
 def _map_structure(fn, value):
     if isinstance(value, list | tuple):
         return [fn(v) for v in value]
+    if isinstance(value, dict):
+        return {k: fn(v) for k, v in value.items()}
     return fn(value)
 
 
@@ -150,10 +161,12 @@ class InputSpec:
 
 # ------------------------------------------------------------- call context
 class _CallContext(threading.local):
-    """The `training` flag of the outermost layer call, inherited by nested calls."""
+    """The `training` flag of the outermost layer call, inherited by nested calls, and the
+    tracer of the `compute_output_shape` probe running in this thread, if any."""
 
     def __init__(self):
         self.training: list = []
+        self.probe: Tracer | None = None
 
 
 _CONTEXT = _CallContext()
@@ -162,6 +175,17 @@ _CONTEXT = _CallContext()
 @functools.cache
 def _call_parameters(cls) -> frozenset:
     return frozenset(inspect.signature(cls.call).parameters)
+
+
+def _is_symbolic(inputs) -> bool:
+    return isinstance(inputs, SymbolicTensor) or (
+        isinstance(inputs, list | tuple) and bool(inputs) and all(isinstance(x, SymbolicTensor) for x in inputs)
+    )
+
+
+def _has_shape_rule(cls) -> bool:
+    """Whether `cls` overrides compute_output_shape instead of deriving it from `call`."""
+    return cls.compute_output_shape is not Layer.compute_output_shape
 
 
 # -------------------------------------------------------------------- Layer
@@ -213,27 +237,52 @@ class Layer:
         raise NotImplementedError(f"{type(self).__name__} must implement call()")
 
     def compute_output_shape(self, input_shape):
-        """The output shape for `input_shape` (None dims allowed), without computing.
+        """The output shape for `input_shape` (None dims allowed), without computing or building.
 
-        A layer with several outputs returns a list of shapes.
+        `call` runs at inference on traced inputs of a throwaway graph, so that each op's
+        shape rule gives the shapes. A copy of the layer runs it, sharing the weights that
+        exist and building the missing ones as zeros: the layer stays as it was and no random
+        numbers are drawn. Nested layers that override this method answer with their
+        override. A layer with several outputs returns a list of shapes.
+
+        >>> import tapeflow as tp
+        >>> dense = tp.layers.Dense(3)
+        >>> dense.compute_output_shape((None, 7)), dense.built
+        ((None, 3), False)
         """
-        raise NotImplementedError(f"{self.name}: {type(self).__name__} does not implement compute_output_shape()")
+        input_shape = _as_shapes(input_shape)
+        probe = _probe_copy(self, {})
+        tracer = Tracer(Graph(f"{self.name}_output_shape"))
+        inputs = _map_shapes(lambda shape: tracer.add_input("input", shape, self.dtype), input_shape)
+        outer, _CONTEXT.probe = _CONTEXT.probe, tracer
+        try:
+            with tracer:
+                probe._maybe_build(input_shape)
+                outputs = probe._call_in_context(inputs, (), {"training": False})
+        finally:
+            _CONTEXT.probe = outer
+        return _shape_of(outputs)
 
     def compute_mask(self, inputs, mask=None):
         """The mask of the output: passed through by layers that support masking."""
         return mask if self.supports_masking else None
 
     def __call__(self, inputs, *args, **kwargs):
-        if isinstance(inputs, SymbolicTensor) or (
-            isinstance(inputs, list | tuple) and inputs and all(isinstance(x, SymbolicTensor) for x in inputs)
-        ):
+        if _is_symbolic(inputs):
             return self._call_symbolic(inputs, *args, **kwargs)
         inputs = _map_structure(self._convert_input, inputs)
+        if _CONTEXT.probe is not None and _has_shape_rule(type(self)):
+            return self._call_shape_rule(inputs)
         if self._input_signature is None:
             flat = inputs if isinstance(inputs, list | tuple) else [inputs]
             if all(isinstance(t, Tensor) and t.ndim for t in flat):
                 self._input_signature = [TensorSpec((None, *t.shape[1:]), t.dtype) for t in flat]
         self._maybe_build(_shape_of(inputs))
+        return self._call_in_context(inputs, args, kwargs)
+
+    def _call_in_context(self, inputs, args, kwargs):
+        """`call`, given `training` (by default the enclosing call's, which nested calls
+        inherit) only if it takes it, and `mask` only if it takes it."""
         params = _call_parameters(type(self))
         training = kwargs.pop("training", None)
         if training is None:
@@ -284,6 +333,14 @@ class Layer:
             return [SymbolicTensor(s, self.dtype, f"{self.name}/output_{i}", history, i) for i, s in enumerate(out)]
         return SymbolicTensor(out, self.dtype, f"{self.name}/output", history)
 
+    def _call_shape_rule(self, inputs):
+        """Inside a shape probe, outputs from this layer's own compute_output_shape: new
+        graph inputs of those shapes stand in for them."""
+        shape = _shape_of(inputs)
+        self._maybe_build(shape)
+        out = self.compute_output_shape(shape)
+        return _map_shapes(lambda s: _CONTEXT.probe.add_input(f"{self.name}/output", s, self.dtype), out)
+
     # ----- weights -----
     def add_weight(
         self,
@@ -303,8 +360,9 @@ class Layer:
         shape = _as_shape(shape)
         if any(d is None or d < 0 for d in shape):
             raise ValueError(f"{self.name}: weight '{name}' needs a fully known shape, got {shape}")
+        initializer = initializers.get(initializer)
         with eager_scope():  # weights are created eagerly, also on a first call inside a freeze
-            value = initializers.get(initializer)(shape, dtype.name)
+            value = np.zeros(shape, dtype.np) if _CONTEXT.probe is not None else initializer(shape, dtype.name)
             var = Variable(value, trainable=trainable and self._trainable, name=f"{self.name}/{name}", dtype=dtype)
         if tuple(var.shape) != shape:
             raise ValueError(f"{self.name}: initializer for '{name}' returned shape {var.shape}, expected {shape}")
@@ -402,10 +460,8 @@ class Layer:
 def _marks_built(build):
     @functools.wraps(build)
     def wrapped(self, input_shape):
-        if isinstance(input_shape, list) and input_shape and isinstance(input_shape[0], list | tuple):
-            input_shape = [_as_shape(s) for s in input_shape]
-        elif input_shape is not None:
-            input_shape = _as_shape(input_shape)
+        if input_shape is not None:
+            input_shape = _as_shapes(input_shape)
         build(self, input_shape)
         self.built = True
         self._build_input_shape = input_shape
@@ -414,6 +470,27 @@ def _marks_built(build):
 
 
 Layer.build = _marks_built(Layer.build)
+
+
+def _map_shapes(fn, shapes):
+    """fn(shape) for one shape, or a list of fn(shape) for a list of shapes."""
+    return [fn(s) for s in shapes] if isinstance(shapes, list) else fn(shapes)
+
+
+def _probe_copy(value, memo: dict):
+    """`value` with every layer in it (found where `weights` finds layers: attributes, lists,
+    tuples, dicts) replaced by a shallow copy, and those containers rebuilt, so that the
+    copies can be built and called while the originals stay as they are."""
+    if isinstance(value, Layer):
+        if id(value) not in memo:
+            memo[id(value)] = layer = copy.copy(value)
+            vars(layer).update({k: _probe_copy(v, memo) for k, v in vars(value).items()})
+        return memo[id(value)]
+    if type(value) in (list, tuple):
+        return type(value)(_probe_copy(v, memo) for v in value)
+    if type(value) is dict:
+        return {k: _probe_copy(v, memo) for k, v in value.items()}
+    return value
 
 
 def _layers_in(values):

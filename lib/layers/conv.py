@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeflow.backends.common import conv_transpose_output_size, window_output_size
 from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
 from tapeflow.layers.core import get_activation, serialize_activation
 from tapeflow.ops import nn
@@ -32,37 +33,6 @@ def padding_mode(layer: str, padding: str) -> str:
     if not isinstance(padding, str) or padding.lower() not in ("valid", "same"):
         raise ValueError(f"{layer}: padding must be 'valid' or 'same', got {padding!r}")
     return padding.lower()
-
-
-def conv_output_length(layer: str, size, kernel: int, stride: int, padding: str, dilation: int = 1):
-    """Output length of a window op along one axis (None stays None).
-
-    >>> conv_output_length("conv2d", 7, 3, 2, "valid"), conv_output_length("conv2d", 7, 3, 2, "same")
-    (3, 4)
-    """
-    if size is None:
-        return None
-    span = (kernel - 1) * dilation + 1
-    if padding == "same":
-        return -(-size // stride)
-    if size < span:
-        raise ValueError(f"{layer}: input size {size} is smaller than the window {span} with 'valid' padding")
-    return (size - span) // stride + 1
-
-
-def deconv_output_length(size, kernel: int, stride: int, padding: str, output_padding, dilation: int = 1):
-    """Output length of a transposed convolution along one axis (Keras' rule).
-
-    >>> deconv_output_length(4, 3, 2, "valid", None), deconv_output_length(4, 3, 2, "same", None)
-    (9, 8)
-    """
-    if size is None:
-        return None
-    span = (kernel - 1) * dilation + 1
-    if output_padding is None:
-        return size * stride + max(span - stride, 0) if padding == "valid" else size * stride
-    pad = span // 2 if padding == "same" else 0
-    return (size - 1) * stride + span - 2 * pad + output_padding
 
 
 class _Conv(Layer):
@@ -117,6 +87,16 @@ class _Conv(Layer):
             y = y + self.bias
         return self.activation(y)
 
+    def compute_output_shape(self, input_shape):  # the conv ops' shape rules need known image sizes
+        n, h, w, _ = input_shape
+        if h is None or w is None:
+            return (n, *self._output_size(h, w), self.filters)
+        return super().compute_output_shape(input_shape)
+
+    def _output_size(self, h, w) -> tuple:
+        """(out_h, out_w) for an image of h x w (None where unknown)."""
+        raise NotImplementedError
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -166,20 +146,17 @@ class Conv2D(_Conv):
         self._make_weights((*self.kernel_size, channels // self.groups, self.filters), channels)
 
     def call(self, inputs):
-        self.compute_output_shape(inputs.shape)  # a window larger than the input: an error naming the layer
+        self._output_size(*inputs.shape[1:3])  # a window larger than the image: an error naming the layer
         attrs = {"strides": self.strides, "padding": self.padding.upper(), "dilations": self.dilation_rate}
         if self.groups == 1:
             return self._finish(nn.conv2d(inputs, self.kernel, **attrs))
         parts = zip(split(inputs, self.groups, axis=-1), split(self.kernel, self.groups, axis=-1), strict=True)
         return self._finish(concat([nn.conv2d(x, w, **attrs) for x, w in parts], axis=-1))
 
-    def compute_output_shape(self, input_shape):
-        n, h, w, _ = input_shape
-        sizes = [
-            conv_output_length(self.name, size, k, s, self.padding, d)
-            for size, k, s, d in zip((h, w), self.kernel_size, self.strides, self.dilation_rate, strict=True)
-        ]
-        return (n, *sizes, self.filters)
+    def _output_size(self, h, w) -> tuple:
+        return window_output_size(
+            self.name, h, w, *self.kernel_size, self.strides, self.padding.upper(), self.dilation_rate
+        )
 
     def get_config(self):
         return {**super().get_config(), "groups": self.groups}
@@ -210,25 +187,20 @@ class Conv2DTranspose(_Conv):
         self._make_weights((*self.kernel_size, self.filters, channels), channels)
 
     def call(self, inputs):
-        _, h, w, _ = self.compute_output_shape(inputs.shape)
         y = nn.conv2d_transpose(
             inputs,
             self.kernel,
-            (h, w),
+            self._output_size(*inputs.shape[1:3]),
             strides=self.strides,
             padding=self.padding.upper(),
             dilations=self.dilation_rate,
         )
         return self._finish(y)
 
-    def compute_output_shape(self, input_shape):
-        n, h, w, _ = input_shape
-        pads = self.output_padding or (None, None)
-        sizes = [
-            deconv_output_length(size, k, s, self.padding, p, d)
-            for size, k, s, p, d in zip((h, w), self.kernel_size, self.strides, pads, self.dilation_rate, strict=True)
-        ]
-        return (n, *sizes, self.filters)
+    def _output_size(self, h, w) -> tuple:
+        return conv_transpose_output_size(
+            h, w, *self.kernel_size, self.strides, self.padding.upper(), self.output_padding, self.dilation_rate
+        )
 
     def get_config(self):
         return {**super().get_config(), "output_padding": self.output_padding}

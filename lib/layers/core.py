@@ -120,9 +120,6 @@ class Dense(Layer):
             y = y + self.bias
         return self.activation(y)
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape[:-1]) + (self.units,)
-
     def get_config(self):
         return {
             **super().get_config(),
@@ -153,9 +150,6 @@ class Activation(Layer):
 
     def call(self, inputs):
         return self.activation(inputs)
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
 
     def get_config(self):
         return {**super().get_config(), "activation": serialize_activation(self.activation)}
@@ -197,9 +191,6 @@ class Dropout(Layer):
             noise_shape = tuple(d if n is None else n for n, d in zip(self.noise_shape, inputs.shape, strict=True))
         return nn.dropout(inputs, self.rate, training=True, rng=self.generator, noise_shape=noise_shape)
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
-
     def get_config(self):
         return {**super().get_config(), "rate": self.rate, "noise_shape": self.noise_shape, "seed": self.seed}
 
@@ -218,13 +209,8 @@ class Flatten(Layer):
         self.input_spec = InputSpec(min_ndim=1)
 
     def call(self, inputs):
-        if inputs.ndim == 1:
-            return reshape(inputs, (inputs.shape[0], 1))
-        return reshape(inputs, (inputs.shape[0], math.prod(inputs.shape[1:])))
-
-    def compute_output_shape(self, input_shape):
-        rest = input_shape[1:]
-        return (input_shape[0], None if None in rest else math.prod(rest))
+        rest = inputs.shape[1:]  # a known size rather than -1, which reshape cannot resolve beside an unknown batch
+        return reshape(inputs, (inputs.shape[0], -1 if None in rest else math.prod(rest)))
 
 
 class Reshape(Layer):
@@ -244,20 +230,16 @@ class Reshape(Layer):
             )
 
     def call(self, inputs):
-        return reshape(inputs, (inputs.shape[0],) + self.compute_output_shape(inputs.shape)[1:])
-
-    def compute_output_shape(self, input_shape):
-        rest = input_shape[1:]
-        target = self.target_shape
-        if None in rest:
-            return (input_shape[0], *(None if d == -1 else d for d in target))
-        size, known = math.prod(rest), math.prod(d for d in target if d != -1)
-        if (-1 in target and size % known) or (-1 not in target and size != known):
-            raise ValueError(
-                f"{self.name}: cannot reshape input of shape {tuple(input_shape)} to target shape {target} "
-                f"({size} values per example)"
-            )
-        return (input_shape[0], *(size // known if d == -1 else d for d in target))
+        rest, target = inputs.shape[1:], self.target_shape
+        if None not in rest:  # resolve the -1 here: with an unknown batch size, reshape cannot
+            size, known = math.prod(rest), math.prod(d for d in target if d != -1)
+            if (-1 in target and size % known) or (-1 not in target and size != known):
+                raise ValueError(
+                    f"{self.name}: cannot reshape input of shape {tuple(inputs.shape)} to target shape {target} "
+                    f"({size} values per example)"
+                )
+            target = tuple(size // known if d == -1 else d for d in target)
+        return reshape(inputs, (inputs.shape[0], *target))
 
     def get_config(self):
         return {**super().get_config(), "target_shape": self.target_shape}

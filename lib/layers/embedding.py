@@ -77,9 +77,6 @@ class Embedding(Layer):
             return None
         return not_equal(as_tensor(inputs, name=self.name), 0)
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape) + (self.output_dim,)
-
     def get_config(self):
         return {
             **super().get_config(),

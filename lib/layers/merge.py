@@ -30,23 +30,18 @@ class _Merge(Layer):
         return list(input_shape)
 
     def build(self, input_shape):
-        self.compute_output_shape(input_shape)
+        self._check_shapes(input_shape)
 
     def call(self, inputs):
-        self.compute_output_shape([tuple(x.shape) for x in inputs])
+        self._check_shapes([tuple(x.shape) for x in inputs])
         return self._merge(list(inputs))
 
-    def compute_output_shape(self, input_shape):
+    def _check_shapes(self, input_shape) -> None:
+        """Errors that name the layer, before the ops see the inputs."""
         shapes = self._check_count(input_shape)
-        ndim = max(len(s) for s in shapes)
-        out = []
-        for i in range(1, ndim + 1):
-            dims = [s[-i] for s in shapes if len(s) >= i]
-            known = {d for d in dims if d not in (None, 1)}
-            if len(known) > 1:
+        for i in range(1, max(len(s) for s in shapes) + 1):
+            if len({s[-i] for s in shapes if len(s) >= i} - {None, 1}) > 1:
                 raise ValueError(f"{self.name}: input shapes {shapes} do not broadcast together")
-            out.append(known.pop() if known else (None if None in dims else 1))
-        return tuple(reversed(out))
 
     def _merge(self, inputs):
         return functools.reduce(self._combine, inputs)
@@ -134,25 +129,17 @@ class Concatenate(_Merge):
         super().__init__(**kwargs)
         self.axis = int(axis)
 
-    def compute_output_shape(self, input_shape):
+    def _check_shapes(self, input_shape) -> None:
         shapes = self._check_count(input_shape)
         ndim = len(shapes[0])
         if not -ndim <= self.axis < ndim or any(len(s) != ndim for s in shapes):
             raise ValueError(f"{self.name}: cannot concatenate shapes {shapes} along axis {self.axis}")
         axis = self.axis % ndim
-        out = []
         for i in range(ndim):
-            dims = [s[i] for s in shapes]
-            if i == axis:
-                out.append(None if None in dims else sum(dims))
-                continue
-            known = {d for d in dims if d is not None}
-            if len(known) > 1:
+            if i != axis and len({s[i] for s in shapes} - {None}) > 1:
                 raise ValueError(
                     f"{self.name}: input shapes {shapes} differ outside the concatenation axis {self.axis}"
                 )
-            out.append(known.pop() if known else None)
-        return tuple(out)
 
     def _merge(self, inputs):
         return concat(inputs, axis=self.axis)

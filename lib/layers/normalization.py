@@ -72,9 +72,6 @@ class _Normalization(Layer):
             y = y + reshape(self.beta, self._broadcast_shape)
         return y
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
-
     def get_config(self):
         return {
             **super().get_config(),

@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
+from tapeflow.backends.common import window_output_size
 from tapeflow.layers.base import InputSpec, Layer
-from tapeflow.layers.conv import conv_output_length, padding_mode, pair
+from tapeflow.layers.conv import padding_mode, pair
 from tapeflow.ops import nn
 from tapeflow.ops.reduce import max as reduce_max
 from tapeflow.ops.reduce import mean
@@ -25,16 +26,17 @@ class _Pooling2D(Layer):
         self.input_spec = InputSpec(ndim=4)
 
     def call(self, inputs):
-        self.compute_output_shape(inputs.shape)  # a window larger than the input: an error naming the layer
+        self._output_size(*inputs.shape[1:3])  # a window larger than the image: an error naming the layer
         return self._op(inputs, self.pool_size, self.strides, self.padding.upper())
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape):  # the pooling shape rules need known image sizes
         n, h, w, c = input_shape
-        sizes = [
-            conv_output_length(self.name, size, k, s, self.padding)
-            for size, k, s in zip((h, w), self.pool_size, self.strides, strict=True)
-        ]
-        return (n, *sizes, c)
+        if h is None or w is None:
+            return (n, *self._output_size(h, w), c)
+        return super().compute_output_shape(input_shape)
+
+    def _output_size(self, h, w) -> tuple:
+        return window_output_size(self.name, h, w, *self.pool_size, self.strides, self.padding.upper())
 
     def get_config(self):
         return {**super().get_config(), "pool_size": self.pool_size, "strides": self.strides, "padding": self.padding}
@@ -74,10 +76,6 @@ class _GlobalPooling2D(Layer):
 
     def call(self, inputs):
         return self._reduce(inputs, (1, 2), keepdims=self.keepdims)
-
-    def compute_output_shape(self, input_shape):
-        n, _, _, c = input_shape
-        return (n, 1, 1, c) if self.keepdims else (n, c)
 
     def get_config(self):
         return {**super().get_config(), "keepdims": self.keepdims}

@@ -103,7 +103,7 @@ class _Cell(Layer):
     def call(self, inputs, states):
         return self.step(self.project(inputs), list(states))
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape):  # `call` also needs the states, which a shape does not give
         return tuple(input_shape[:-1]) + (self.units,)
 
     def get_config(self):
@@ -342,7 +342,7 @@ class RNN(Layer):
             mask = cast(mask, "bool")
         return split(mask, steps, axis=1)  # each [batch, 1]: broadcasts over units
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape):  # `call` unrolls the steps: an unknown count cannot be traced
         batch, steps = input_shape[0], input_shape[1]
         units = self._state_sizes[0]
         output = (batch, steps, units) if self.return_sequences else (batch, units)

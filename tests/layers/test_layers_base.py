@@ -71,6 +71,49 @@ def test_build_directly_marks_built_and_compute_output_shape_does_not_build():
     assert dense.built and dense.kernel.shape == (7, 3) and dense.count_params() == 24
 
 
+def test_compute_output_shape_traces_call_and_leaves_the_layer_untouched():
+    block = Block(name="traced")  # no compute_output_shape of its own
+    stack = block.stack
+    draws = str(tp.random.global_generator().get_state())
+    names = dict(L.base._NAME_COUNTS)
+    assert block.compute_output_shape((None, 6)) == (None, 2)
+    assert block.compute_output_shape((5, 6)) == (5, 2)
+    assert not any(layer.built for layer in block._flatten_layers()) and block.weights == []
+    assert block.stack is stack and len(stack) == 2 and not hasattr(block, "offset")
+    assert str(tp.random.global_generator().get_state()) == draws and dict(L.base._NAME_COUNTS) == names
+    with pytest.raises(ValueError, match=r"^traced_first: expected input of rank >= 2"):
+        block.compute_output_shape((6,))
+
+    block(tp.ones((3, 6)))
+    before = block.get_weights()
+    assert block.compute_output_shape((None, 6)) == (None, 2)
+    for a, b in zip(block.get_weights(), before, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_nested_layers_answer_with_their_own_compute_output_shape():
+    class Encoder(L.Layer):  # the LSTM unrolls its steps, so an unknown count is answered by its own rule
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.embed = L.Embedding(10, 4)
+            self.rnn = L.LSTM(3, return_state=True)
+
+        def call(self, ids):
+            out, h, c = self.rnn(self.embed(ids))
+            return [out, h + c]
+
+    encoder = Encoder()
+    assert encoder.compute_output_shape((None, None)) == [(None, 3), (None, 3)]
+    assert [t.shape for t in encoder(L.Input((None,), dtype="int64"))] == [(None, 3), (None, 3)]
+
+
+def test_conv_and_pooling_shapes_with_unknown_image_sizes():
+    x = L.Input((None, 128, 3))
+    h = L.MaxPooling2D()(L.Conv2D(4, 3)(x))
+    assert h.shape == (None, None, 63, 4)
+    assert L.Conv2DTranspose(2, 3, strides=2)(h).shape == (None, None, 127, 2)
+
+
 def test_nested_layers_are_tracked_in_keras_order():
     block = Block(name="blk")
     block(tp.ones((5, 6)))
