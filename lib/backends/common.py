@@ -24,6 +24,8 @@ def _explicit_pads(name: str, padding) -> tuple:
 
 def _axis_geometry(name, size, k, stride, dilation, padding, pads):
     eff = (k - 1) * dilation + 1
+    if size is None:  # an unknown size (while tracing) gives an unknown output size
+        return None, None
     if padding == "SAME":
         out = -(-size // stride)
         total = max((out - 1) * stride + eff - size, 0)
@@ -80,7 +82,7 @@ def window_output_size(name: str, in_h, in_w, kh: int, kw: int, strides, padding
         span = (k - 1) * dilation + 1
         if padding == "VALID" and size is not None and size < span:
             raise ValueError(f"{name}: input size {size} is smaller than the window {span} with 'valid' padding")
-        sizes.append(None if size is None else _axis_geometry(name, size, k, stride, dilation, padding, (0, 0))[0])
+        sizes.append(_axis_geometry(name, size, k, stride, dilation, padding, (0, 0))[0])
     return tuple(sizes)
 
 

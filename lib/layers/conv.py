@@ -87,16 +87,6 @@ class _Conv(Layer):
             y = y + self.bias
         return self.activation(y)
 
-    def compute_output_shape(self, input_shape):  # the conv ops' shape rules need known image sizes
-        n, h, w, _ = input_shape
-        if h is None or w is None:
-            return (n, *self._output_size(h, w), self.filters)
-        return super().compute_output_shape(input_shape)
-
-    def _output_size(self, h, w) -> tuple:
-        """(out_h, out_w) for an image of h x w (None where unknown)."""
-        raise NotImplementedError
-
     def get_config(self):
         return {
             **super().get_config(),
@@ -197,7 +187,14 @@ class Conv2DTranspose(_Conv):
         )
         return self._finish(y)
 
+    def compute_output_shape(self, input_shape):  # the op's output size is a fixed attr: unknown sizes stay here
+        n, h, w, _ = input_shape
+        if h is None or w is None:
+            return (n, *self._output_size(h, w), self.filters)
+        return super().compute_output_shape(input_shape)
+
     def _output_size(self, h, w) -> tuple:
+        """(out_h, out_w) for an image of h x w (None where unknown)."""
         return conv_transpose_output_size(
             h, w, *self.kernel_size, self.strides, self.padding.upper(), self.output_padding, self.dilation_rate
         )

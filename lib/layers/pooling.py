@@ -29,12 +29,6 @@ class _Pooling2D(Layer):
         self._output_size(*inputs.shape[1:3])  # a window larger than the image: an error naming the layer
         return self._op(inputs, self.pool_size, self.strides, self.padding.upper())
 
-    def compute_output_shape(self, input_shape):  # the pooling shape rules need known image sizes
-        n, h, w, c = input_shape
-        if h is None or w is None:
-            return (n, *self._output_size(h, w), c)
-        return super().compute_output_shape(input_shape)
-
     def _output_size(self, h, w) -> tuple:
         return window_output_size(self.name, h, w, *self.pool_size, self.strides, self.padding.upper())
 

@@ -178,16 +178,20 @@ def broadcast_to(x, shape) -> Tensor:
 # ---------------------------------------------------------- concat / split
 def _concat_infer(*xs, axis):
     first = xs[0]
+    shape = list(first.shape)  # outside the axis, a known size fills in an unknown one
     for x in xs[1:]:
         if x.dtype is not first.dtype:
             raise TypeError(f"concat: dtypes differ: {first.dtype} and {x.dtype}")
-        if len(x.shape) != len(first.shape) or any(
-            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape, strict=True)) if i != axis
+        if len(x.shape) != len(shape) or any(
+            a is not None and b is not None and a != b
+            for i, (a, b) in enumerate(zip(x.shape, shape, strict=True))
+            if i != axis
         ):
             raise ValueError(f"concat: shapes {[tuple(t.shape) for t in xs]} differ outside axis {axis}")
+        shape = [b if a is None else a for a, b in zip(shape, x.shape, strict=True)]
     dims = [x.shape[axis] for x in xs]
-    total = None if None in dims else sum(dims)
-    return [(first.shape[:axis] + (total,) + first.shape[axis + 1 :], first.dtype)]
+    shape[axis] = None if None in dims else sum(dims)
+    return [(tuple(shape), first.dtype)]
 
 
 def _concat_vjp(gs, xs, ys, axis):

@@ -257,3 +257,24 @@ def test_graph_gradients_append_nodes_that_match_the_tape():
     two = graph.add_constant(np.float32(2.0), "two")
     (scaled,) = tp.gradients(graph, graph.outputs, graph.inputs, grad_ys=[two])
     np.testing.assert_allclose(graph.run({"x": x}, scaled), 2 * expected[-1].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_convolution_and_pooling_freeze_with_unknown_image_sizes():
+    """The window ops' shape rules leave unknown sizes unknown, so one graph serves every image size."""
+    model = tp.Sequential([tp.layers.Conv2D(3, 3, padding="same"), tp.layers.MaxPooling2D(2), tp.layers.Conv2D(2, 3)])
+    assert model.compute_output_shape((None, None, None, 1)) == (None, None, None, 2)
+    model.build((None, 12, 10, 1))
+    graph = tp.freeze(lambda x: model(x), tp.TensorSpec((None, None, None, 1)))
+    assert graph.outputs[0].shape == (None, None, None, 2)
+    for h, w in ((12, 10), (9, 15)):
+        x = RNG.standard_normal((2, h, w, 1)).astype(np.float32)
+        got = graph(x).numpy()
+        assert got.shape == (2, h // 2 - 2, w // 2 - 2, 2)
+        np.testing.assert_allclose(got, model(tp.tensor(x)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_concat_shape_rule_fills_an_unknown_size_from_a_known_one():
+    graph = tp.freeze(lambda a, b: tp.concat([a, b], axis=1), tp.TensorSpec((4, 3)), tp.TensorSpec((None, 2)))
+    assert graph.outputs[0].shape == (4, 5)
+    with pytest.raises(ValueError, match=r"concat: shapes .* differ outside axis 1"):
+        tp.freeze(lambda a, b: tp.concat([a, b], axis=1), tp.TensorSpec((4, 3)), tp.TensorSpec((5, 2)))
