@@ -152,7 +152,7 @@ class Functional(Model):
 
     def __init__(self, inputs, outputs, name: str | None = None, **kwargs):
         super().__init__(name=name, **kwargs)
-        self._input_structure, self._output_structure = inputs, outputs
+        self._output_structure = outputs
         self._model_inputs = flatten(inputs)
         self._model_outputs = flatten(outputs)
         for t in self._model_inputs + self._model_outputs:
