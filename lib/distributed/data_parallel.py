@@ -12,7 +12,9 @@ rows alone. The step applies, with the model's own optimizer,
 - With `backup_workers=0` every shard is applied, so g is the gradient of the mean loss
   over the whole global batch: training equals single-process `fit` on the same batches
   (to float32 rounding), for losses that average over the batch (the default
-  "sum_over_batch_size" reduction) and layers that treat samples independently.
+  "sum_over_batch_size" reduction) and layers that treat samples independently and
+  deterministically (batch normalization uses each shard's statistics, and dropout
+  draws other masks).
 - With `backup_workers=b`, `replicas + b` shard computations are launched and the first
   `replicas` to finish are applied: g is then the gradient of the mean loss over the rows
   of those shards only (the other b shards' rows are skipped for that step). A late
@@ -21,12 +23,13 @@ rows alone. The step applies, with the model's own optimizer,
 - Variables the forward pass writes (batch-normalization statistics) take the same
   weighted mean of the values each applied shard computed.
 
-How it runs. Parameters and optimizer slots live in `ParameterShard` actors, one per
-worker, holding whole variables or row blocks of large ones (`row_block_bytes`). The
+How it runs. Parameters and optimizer slots live in `ParameterShard` actors, at most one
+per worker, holding whole variables or row blocks of large ones (`row_block_bytes`). The
 client freezes the model's gradient step, ships it as graph-file bytes and launches one
 long-running replica task per shard position and epoch; replicas talk to the shards and
 to a `StepLog` actor directly, while the client follows the log to drive callbacks and
-metrics. The client's model is the master copy between epochs: its weights, optimizer
+metrics (so a batch callback runs once its step is done: replicas never wait for the
+client). The client's model is the master copy between epochs: its weights, optimizer
 slots, step counter and learning rate are sent to the shards at the start of each epoch
 and read back at its end, before validation and `on_epoch_end` (so checkpoints and
 callbacks that change the learning rate work as in single-process training). An epoch
@@ -54,6 +57,7 @@ from tapeflow.distributed.step_log import StepLog
 from tapeflow.ops.registry import as_tensor
 
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean_with_sample_weight")
+_POLL_INTERVAL = 0.02  # seconds between the client's looks at the step log
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ class TrainingSession:
         self.strategy = strategy
         self.model = model
         self.y = y
+        strategy.steps = []
         parts = strategy.replicas + strategy.backup_workers
         workers = strategy.workers()
         if batch_size < parts:
@@ -151,21 +156,23 @@ class TrainingSession:
         self.optimizer = model.optimizer
         self.optimizer.build(self.variables[: self.layout.n_trainable])
         blocks = place_variables([v.shape for v in self.variables], len(workers), strategy.row_block_bytes)
-        self.blocks = tuple(tuple(b for b in blocks if b.shard == j) for j in range(len(workers)))
+        by_shard = [(w, tuple(b for b in blocks if b.shard == j)) for j, w in enumerate(workers)]
+        self.shard_workers = [w for w, held in by_shard if held]  # a worker with no block gets no shard
+        self.blocks = tuple(held for _, held in by_shard if held)
         self.replica_workers = workers[:parts]
         self.client = strategy.cluster.client
         self._held = []
         try:
-            self._launch_services(workers, graphs, [*x, y] if isinstance(x, tuple) else [x, y])
+            self._launch_services(graphs, [*x, y] if isinstance(x, tuple) else [x, y])
         except BaseException:
             self.close()
             raise
 
     # ------------------------------------------------------------ set-up
-    def _launch_services(self, workers, graphs, data) -> None:
+    def _launch_services(self, graphs, data) -> None:
         client, timeout = self.client, self.strategy.timeout
-        self.data = client.scatter(data, workers=self.replica_workers, broadcast=True, hash=False)
-        (self.graphs,) = client.scatter([graphs], workers=self.replica_workers, broadcast=True, hash=False)
+        self.data = self._scatter(data)
+        (self.graphs,) = self._scatter([graphs])
         self._held += [*self.data, self.graphs]
         config = optimizers.serialize(self.optimizer)
         if not isinstance(config["config"]["learning_rate"], dict):
@@ -185,12 +192,20 @@ class TrainingSession:
                 allow_other_workers=False,
                 pure=False,
             )
-            for worker, blocks in zip(workers, self.blocks, strict=True)
+            for worker, blocks in zip(self.shard_workers, self.blocks, strict=True)
         ]
-        log_future = client.submit(StepLog, actor=True, workers=[workers[0]], allow_other_workers=False, pure=False)
+        log_future = client.submit(
+            StepLog, actor=True, workers=[self.replica_workers[0]], allow_other_workers=False, pure=False
+        )
         self._held += [*shard_futures, log_future]
         self.shards = [f.result(timeout=timeout) for f in shard_futures]
         self.log = log_future.result(timeout=timeout)
+
+    def _scatter(self, items: list) -> list:
+        """Futures of `items`, each copied to every replica's worker."""
+        return self.client.scatter(
+            items, workers=self.replica_workers, broadcast=True, hash=False, timeout=self.strategy.timeout
+        )
 
     # ------------------------------------------------------------ epochs
     def run_epoch(self, batches, callbacks) -> dict:
@@ -203,7 +218,7 @@ class TrainingSession:
         )
         order = np.concatenate(rows) if rows else np.zeros(0, np.int64)
         self._begin_epoch(plan)
-        (order_future,) = client.scatter([order], workers=self.replica_workers, broadcast=True, hash=False)
+        (order_future,) = self._scatter([order])
         replicas = [
             client.submit(
                 run_replica,
@@ -252,23 +267,25 @@ class TrainingSession:
         calls.append(self.log.begin_epoch(plan))
         for call in calls:
             call.result(timeout=self.strategy.timeout)
-        self.strategy.steps = [s for s in self.strategy.steps if s.step < plan.first_step]
 
     def _follow(self, plan: EpochPlan, order: np.ndarray, callbacks, replicas) -> dict:
         """Report each completed step to the callbacks and metrics, in step order."""
         timeout = self.strategy.timeout
-        logs, step, applied, dropped = {}, plan.first_step, 0, 0
-        deadline = time.monotonic() + timeout
+        logs, step, applied, dropped, waiting = {}, plan.first_step, 0, 0, {}
+        deadline, polled = time.monotonic() + timeout, 0.0
         while step < plan.end:
+            time.sleep(max(0.0, polled + _POLL_INTERVAL - time.monotonic()))  # fewer calls on the log's worker
+            polled = time.monotonic()
             records = self.log.wait(step, 0.5).result(timeout=timeout)
-            if not records:
+            waiting.update((r["step"], r) for r in records)
+            if step not in waiting:
                 _raise_failed(replicas)
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"fit: step {step} did not complete within {timeout:g}s")
                 continue
-            for record in records:
+            while step in waiting:
                 callbacks.on_train_batch_begin(step - plan.first_step)
-                logs, entry = self._report(record, plan, order)
+                logs, entry = self._report(waiting.pop(step), plan, order)
                 applied, dropped = applied + len(entry.applied), dropped + len(entry.dropped)
                 callbacks.on_train_batch_end(step - plan.first_step, logs)
                 step += 1
@@ -282,7 +299,7 @@ class TrainingSession:
         step, shards = record["step"], record["shards"]
         total = sum(rows for _, _, rows, _ in shards)
         loss = sum(rows * loss for _, _, rows, loss in shards) / total
-        applied = tuple(replica for _, replica, _, _ in shards)
+        applied = tuple(sorted(replica for _, replica, _, _ in shards))
         launched = {plan.replica_of(s, step) for s in range(plan.launched(step))}
         entry = StepRecord(step, applied, tuple(sorted(launched - set(applied))), float(loss))
         self.strategy.steps.append(entry)

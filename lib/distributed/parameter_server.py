@@ -3,10 +3,12 @@ the step counter, and applying each synchronous step's update exactly once.
 
 Replicas `pull(step)` the blocks as of `step` and `push(step, shard, rows, arrays)` one
 shard's gradients (for trainable blocks) and new values (for state the forward pass
-writes, such as batch-normalization statistics). Once the step's plan has all its
-shards, they are combined in shard order with weights rows / total rows: gradients
-go through tapeflow's own optimizer, state blocks are set to the weighted mean. The
-step counter then moves on, and late or repeated pushes for a closed step are ignored.
+writes, such as batch-normalization statistics); a push answers with the next step's
+blocks, so a replica in step makes one call per shard per step. Once the step's plan
+has all its shards, they are combined in shard order with weights rows / total rows:
+gradients go through tapeflow's own optimizer, state blocks are set to the weighted
+mean. The step counter then moves on, and late or repeated pushes for a closed step
+are ignored.
 
 The methods are coroutines, so they run on the worker's event loop, and a `pull`
 waiting for the next step never blocks a `push`.
@@ -18,10 +20,10 @@ waiting for the next step never blocks a `push`.
 ...     shard = ParameterShard([Block(0, None, 0)], ["w"], [True], [True], {"class_name": "SGD", "config": {}}, 5.0)
 ...     plan = EpochPlan(first_step=0, batch_sizes=(3,), replicas=2)
 ...     await shard.begin_epoch(plan, [np.ones(2, np.float32)], [{}], iterations=0, learning_rate=0.5)
-...     await shard.push(0, 1, 1, [np.zeros(2, np.float32)])  # shard 1: one row, gradient 0
-...     await shard.push(0, 0, 2, [np.ones(2, np.float32)])  # shard 0: two rows, gradient 1
-...     return await shard.pull(1)
->>> status, step, (w,) = asyncio.run(one_step())
+...     first = asyncio.create_task(shard.push(0, 1, 1, [np.zeros(2, np.float32)]))  # one row, gradient 0
+...     second = await shard.push(0, 0, 2, [np.ones(2, np.float32)])  # two rows, gradient 1
+...     return await first, second
+>>> first, (status, step, (w,)) = asyncio.run(one_step())
 >>> status, step, [round(float(v), 4) for v in w]  # w = 1 - 0.5 * (2/3 * 1 + 1/3 * 0)
 ('ok', 1, [0.6667, 0.6667])
 """
@@ -119,32 +121,34 @@ class ParameterShard:
                 return "ahead", self.step, None
             return "ok", step, [v.numpy() for v in self.variables]
 
-    async def push(self, step: int, shard: int, rows: int, arrays: list) -> bool:
-        """Add one shard's arrays for `step`; apply the step once its plan's shards are in.
-        Returns False (and changes nothing) for a closed step or a repeated shard."""
-        if self.stopped or step != self.step or shard in self.pending:
-            return False
-        self.pending[shard] = (int(rows), arrays)
-        if len(self.pending) == self.plan.needed(step):
-            self._apply(self.pending)
-            async with self._advanced:
-                self.step, self.pending = step + 1, {}
-                self._advanced.notify_all()
-        return True
+    async def push(self, step: int, shard: int, rows: int, arrays: list):
+        """Add one shard's arrays for `step`, apply the step once its plan's shards are in,
+        and answer as `pull(step + 1)` does. A push for a closed step or a repeated shard
+        changes nothing."""
+        if not self.stopped and step == self.step and shard not in self.pending:
+            self.pending[shard] = (int(rows), arrays)
+            if len(self.pending) == self.plan.needed(step):
+                self._apply(self.pending)
+                async with self._advanced:
+                    self.step, self.pending = step + 1, {}
+                    self._advanced.notify_all()
+        return await self.pull(step + 1)
 
     def _apply(self, pending: dict) -> None:
         shards = sorted(pending)
         total = sum(pending[s][0] for s in shards)
-        weights = [pending[s][0] / total for s in shards]
         grads, updated = [], []
         for i, var in enumerate(self.variables):
-            mean = sum(w * pending[s][1][i].astype(np.float64) for w, s in zip(weights, shards, strict=True))
-            value = as_tensor(mean.astype(var.dtype.np))
+            mean = None
+            for s in shards:  # in shard order, whatever the order of arrival
+                rows, arrays = pending[s]
+                part = np.multiply(arrays[i], var.dtype.np.type(rows / total), dtype=var.dtype.np)
+                mean = part if mean is None else np.add(mean, part, out=mean)
             if self.trainable[i]:
-                grads.append(value)
+                grads.append(as_tensor(mean))
                 updated.append(var)
             else:
-                var.assign(value)
+                var.assign(mean)
         if updated:
             self.optimizer.apply_gradients(zip(grads, updated, strict=True))
         else:

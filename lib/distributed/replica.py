@@ -1,11 +1,11 @@
 """The replica loop: a long-running Dask task that runs one epoch of synchronous steps.
 
-Each step a replica pulls the parameters of the step from every parameter shard,
-computes the gradient of its shard of the global batch with the frozen gradient step,
-commits the result to the step log and, if accepted, pushes each parameter shard its
-blocks. A replica that finds the parameters already past its step (its last result was
-too late) skips ahead to the current step. The loop ends when the epoch's last step is
-applied or the client stops the shards; every wait is bounded by `timeout`.
+Each step a replica computes the gradient of its shard of the global batch with the
+frozen gradient step on the step's parameters, commits the result to the step log and,
+if accepted, pushes each parameter shard its blocks; the pushes answer with the next
+step's parameters. A replica that finds the parameters already past its step (its last
+result was too late) skips ahead to the current step. The loop ends when the epoch's
+last step is applied or the client stops the shards; every wait is bounded by `timeout`.
 """
 
 from __future__ import annotations
@@ -46,42 +46,74 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
     plan, replica = job.plan, job.replica
     x = data[0] if len(data) == 2 else tuple(data[:-1])
     y = data[-1]
-    applied, step = 0, plan.first_step
+    results = _Results(log, job)
+    applied, step, answers = 0, plan.first_step, None
     while step < plan.end:
-        step, parameters = _pull(shards, job, step)
+        step, parameters = _parameters(shards, job, step, answers)
         if parameters is None:
             break
+        answers = None
         shard = plan.shard_of(replica, step)
         rows = plan.shard_rows(order, step, shard)
         if len(rows):
             loss, arrays, predictions = runner.run(parameters, _take(x, rows), y[rows])
             if job.delay:
                 time.sleep(job.delay)
-            commit = log.commit(step, shard, replica, len(rows), float(loss), predictions)
-            if plan.backup_workers == 0 or _answer(commit, job.timeout, f"the step log (step {step})"):
+            if results.commit((step, shard, replica, len(rows), float(loss), predictions)):
                 pushes = [
                     ps.push(step, shard, len(rows), [b.take(arrays[b.variable]) for b in blocks])
                     for ps, blocks in zip(shards, job.blocks, strict=True)
                 ]
-                for i, push in enumerate(pushes):
-                    _answer(push, job.timeout, f"parameter shard {i} (push of step {step})")
+                answers = [_answer(p, job.timeout, f"parameter shard {i} (step {step})") for i, p in enumerate(pushes)]
                 applied += 1
         step += 1
+    results.flush(wait=True)
     return applied
 
 
-def _pull(shards: list, job: ReplicaJob, step: int):
+class _Results:
+    """Shard results on their way to the step log. With backup workers each is committed at
+    once (the log decides whether it is applied); without, all are applied, so they go in
+    batches at most `INTERVAL` seconds apart, sparing the log's worker a call per step."""
+
+    INTERVAL = 0.02
+
+    def __init__(self, log, job: ReplicaJob):
+        self.log, self.job = log, job
+        self.batch: list[tuple] = []
+        self.sent = time.monotonic()
+
+    def commit(self, result: tuple) -> bool:
+        """Whether `result` (step, shard, replica, rows, loss, predictions) is applied."""
+        if self.job.plan.backup_workers:
+            return _answer(self.log.commit(*result), self.job.timeout, f"the step log (step {result[0]})")
+        self.batch.append(result)
+        if time.monotonic() - self.sent > self.INTERVAL:
+            self.flush(wait=False)
+        return True
+
+    def flush(self, wait: bool) -> None:
+        if self.batch:
+            call = self.log.commit_all(self.batch)
+            self.batch, self.sent = [], time.monotonic()
+            if wait:
+                _answer(call, self.job.timeout, "the step log")
+
+
+def _parameters(shards: list, job: ReplicaJob, step: int, answers=None):
     """(step, parameters) with every shard's blocks from the same step, at `step` or the
-    newest step a shard has reached; (step, None) once the epoch is over or stopped."""
+    newest step a shard has reached; (step, None) once the epoch is over or stopped.
+    `answers` are the shards' answers for `step` when the pushes brought them."""
     target = step
     while True:
-        calls = [ps.pull(target) for ps in shards]
-        answers = [_answer(c, job.timeout, f"parameter shard {i} (pull of step {target})") for i, c in enumerate(calls)]
+        if answers is None:
+            calls = [ps.pull(target) for ps in shards]
+            answers = [_answer(c, job.timeout, f"parameter shard {i} (step {target})") for i, c in enumerate(calls)]
         if any(status == "stop" for status, _, _ in answers):
             return target, None
         if all(status == "ok" for status, _, _ in answers):
             break
-        target = max(s for _, s, _ in answers)
+        target, answers = max(s for _, s, _ in answers), None
         if target >= job.plan.end:
             return target, None
     parts = {}

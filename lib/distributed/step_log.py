@@ -63,6 +63,10 @@ class StepLog:
                 self._changed.notify_all()
         return True
 
+    async def commit_all(self, results: list[tuple]) -> list[bool]:
+        """`commit` each of several (step, shard, replica, rows, loss, predictions) results."""
+        return [await self.commit(*result) for result in results]
+
     async def wait(self, step: int, timeout: float) -> list[dict]:
         """The records of `step` and later steps completed so far, in step order, waiting up to
         `timeout` seconds for at least one; each record is handed out once."""

@@ -150,6 +150,42 @@ def test_callbacks_metrics_validation_and_history_as_in_one_process(cluster):
     np.testing.assert_allclose(spread.predict(x_val, distribute=distribute), single.predict(x_val), rtol=1e-5)
 
 
+class InterruptAfterEpoch(tp.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_distributed_fit_resumes_from_its_checkpoint_exactly(cluster, tmp_path):
+    def named_mlp():
+        return tp.Sequential([tp.layers.Dense(16, activation="relu", name="a"), tp.layers.Dense(5, name="b")]), (12,)
+
+    (single, first), shape = twins(named_mlp, "adam")
+    (resumed, _), _ = twins(named_mlp, "adam")
+    x, y = data(shape)
+    single.fit(x, y, batch_size=BATCH, epochs=3, seed=2, verbose=0)
+    strategy = tp.distributed.DataParallel(cluster, replicas=2)
+    backup = tp.io.BackupAndRestore(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        first.fit(
+            x,
+            y,
+            batch_size=BATCH,
+            epochs=3,
+            seed=2,
+            verbose=0,
+            distribute=strategy,
+            callbacks=[backup, InterruptAfterEpoch(1)],
+        )
+    history = resumed.fit(x, y, batch_size=BATCH, epochs=3, seed=2, verbose=0, distribute=strategy, callbacks=[backup])
+    assert history.epoch == [2]
+    assert_same_training(resumed, single)
+
+
 def test_state_written_by_the_forward_pass_is_averaged_over_shards(cluster):
     models = []
     for _ in range(2):
