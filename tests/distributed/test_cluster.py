@@ -1,11 +1,15 @@
-"""`tp.distributed.Cluster`: worker processes that never outlive the context, a clear error
-for an address where no scheduler answers, and tapeflow importing without Dask."""
+"""`tp.distributed.Cluster`: worker processes that never outlive the context, joining a
+scheduler started by hand, a clear error for an address where no scheduler answers, and
+tapeflow importing without Dask."""
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 
+import numpy as np
 import pytest
 
 import tapeflow as tp
@@ -39,6 +43,51 @@ def test_worker_processes_end_with_the_context(ending):
     assert pids and not any(alive(pid) for pid in pids)
     with pytest.raises(RuntimeError, match="closed"):
         cluster.client  # noqa: B018 - the property raises
+
+
+def start(*args) -> subprocess.Popen:
+    command = [sys.executable, "-m", *args, "--host", "127.0.0.1", "--no-dashboard"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@needs_dask
+@pytest.mark.timeout(90)
+def test_training_runs_unchanged_on_a_scheduler_and_workers_started_by_hand(tmp_path):
+    scheduler_file = tmp_path / "scheduler.json"
+    processes = [start("distributed.cli.dask_scheduler", "--port", "0", "--scheduler-file", str(scheduler_file))]
+    try:
+        deadline = time.monotonic() + 30
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(scheduler_file.read_text())["address"]
+        for _ in range(2):
+            worker = ("distributed.cli.dask_worker", address, "--nthreads", "1", "--no-nanny")
+            processes.append(start(*worker))
+        models = []
+        for _ in range(2):
+            tp.random.seed(3)
+            model = tp.Sequential([tp.layers.Dense(8, activation="relu"), tp.layers.Dense(3)])
+            model(np.zeros((1, 6), np.float32))
+            model.compile(optimizer="adam", loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True))
+            models.append(model)
+        rng = np.random.default_rng(0)
+        x, y = rng.standard_normal((30, 6)).astype(np.float32), rng.integers(0, 3, 30)
+        models[0].fit(x, y, batch_size=10, epochs=2, seed=1, verbose=0)
+        with tp.distributed.Cluster(address=address, timeout=20) as cluster:
+            cluster.client.wait_for_workers(2, timeout=30)
+            strategy = tp.distributed.DataParallel(cluster, replicas=2)
+            models[1].fit(x, y, batch_size=10, epochs=2, seed=1, verbose=0, distribute=strategy)
+        for a, b in zip(models[1].get_weights(), models[0].get_weights(), strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
 
 
 @needs_dask
