@@ -13,6 +13,7 @@ from tapeflow import (
     callbacks,
     config,
     data,
+    distributed,
     initializers,
     io,
     layers,

@@ -35,7 +35,7 @@ def _gpu_count() -> int:
 
 has_gpu = _gpu_count() > 0
 has_xla = importlib.util.find_spec("torch_xla") is not None
-has_dask = importlib.util.find_spec("dask") is not None
+has_dask = importlib.util.find_spec("dask") is not None and importlib.util.find_spec("distributed") is not None
 has_onnx = importlib.util.find_spec("onnx") is not None
 
 
@@ -51,5 +51,21 @@ def require_onnx():
         raise ImportError(
             "ONNX export needs the onnx package, which is missing or fails to import: "
             "pip install 'tapeflow[onnx]' (or pip install onnx)"
+        )
+    return module
+
+
+def require_distributed():
+    """Dask's `distributed` package, imported on first use, or an ImportError that says
+    how to install it.
+
+    >>> require_distributed().__name__ if has_dask else "distributed"
+    'distributed'
+    """
+    module = _try_import("distributed") if has_dask else None
+    if module is None:
+        raise ImportError(
+            "tapeflow.distributed needs Dask's distributed package, which is missing or fails to import: "
+            "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"
         )
     return module

@@ -202,6 +202,7 @@ class Trainer:
         initial_epoch: int = 0,
         seed: int | None = None,
         validation_batch_size: int | None = None,
+        distribute=None,
     ):
         """Train for `epochs` passes over (x, y) or a Dataset of (x, y) batches; returns a History.
 
@@ -213,49 +214,70 @@ class Trainer:
         `tp.io.BackupAndRestore` resumes an interrupted run exactly. `x` may be a list
         of arrays for a model with several inputs; `validation_batch_size` defaults to
         `batch_size`.
+
+        `distribute` (a `tp.distributed` strategy, arrays only) runs each epoch's steps on
+        a cluster over the same batches in the same order: the strategy's `start(model, x,
+        y, batch_size)` returns a session whose `run_epoch(batches, callbacks)` trains on
+        batches of row numbers and returns the epoch's logs, and whose `close()` ends it.
         """
         self._check_compiled("fit")
         if validation_split and validation_data is None:
             if isinstance(x, Dataset):
                 raise ValueError("fit: validation_split needs arrays, not a Dataset")
             (x, y), validation_data = self._split(x, y, validation_split)
-        train = self._epoch_batches(x, y, batch_size, shuffle, seed)
+        if distribute is not None:
+            if isinstance(x, Dataset) or y is None:
+                raise ValueError("fit: distribute= trains on arrays x and y (not a Dataset, and y is required)")
+            arrays = self._arrays(x, y, "fit")
+            train = self._epoch_batches(np.arange(len(arrays[1])), None, batch_size, shuffle, seed)  # row numbers
+        else:
+            train = self._epoch_batches(x, y, batch_size, shuffle, seed)
         try:
             steps = len(train(initial_epoch))
         except TypeError:
             steps = None
         if not self.built and not isinstance(x, Dataset):  # so callbacks (BackupAndRestore) see the weights
             self(_inputs(_rows(self._arrays(x, None, "fit")[0], slice(None, batch_size))), training=False)
-        history = callbacks_module.History()
-        progress = callbacks_module.ProgbarLogger(verbose)
-        cbs = callbacks_module.CallbackList(
-            [*(callbacks or []), history, progress], self, {"epochs": epochs, "steps": steps, "verbose": verbose}
-        )
-        self.stop_training = False
-        self._initial_epoch = None  # a callback restoring a checkpoint sets where to resume
-        cbs.on_train_begin()
-        if self._initial_epoch is not None:
-            initial_epoch = self._initial_epoch
-        for epoch in range(initial_epoch, epochs):
-            self._reset_metrics()
-            cbs.on_epoch_begin(epoch)
-            logs = {}
-            for step, (xb, yb) in enumerate(train(epoch)):
-                cbs.on_train_batch_begin(step)
-                logs = self.train_step(_inputs(xb), as_tensor(yb))
-                cbs.on_train_batch_end(step, logs)
-            logs = dict(logs)
-            if validation_data is not None:
-                val = self.evaluate(*_pair(validation_data), batch_size=validation_batch_size or batch_size, verbose=0)
-                logs.update({f"val_{k}": v for k, v in val.items()})
-            cbs.on_epoch_end(epoch, logs)
-            if self.stop_training:
-                break
-        cbs.on_train_end()
+        session = None if distribute is None else distribute.start(self, *arrays, batch_size)
+        try:
+            history = callbacks_module.History()
+            progress = callbacks_module.ProgbarLogger(verbose)
+            cbs = callbacks_module.CallbackList(
+                [*(callbacks or []), history, progress], self, {"epochs": epochs, "steps": steps, "verbose": verbose}
+            )
+            self.stop_training = False
+            self._initial_epoch = None  # a callback restoring a checkpoint sets where to resume
+            cbs.on_train_begin()
+            if self._initial_epoch is not None:
+                initial_epoch = self._initial_epoch
+            for epoch in range(initial_epoch, epochs):
+                self._reset_metrics()
+                cbs.on_epoch_begin(epoch)
+                if session is not None:
+                    logs = session.run_epoch(train(epoch), cbs)
+                else:
+                    logs = {}
+                    for step, (xb, yb) in enumerate(train(epoch)):
+                        cbs.on_train_batch_begin(step)
+                        logs = self.train_step(_inputs(xb), as_tensor(yb))
+                        cbs.on_train_batch_end(step, logs)
+                logs = dict(logs)
+                if validation_data is not None:
+                    val_batch = validation_batch_size or batch_size
+                    val = self.evaluate(*_pair(validation_data), batch_size=val_batch, verbose=0)
+                    logs.update({f"val_{k}": v for k, v in val.items()})
+                cbs.on_epoch_end(epoch, logs)
+                if self.stop_training:
+                    break
+            cbs.on_train_end()
+        finally:
+            if session is not None:
+                session.close()
         return history
 
-    def evaluate(self, x=None, y=None, batch_size: int = 32, verbose="auto") -> dict:
-        """The loss and metrics over (x, y), as a dict of floats."""
+    def evaluate(self, x=None, y=None, batch_size: int = 32, verbose="auto", distribute=None) -> dict:
+        """The loss and metrics over (x, y), as a dict of floats. With `distribute`, this
+        runs here on the client's weights, which distributed `fit` brings back every epoch."""
         self._check_compiled("evaluate")
         self._reset_metrics()
         logs = {}
@@ -263,8 +285,9 @@ class Trainer:
             logs = self.test_step(_inputs(xb), as_tensor(yb))
         return {k: float(v) for k, v in logs.items()}
 
-    def predict(self, x, batch_size: int = 32, verbose="auto") -> np.ndarray:
-        """The model's outputs for `x`, batch by batch, as one NumPy array."""
+    def predict(self, x, batch_size: int = 32, verbose="auto", distribute=None) -> np.ndarray:
+        """The model's outputs for `x`, batch by batch, as one NumPy array (with `distribute`,
+        computed here on the client's weights, as `evaluate` does)."""
         outputs = [self(_inputs(xb), training=False).numpy() for xb in self._batches(x, None, batch_size, "predict")]
         return np.concatenate(outputs) if outputs else np.zeros((0,))
 

@@ -83,7 +83,8 @@ class Graph(ir.Graph):
         return outs[0] if single else outs
 
     def save(self, path) -> None:
-        """Write the graph with its state and constants to one file (see tapeflow.graph.serialize)."""
+        """Write the graph with its state and constants to one file, or to a binary file
+        object such as `io.BytesIO` (see tapeflow.graph.serialize)."""
         serialize.save_graph(self, path)
 
     def export_onnx(self, path, opset: int = 17) -> None:
@@ -92,7 +93,8 @@ class Graph(ir.Graph):
 
 
 def load_graph(path) -> Graph:
-    """Read a graph written by `Graph.save`; loading never runs code from the file.
+    """Read a graph written by `Graph.save` from a path or a binary file object;
+    loading never runs code from the file.
 
     >>> import os, tempfile
     >>> import tapeflow as tp

@@ -332,10 +332,11 @@ def _restore_generator(state, where: str):
 
 # ================================================================== saving
 def save_graph(graph: Graph, path) -> None:
-    """Write `graph`, its state (current Variable values) and constants to one HDF5 file.
+    """Write `graph`, its state (current Variable values) and constants to one HDF5 file,
+    or to a writable binary file object (an `io.BytesIO` gives the file's bytes).
 
-    The write is atomic: a temp file beside `path` replaces it only once complete,
-    so a failed save leaves any earlier file as it was.
+    Writing to a path is atomic: a temp file beside `path` replaces it only once
+    complete, so a failed save leaves any earlier file as it was.
 
     >>> import os, tempfile
     >>> import tapeflow as tp
@@ -345,6 +346,11 @@ def save_graph(graph: Graph, path) -> None:
     >>> tp.load_graph(os.path.join(tmp.name, "double.tfg"))(tp.tensor([1.0, 2.0])).numpy().tolist()
     [2.0, 4.0]
     >>> tmp.cleanup()
+    >>> import io
+    >>> buffer = io.BytesIO()
+    >>> save_graph(g, buffer)
+    >>> tp.load_graph(io.BytesIO(buffer.getvalue()))(tp.tensor([1.0, 2.0])).numpy().tolist()
+    [2.0, 4.0]
     """
     where = f"save_graph({graph.name})"
     codec = _AttrCodec()
@@ -361,11 +367,23 @@ def save_graph(graph: Graph, path) -> None:
     except (TypeError, ValueError) as err:
         raise GraphError(f"{where}: the graph description is not JSON ({err})") from None
     arrays["graph_json"] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-    with atomic_h5(path) as f:
-        f.attrs["format"] = FORMAT
-        f.attrs["format_version"] = FORMAT_VERSION
-        for key, array in arrays.items():
-            f.create_dataset(key, data=array)
+    if _is_file_object(path):
+        with h5py.File(path, "w") as f:
+            _write(f, arrays)
+    else:
+        with atomic_h5(path) as f:
+            _write(f, arrays)
+
+
+def _write(f: h5py.File, arrays: dict) -> None:
+    f.attrs["format"] = FORMAT
+    f.attrs["format_version"] = FORMAT_VERSION
+    for key, array in arrays.items():
+        f.create_dataset(key, data=array)
+
+
+def _is_file_object(target) -> bool:
+    return hasattr(target, "read") or hasattr(target, "write")
 
 
 def _value_spec(v: Value) -> dict:
@@ -380,8 +398,9 @@ def _array_spec(name: str, array: np.ndarray, dataset: str, where: str) -> dict:
 
 # ================================================================== loading
 def load_graph(path, graph_class: type = Graph) -> Graph:
-    """Read a graph file written by `save_graph` as a `graph_class` (tapeflow.graph.runnable's
-    for `tp.load_graph`); its state becomes new Variables.
+    """Read a graph file written by `save_graph` (a path, or a readable binary file object
+    such as `io.BytesIO(data)`) as a `graph_class` (tapeflow.graph.runnable's for
+    `tp.load_graph`); its state becomes new Variables.
 
     Every part of the file is checked before use (see the module docstring);
     problems raise GraphFileError naming the file and the offending entry.
@@ -396,6 +415,8 @@ def load_graph(path, graph_class: type = Graph) -> Graph:
     ['v']
     >>> tmp.cleanup()
     """
+    if _is_file_object(path):
+        return _load_file_object(path, graph_class)
     path = os.fspath(path)
     where = f"load_graph({path!r})"
     if not os.path.isfile(path):
@@ -415,6 +436,23 @@ def load_graph(path, graph_class: type = Graph) -> Graph:
         raise GraphFileError(f"{where}: the graph description is nested too deeply") from None
     except (OSError, KeyError, RuntimeError) as err:  # damage h5py only finds while reading
         raise GraphFileError(f"{where}: the HDF5 file is damaged or truncated: {err}") from None
+
+
+def _load_file_object(file, graph_class: type) -> Graph:
+    where = f"load_graph(<{type(file).__name__}>)"
+    try:
+        f = h5py.File(file, "r")
+    except (OSError, ValueError) as err:
+        raise GraphFileError(f"{where}: not a readable HDF5 file: {err}") from None
+    try:
+        with f:
+            return _read(f, where, graph_class)
+    except GraphFileError:
+        raise
+    except RecursionError:
+        raise GraphFileError(f"{where}: the graph description is nested too deeply") from None
+    except (OSError, KeyError, RuntimeError) as err:
+        raise GraphFileError(f"{where}: the HDF5 data is damaged or truncated: {err}") from None
 
 
 def _read(f: h5py.File, where: str, graph_class: type) -> Graph:

@@ -5,6 +5,7 @@ eager model (the independent reference). Hostile files are built by editing the 
 datasets of a valid file with h5py; each must be refused with a GraphFileError.
 """
 
+import io
 import json
 import os
 import pickle
@@ -531,3 +532,17 @@ def test_duplicate_names(valid, edit, message):
 
 def test_every_error_is_a_value_error_subclass():
     assert issubclass(GraphFileError, tp.graph.GraphError) and issubclass(GraphFileError, ValueError)
+
+
+def test_graph_round_trips_through_bytes(rng):
+    graph = small_graph()
+    buffer = io.BytesIO()
+    graph.save(buffer)
+    loaded = tp.load_graph(io.BytesIO(buffer.getvalue()))
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(loaded(x).numpy(), graph(x).numpy())
+
+
+def test_loading_bytes_that_are_not_a_graph_file_names_the_problem():
+    with pytest.raises(GraphFileError, match="not a readable HDF5 file"):
+        tp.load_graph(io.BytesIO(b"not hdf5 at all"))

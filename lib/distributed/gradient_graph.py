@@ -1,0 +1,104 @@
+"""The program a replica runs: the model's forward pass, loss and gradients frozen into one
+graph, shipped to workers as graph-file bytes (the format `tp.load_graph` reads), and
+`GradientRunner`, which runs it there on pulled parameters.
+
+The graph's inputs are the model's inputs and the labels of one shard (one graph per
+shard size, since shapes are static); its outputs are the loss, one gradient per trainable variable the loss
+depends on, then the predictions when the client needs them for metrics. Variables the
+forward pass writes (batch-normalization statistics) are read back after each run.
+
+>>> import numpy as np
+>>> import tapeflow as tp
+>>> model = tp.Sequential([tp.layers.Dense(2)])
+>>> model.compile(optimizer="sgd", loss="mse")
+>>> x, y = np.ones((4, 3), np.float32), np.zeros((4, 2), np.float32)
+>>> _ = model(x)
+>>> graphs, layout, variables = freeze_gradient_step(model, x, y, shard_sizes=[4], with_predictions=False)
+>>> runner = GradientRunner(graphs, layout)
+>>> loss, arrays, _ = runner.run([v.numpy() for v in variables], x, y)
+>>> [a.shape for a in arrays], float(loss) == float(model.loss(y, model(x)))
+([(3, 2), (2,)], True)
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+from tapeflow.autodiff import GradientTape
+from tapeflow.graph.executor import check_feed
+from tapeflow.graph.ir import ASSIGN
+from tapeflow.graph.runnable import load_graph
+from tapeflow.graph.structure import TensorSpec
+from tapeflow.graph.trace import freeze
+from tapeflow.ops.registry import as_tensor
+
+
+@dataclass(frozen=True)
+class GradientLayout:
+    """How the frozen step's state and outputs line up with the parameter-server variables:
+    variable i is the graph state `state_names[i]`; the first `n_trainable` get gradients."""
+
+    state_names: tuple[str, ...]
+    n_trainable: int
+    with_predictions: bool
+
+
+def freeze_gradient_step(model, x, y, shard_sizes, with_predictions: bool):
+    """(graph-file bytes by shard size, layout, the model's Variables in layout order): one
+    frozen gradient step per shard size in `shard_sizes`, for batches shaped like `x` (an
+    array, or a tuple of arrays) and `y`. A model that cannot be frozen raises tapeflow's
+    FreezeError, naming the line."""
+    trainable = list(model.trainable_weights)
+    connected: list[int] = []
+
+    def gradient_step(inputs, labels):
+        with GradientTape() as tape:
+            predictions = model(inputs, training=True)
+            loss = model._total_loss(labels, predictions)
+        grads = tape.gradient(loss, trainable)
+        connected[:] = [i for i, g in enumerate(grads) if g is not None]
+        outputs = [loss] + [grads[i] for i in connected]
+        return tuple(outputs + [predictions] if with_predictions else outputs)
+
+    graphs, layout, variables = {}, None, None
+    for size in sorted(set(shard_sizes)):
+        x_spec = [_spec(a, size) for a in x] if isinstance(x, tuple) else _spec(x, size)
+        graph = freeze(gradient_step, x_spec, _spec(y, size), name=f"{model.name}_gradient_step")
+        if layout is None:
+            by_variable = {id(var): name for name, var in graph.state.items()}
+            written = {node.attrs["variable"] for node in graph.nodes if node.op == ASSIGN}
+            variables = [trainable[i] for i in connected]
+            variables += [v for v in model.non_trainable_weights if by_variable.get(id(v)) in written]
+            layout = GradientLayout(tuple(by_variable[id(v)] for v in variables), len(connected), with_predictions)
+        buffer = io.BytesIO()
+        graph.save(buffer)
+        graphs[size] = buffer.getvalue()
+    return graphs, layout, variables
+
+
+def _spec(array: np.ndarray, rows: int) -> TensorSpec:
+    return TensorSpec((rows, *np.shape(array)[1:]), as_tensor(np.asarray(array[:1])).dtype)
+
+
+class GradientRunner:
+    """Runs the frozen gradient steps loaded from graph-file bytes (one per shard size)."""
+
+    def __init__(self, graphs: dict[int, bytes], layout: GradientLayout):
+        self.graphs = {size: load_graph(io.BytesIO(data)) for size, data in graphs.items()}
+        self.layout = layout
+
+    def run(self, parameters: list[np.ndarray], x, y):
+        """(loss, arrays, predictions) for one shard with the given parameters: `arrays`
+        holds the gradients of the trainable variables, then the written state's values."""
+        graph = self.graphs[len(y)]
+        state = [graph.state[name] for name in self.layout.state_names]
+        for var, value in zip(state, parameters, strict=True):
+            var.assign(as_tensor(value))
+        feeds = [*x, y] if isinstance(x, tuple) else [x, y]
+        outputs = graph.execute([check_feed(graph.name, v, a) for v, a in zip(graph.inputs, feeds, strict=True)])
+        n = self.layout.n_trainable
+        arrays = list(outputs[1 : 1 + n]) + [var.numpy() for var in state[n:]]
+        return outputs[0], arrays, outputs[1 + n] if self.layout.with_predictions else None

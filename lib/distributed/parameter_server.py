@@ -1,0 +1,155 @@
+"""`ParameterShard`: a Dask Actor holding some parameter blocks, their optimizer slots and
+the step counter, and applying each synchronous step's update exactly once.
+
+Replicas `pull(step)` the blocks as of `step` and `push(step, shard, rows, arrays)` one
+shard's gradients (for trainable blocks) and new values (for state the forward pass
+writes, such as batch-normalization statistics); a push answers with the next step's
+blocks, so a replica in step makes one call per shard per step. Once the step's plan
+has all its shards, they are combined in shard order with weights rows / total rows:
+gradients go through tapeflow's own optimizer, state blocks are set to the weighted
+mean. The step counter then moves on, and late or repeated pushes for a closed step
+are ignored.
+
+The methods are coroutines, so they run on the worker's event loop, and a `pull`
+waiting for the next step never blocks a `push`.
+
+>>> import numpy as np
+>>> from tapeflow.distributed.epoch_plan import EpochPlan
+>>> from tapeflow.distributed.placement import Block
+>>> async def one_step():
+...     shard = ParameterShard([Block(0, None, 0)], ["w"], [True], [True], {"class_name": "SGD", "config": {}}, 5.0)
+...     plan = EpochPlan(first_step=0, batch_sizes=(3,), replicas=2)
+...     await shard.begin_epoch(plan, [np.ones(2, np.float32)], [{}], iterations=0, learning_rate=0.5)
+...     first = asyncio.create_task(shard.push(0, 1, 1, [np.zeros(2, np.float32)]))  # one row, gradient 0
+...     second = await shard.push(0, 0, 2, [np.ones(2, np.float32)])  # two rows, gradient 1
+...     return await first, second
+>>> first, (status, step, (w,)) = asyncio.run(one_step())
+>>> status, step, [round(float(v), 4) for v in w]  # w = 1 - 0.5 * (2/3 * 1 + 1/3 * 0)
+('ok', 1, [0.6667, 0.6667])
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from tapeflow import optimizers
+from tapeflow.distributed.epoch_plan import EpochPlan
+from tapeflow.distributed.placement import Block
+from tapeflow.ops.registry import as_tensor
+from tapeflow.tensor import Variable
+
+
+class ParameterShard:
+    """One shard of the parameters (see the module docstring).
+
+    `blocks` are this shard's blocks; `names`, `trainable` and `decays` give, per block,
+    the model variable's name, whether an optimizer updates it (else it is state the
+    forward pass writes) and whether weight decay applies; `optimizer_config` is
+    `tp.optimizers.serialize` of the model's optimizer; `timeout` bounds every wait.
+    """
+
+    def __init__(self, blocks: list[Block], names, trainable, decays, optimizer_config: dict, timeout: float):
+        self.blocks = list(blocks)
+        self.names = list(names)
+        self.trainable = [bool(t) for t in trainable]
+        self.decays = [bool(d) for d in decays]
+        self.optimizer = optimizers.get(optimizer_config)
+        self.timeout = float(timeout)
+        self.variables: list[Variable] | None = None
+        self.plan: EpochPlan | None = None
+        self.step = 0
+        self.pending: dict[int, tuple[int, list]] = {}
+        self.stopped = False
+        self._advanced = asyncio.Condition()
+
+    # ------------------------------------------------------------ state
+    async def begin_epoch(self, plan: EpochPlan, values, slots, iterations: int, learning_rate) -> None:
+        """Take the client's parameters, slots, step counter and learning rate (None when the
+        optimizer follows a schedule) before an epoch's steps."""
+        if self.variables is None:
+            self.variables = [Variable(np.array(v), name=n) for v, n in zip(values, self.names, strict=True)]
+            self.optimizer.build([v for v, t in zip(self.variables, self.trainable, strict=True) if t])
+            self.optimizer.exclude_from_weight_decay(
+                var_list=[v for v, d in zip(self.variables, self.decays, strict=True) if not d]
+            )
+        for var, value in zip(self.variables, values, strict=True):
+            var.assign(value)
+        for var, var_slots, is_trainable in zip(self.variables, slots, self.trainable, strict=True):
+            if is_trainable:
+                for name, value in var_slots.items():
+                    self.optimizer.slots(var)[name].assign(value)
+        self.optimizer.iterations = int(iterations)
+        if learning_rate is not None:
+            self.optimizer.learning_rate = float(learning_rate)
+        async with self._advanced:
+            self.plan, self.step, self.pending, self.stopped = plan, int(iterations), {}, False
+            self._advanced.notify_all()
+
+    async def state(self):
+        """(values, slots, iterations): this shard's blocks, their optimizer slots and the step counter."""
+        values = [v.numpy() for v in self.variables]
+        slots = [
+            {name: s.numpy() for name, s in self.optimizer.slots(v).items()} if t else {}
+            for v, t in zip(self.variables, self.trainable, strict=True)
+        ]
+        return values, slots, self.optimizer.iterations
+
+    async def stop(self) -> None:
+        """Release every waiting `pull` with 'stop' and ignore further pushes."""
+        async with self._advanced:
+            self.stopped = True
+            self._advanced.notify_all()
+
+    # ------------------------------------------------------------ steps
+    async def pull(self, step: int):
+        """('ok', step, arrays) once the parameters are those of `step`; ('ahead', s, None)
+        when this shard has moved on to step s; ('stop', step, None) after `stop`."""
+        async with self._advanced:
+            try:
+                await asyncio.wait_for(self._advanced.wait_for(lambda: self.stopped or self.step >= step), self.timeout)
+            except asyncio.TimeoutError:
+                waiting = sorted(set(range(self.plan.launched(self.step))) - set(self.pending))
+                raise TimeoutError(
+                    f"parameter shard holding {sorted(set(self.names))}: step {self.step} did not complete within "
+                    f"{self.timeout:g}s (no gradients yet from shards {waiting})"
+                ) from None
+            if self.stopped:
+                return "stop", step, None
+            if self.step > step:
+                return "ahead", self.step, None
+            return "ok", step, [v.numpy() for v in self.variables]
+
+    async def push(self, step: int, shard: int, rows: int, arrays: list):
+        """Add one shard's arrays for `step`, apply the step once its plan's shards are in,
+        and answer as `pull(step + 1)` does. A push for a closed step or a repeated shard
+        changes nothing."""
+        if not self.stopped and step == self.step and shard not in self.pending:
+            self.pending[shard] = (int(rows), arrays)
+            if len(self.pending) == self.plan.needed(step):
+                self._apply(self.pending)
+                async with self._advanced:
+                    self.step, self.pending = step + 1, {}
+                    self._advanced.notify_all()
+        return await self.pull(step + 1)
+
+    def _apply(self, pending: dict) -> None:
+        shards = sorted(pending)
+        total = sum(pending[s][0] for s in shards)
+        grads, updated = [], []
+        for i, var in enumerate(self.variables):
+            mean = None
+            for s in shards:  # in shard order, whatever the order of arrival
+                rows, arrays = pending[s]
+                part = np.multiply(arrays[i], var.dtype.np.type(rows / total), dtype=var.dtype.np)
+                mean = part if mean is None else np.add(mean, part, out=mean)
+            if self.trainable[i]:
+                grads.append(as_tensor(mean))
+                updated.append(var)
+            else:
+                var.assign(mean)
+        if updated:
+            self.optimizer.apply_gradients(zip(grads, updated, strict=True))
+        else:
+            self.optimizer.iterations += 1

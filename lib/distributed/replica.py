@@ -1,0 +1,138 @@
+"""The replica loop: a long-running Dask task that runs one epoch of synchronous steps.
+
+Each step a replica computes the gradient of its shard of the global batch with the
+frozen gradient step on the step's parameters, commits the result to the step log and,
+if accepted, pushes each parameter shard its blocks; the pushes answer with the next
+step's parameters. A replica that finds the parameters already past its step (its last
+result was too late) skips ahead to the current step. The loop ends when the epoch's
+last step is applied or the client stops the shards; every wait is bounded by `timeout`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tapeflow import _compat
+from tapeflow.distributed.epoch_plan import EpochPlan
+from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
+from tapeflow.distributed.placement import Block, join_blocks
+
+
+@dataclass(frozen=True)
+class ReplicaJob:
+    """What one replica needs besides the data: its number, the epoch plan, the layout of
+    the gradient step, the parameter blocks per shard, the per-step straggler delay in
+    seconds (to simulate a slow worker) and the timeout of every wait."""
+
+    replica: int
+    plan: EpochPlan
+    layout: GradientLayout
+    blocks: tuple[tuple[Block, ...], ...]
+    delay: float
+    timeout: float
+
+
+def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, shards: list, log) -> int:
+    """Run `job`'s replica over its epoch; returns the number of its shards that were applied.
+
+    `data` is [x, y] or [x_0, ..., x_k, y]; `shards` are the ParameterShard actors and
+    `log` the StepLog actor.
+    """
+    _compat.require_distributed().secede()  # a long-running task leaves the worker's thread pool
+    runner = GradientRunner(graphs, job.layout)
+    plan, replica = job.plan, job.replica
+    x = data[0] if len(data) == 2 else tuple(data[:-1])
+    y = data[-1]
+    results = _Results(log, job)
+    applied, step, answers = 0, plan.first_step, None
+    while step < plan.end:
+        step, parameters = _parameters(shards, job, step, answers)
+        if parameters is None:
+            break
+        answers = None
+        shard = plan.shard_of(replica, step)
+        rows = plan.shard_rows(order, step, shard)
+        if len(rows):
+            loss, arrays, predictions = runner.run(parameters, _take(x, rows), y[rows])
+            if job.delay:
+                time.sleep(job.delay)
+            if results.commit((step, shard, replica, len(rows), float(loss), predictions)):
+                pushes = [
+                    ps.push(step, shard, len(rows), [b.take(arrays[b.variable]) for b in blocks])
+                    for ps, blocks in zip(shards, job.blocks, strict=True)
+                ]
+                answers = [_answer(p, job.timeout, f"parameter shard {i} (step {step})") for i, p in enumerate(pushes)]
+                applied += 1
+        step += 1
+    results.flush(wait=True)
+    return applied
+
+
+class _Results:
+    """Shard results on their way to the step log. With backup workers each is committed at
+    once (the log decides whether it is applied); without, all are applied, so they go in
+    batches at most `INTERVAL` seconds apart, sparing the log's worker a call per step."""
+
+    INTERVAL = 0.02
+
+    def __init__(self, log, job: ReplicaJob):
+        self.log, self.job = log, job
+        self.batch: list[tuple] = []
+        self.sent = time.monotonic()
+
+    def commit(self, result: tuple) -> bool:
+        """Whether `result` (step, shard, replica, rows, loss, predictions) is applied."""
+        if self.job.plan.backup_workers:
+            return _answer(self.log.commit(*result), self.job.timeout, f"the step log (step {result[0]})")
+        self.batch.append(result)
+        if time.monotonic() - self.sent > self.INTERVAL:
+            self.flush(wait=False)
+        return True
+
+    def flush(self, wait: bool) -> None:
+        if self.batch:
+            call = self.log.commit_all(self.batch)
+            self.batch, self.sent = [], time.monotonic()
+            if wait:
+                _answer(call, self.job.timeout, "the step log")
+
+
+def _parameters(shards: list, job: ReplicaJob, step: int, answers=None):
+    """(step, parameters) with every shard's blocks from the same step, at `step` or the
+    newest step a shard has reached; (step, None) once the epoch is over or stopped.
+    `answers` are the shards' answers for `step` when the pushes brought them."""
+    target = step
+    while True:
+        if answers is None:
+            calls = [ps.pull(target) for ps in shards]
+            answers = [_answer(c, job.timeout, f"parameter shard {i} (step {target})") for i, c in enumerate(calls)]
+        if any(status == "stop" for status, _, _ in answers):
+            return target, None
+        if all(status == "ok" for status, _, _ in answers):
+            break
+        target, answers = max(s for _, s, _ in answers), None
+        if target >= job.plan.end:
+            return target, None
+    parts = {}
+    for blocks, (_, _, arrays) in zip(job.blocks, answers, strict=True):
+        parts.update(zip(blocks, arrays, strict=True))
+    return target, join_blocks(parts)
+
+
+def _answer(call, timeout: float, what: str):
+    """The result of an actor call, or a TimeoutError naming who did not answer. The wait
+    is a little longer than the actors' own, so that their more precise errors come first."""
+    wait = timeout + 5.0
+    try:
+        return call.result(timeout=wait)
+    except TimeoutError:
+        if call.done():  # the actor's own error
+            raise
+        raise TimeoutError(f"replica: {what} did not answer within {wait:g}s") from None
+
+
+def _take(x, rows: np.ndarray):
+    return tuple(a[rows] for a in x) if isinstance(x, tuple) else x[rows]
