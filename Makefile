@@ -50,6 +50,7 @@ bench: build
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/train.py
 	$(BIN)/python bench/graph.py
+	$(BIN)/python bench/distributed.py
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check lib tests bench tutorials setup.py

@@ -1,0 +1,190 @@
+"""Synchronous data-parallel training on Dask against one process, side by side in one run.
+
+    python bench/distributed.py [--quick]
+
+Every measurement runs in a fresh subprocess, one after another. A step's time is its
+marginal cost: the difference between `fit` epochs of 2k and k steps, divided by k (the
+per-epoch work of sending weights out and back and launching replicas is left out, and
+reported as the time of a one-step epoch).
+
+- Scaling: the Deep-MNIST CNN (Adam, global batch 50): one process with 2 threads
+  against 2 replicas with 1 thread each, on the same global batch. Scaling efficiency is
+  the replicas' steps/s over the single process's (target >= 0.85).
+- Stragglers: the MLP 784-256-256-10 on 2 replicas (and in one process, for reference),
+  with replica 0 slowed 3x (it sleeps twice the unslowed step time every step): no
+  backup against one backup worker.
+  Recovered = (slowed - with backup) / (slowed - unslowed) (target >= 0.5).
+- Overhead: a null model (Dense(1) on one feature, batch 4) per replica count 1, 2, 4.
+- Traffic: bytes through the loopback interface per step per replica, against the
+  model's parameter bytes (the cluster runs on 127.0.0.1, so all its traffic is there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.abspath(__file__)
+# Run as a script, this file's folder leads sys.path, where this file would shadow Dask's
+# `distributed` package: drop it.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(HERE)]
+
+
+def _loopback_bytes() -> int:
+    """Bytes sent through the loopback interface (each is also received there: count once)."""
+    with open("/proc/net/dev") as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if name.strip() == "lo":
+                return int(rest.split()[8])
+    return 0
+
+
+def _model(kind: str):
+    import tapeflow as tp
+
+    tp.random.seed(0)
+    if kind == "cnn":
+        layers = [
+            tp.layers.Conv2D(32, 5, padding="same", activation="relu"),
+            tp.layers.MaxPooling2D(2),
+            tp.layers.Conv2D(64, 5, padding="same", activation="relu"),
+            tp.layers.MaxPooling2D(2),
+            tp.layers.Flatten(),
+            tp.layers.Dense(1024, activation="relu"),
+            tp.layers.Dense(10),
+        ]
+        return tp.Sequential(layers), (28, 28, 1), 50
+    if kind == "mlp":
+        layers = [tp.layers.Dense(256, activation="relu"), tp.layers.Dense(256, activation="relu"), tp.layers.Dense(10)]
+        return tp.Sequential(layers), (784,), 128
+    return tp.Sequential([tp.layers.Dense(1)]), (1,), 4
+
+
+def _epoch_seconds(kind: str, steps: int, distribute, repeats: int) -> tuple[float, int, int]:
+    """(best wall time of a `steps`-step epoch after a warm-up epoch, loopback bytes of the
+    last epoch, parameter bytes)."""
+    import tapeflow as tp
+
+    model, features, batch = _model(kind)
+    rng = np.random.default_rng(0)
+    x = rng.random((steps * batch, *features), dtype=np.float32)
+    if kind == "null":
+        y, loss = rng.standard_normal((steps * batch, 1)).astype(np.float32), "mse"
+    else:
+        y, loss = rng.integers(0, 10, steps * batch), tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=tp.optimizers.Adam(1e-3), loss=loss)
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, distribute=distribute)
+    best, traffic = float("inf"), 0
+    for _ in range(repeats):
+        before, start = _loopback_bytes(), time.perf_counter()
+        model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, distribute=distribute)
+        best = min(best, time.perf_counter() - start)
+        traffic = _loopback_bytes() - before
+    return best, traffic, sum(w.nbytes for w in model.get_weights())
+
+
+def _measure(kind: str, steps: int, distribute, repeats: int) -> dict:
+    short, _, _ = _epoch_seconds(kind, steps, distribute, repeats)
+    long, traffic, params = _epoch_seconds(kind, 2 * steps, distribute, repeats)
+    one, _, _ = _epoch_seconds(kind, 1, distribute, repeats)
+    return {"step": (long - short) / steps, "epoch1": one, "traffic_per_step": traffic / (2 * steps), "params": params}
+
+
+def worker(args) -> dict:
+    """One measurement, in this process: `single` (threads) or `dist` (replicas, backups, delay)."""
+    import tapeflow as tp
+
+    if args.mode == "single":
+        tp.set_num_threads(args.threads)
+        return _measure(args.kind, args.steps, None, args.repeats)
+    tp.set_num_threads(1)
+    workers = args.replicas + args.backups
+    with tp.distributed.Cluster(n_workers=workers, threads_per_worker=1) as cluster:
+        delay = {0: args.delay} if args.delay else None
+        strategy = tp.distributed.DataParallel(
+            cluster, replicas=args.replicas, backup_workers=args.backups, straggler_delay=delay
+        )
+        result = _measure(args.kind, args.steps, strategy, args.repeats)
+        if args.backups:
+            dropped = sum(len(s.dropped) for s in strategy.steps)
+            result["dropped_per_step"] = dropped / max(1, len(strategy.steps))
+        return result
+
+
+def run(**kw) -> dict:
+    argv = [sys.executable, HERE, "--worker"] + [f"--{k}={v}" for k, v in kw.items()]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"measurement {kw} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(quick: bool) -> None:
+    repeats = 1 if quick else 3
+    cnn_steps, mlp_steps, null_steps = (6, 10, 20) if quick else (20, 30, 100)
+    print("synchronous data-parallel on a Dask LocalCluster (worker processes, 127.0.0.1) vs one process")
+    print("times are marginal per-step costs (epochs of 2k minus k steps); best of", repeats, "repeats\n")
+
+    single = run(mode="single", kind="cnn", threads=2, steps=cnn_steps, repeats=repeats)
+    dist = run(mode="dist", kind="cnn", replicas=2, backups=0, steps=cnn_steps, repeats=repeats)
+    efficiency = single["step"] / dist["step"]
+    print("scaling: Deep-MNIST CNN, Adam, global batch 50")
+    print(f"  1 process, 2 threads       {single['step'] * 1e3:8.1f} ms/step  {1 / single['step']:6.1f} steps/s")
+    print(f"  2 replicas, 1 thread each  {dist['step'] * 1e3:8.1f} ms/step  {1 / dist['step']:6.1f} steps/s")
+    print(f"  scaling efficiency {efficiency:.2f} (target >= 0.85)\n")
+
+    alone = run(mode="single", kind="mlp", threads=2, steps=mlp_steps, repeats=repeats)
+    plain = run(mode="dist", kind="mlp", replicas=2, backups=0, steps=mlp_steps, repeats=repeats)
+    delay = 2 * plain["step"]
+    slowed = run(mode="dist", kind="mlp", replicas=2, backups=0, delay=delay, steps=mlp_steps, repeats=repeats)
+    backed = run(mode="dist", kind="mlp", replicas=2, backups=1, delay=delay, steps=mlp_steps, repeats=repeats)
+    recovered = (slowed["step"] - backed["step"]) / max(1e-9, slowed["step"] - plain["step"])
+    print("stragglers: MLP 784-256-256-10, Adam, global batch 128, 2 replicas, replica 0 slowed 3x")
+    print(f"  1 process, 2 threads       {alone['step'] * 1e3:8.1f} ms/step")
+    print(f"  no straggler               {plain['step'] * 1e3:8.1f} ms/step")
+    print(f"  straggler, no backup       {slowed['step'] * 1e3:8.1f} ms/step")
+    print(
+        f"  straggler, 1 backup        {backed['step'] * 1e3:8.1f} ms/step"
+        f"  ({backed.get('dropped_per_step', 0):.2f} shards dropped per step)"
+    )
+    print(f"  recovered {recovered:.2f} of the slowdown (target >= 0.5)\n")
+
+    print("overhead: null model (Dense(1), batch 4)")
+    base = run(mode="single", kind="null", threads=1, steps=null_steps, repeats=repeats)
+    rows = [("1 process", base)]
+    for replicas in (1, 2, 4):
+        r = run(mode="dist", kind="null", replicas=replicas, backups=0, steps=null_steps, repeats=repeats)
+        rows.append((f"{replicas} replica(s)", r))
+    for name, r in rows:
+        print(f"  {name:26s} {r['step'] * 1e3:8.2f} ms/step  one-step epoch {r['epoch1'] * 1e3:7.1f} ms")
+
+    print("\ntraffic: loopback bytes per step per replica (2 replicas) against parameter bytes")
+    for name, r in (("CNN", dist), ("MLP", plain)):
+        per_replica = r["traffic_per_step"] / 2
+        print(
+            f"  {name}: {per_replica / 1e6:7.2f} MB per step per replica, parameters {r['params'] / 1e6:6.2f} MB"
+            f" ({per_replica / r['params']:.2f}x)"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer steps and one repeat (a smoke run)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    for name, kind in (("mode", str), ("kind", str), ("threads", int), ("replicas", int), ("backups", int)):
+        parser.add_argument(f"--{name}", type=kind, help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
+    parser.add_argument("--delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+    else:
+        main(args.quick)
