@@ -109,6 +109,24 @@ def test_one_replica_equals_single_process_training(cluster, optimizer):
     assert [(s.batch, s.step, s.staleness) for s in steps] == [(b, e * 3 + b, 0) for e in range(2) for b in range(3)]
 
 
+def test_state_written_by_the_forward_pass_travels_with_each_update(cluster):
+    models = []
+    for _ in range(2):
+        tp.random.seed(7)
+        model = tp.Sequential([tp.layers.BatchNormalization(), tp.layers.Dense(5)])
+        model(np.zeros((1, 12), np.float32))
+        model.compile(optimizer="sgd", loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True))
+        models.append(model)
+    x, y = data()
+    x = x * 3.0 + 1.0
+    models[0].fit(x, y, batch_size=BATCH, epochs=2, seed=1, verbose=0)
+    strategy = tp.distributed.AsyncParameterServer(cluster, replicas=1)
+    models[1].fit(x, y, batch_size=BATCH, epochs=2, seed=1, verbose=0, distribute=strategy)
+    assert_same_weights(models[1], models[0])
+    moving_mean = [w for w in models[1].non_trainable_weights if "moving_mean" in w.name][0]
+    assert np.abs(moving_mean.numpy()).max() > 0.005
+
+
 # ------------------------------------------------------------------ two replicas: staleness and replay
 def replay(model, steps, x, y, batch_size):
     """Single-process replay of the applied updates of one unshuffled epoch: each in step
