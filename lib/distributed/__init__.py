@@ -1,5 +1,6 @@
 """Distributed training on Dask: `Cluster` starts or joins the worker processes, and
-`DataParallel` trains a model on them through `model.fit(..., distribute=...)`.
+`DataParallel` (synchronous) or `AsyncParameterServer` (asynchronous) trains a model on
+them through `model.fit(..., distribute=...)`.
 
 Dask itself is imported only when a cluster is made, so `tapeflow.distributed` imports
 without it (install `tapeflow[dist]`).
@@ -9,5 +10,6 @@ without it (install `tapeflow[dist]`).
 ...     model.fit(x, y, batch_size=64, distribute=tp.distributed.DataParallel(cluster, replicas=2))
 """
 
+from tapeflow.distributed.async_ps import AsyncParameterServer, AsyncStep
 from tapeflow.distributed.cluster import Cluster
 from tapeflow.distributed.data_parallel import DataParallel, StepRecord

@@ -383,17 +383,15 @@ def _check_loss(loss) -> None:
         )
 
 
-def _count(label: str, value, minimum: int) -> None:
+def _count(label: str, value, minimum: int, owner: str = "DataParallel") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"DataParallel: {label} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{owner}: {label} must be an integer >= {minimum}, got {value!r}")
 
 
-def _delays(delays: dict, parts: int) -> dict[int, float]:
+def _delays(delays: dict, parts: int, owner: str = "DataParallel") -> dict[int, float]:
     for replica, seconds in delays.items():
         if not (isinstance(replica, int) and 0 <= replica < parts):
-            raise ValueError(
-                f"DataParallel: straggler_delay keys must be replica numbers 0..{parts - 1}, got {replica!r}"
-            )
+            raise ValueError(f"{owner}: straggler_delay keys must be replica numbers 0..{parts - 1}, got {replica!r}")
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-            raise ValueError(f"DataParallel: straggler_delay[{replica}] must be seconds >= 0, got {seconds!r}")
+            raise ValueError(f"{owner}: straggler_delay[{replica}] must be seconds >= 0, got {seconds!r}")
     return {int(r): float(s) for r, s in delays.items()}
