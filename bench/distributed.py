@@ -14,6 +14,9 @@ reported as the time of a one-step epoch).
   with replica 0 slowed 3x (it sleeps twice the unslowed step time every step): no
   backup against one backup worker.
   Recovered = (slowed - with backup) / (slowed - unslowed) (target >= 0.5).
+- Asynchronous updates: the same MLP with `AsyncParameterServer` on 1 and 2 replicas
+  (one update per whole batch, so updates/s compare with single-process steps/s), with
+  the mean staleness.
 - Overhead: a null model (Dense(1) on one feature, batch 4) per replica count 1, 2, 4.
 - Traffic: bytes through the loopback interface per step per replica, against the
   model's parameter bytes (the cluster runs on 127.0.0.1, so all its traffic is there).
@@ -107,6 +110,11 @@ def worker(args) -> dict:
     tp.set_num_threads(1)
     workers = args.replicas + args.backups
     with tp.distributed.Cluster(n_workers=workers, threads_per_worker=1) as cluster:
+        if args.mode == "async":
+            strategy = tp.distributed.AsyncParameterServer(cluster, replicas=args.replicas)
+            result = _measure(args.kind, args.steps, strategy, args.repeats)
+            result["staleness"] = float(np.mean([s.staleness for s in strategy.steps]))  # of the last epoch
+            return result
         delay = {0: args.delay} if args.delay else None
         strategy = tp.distributed.DataParallel(
             cluster, replicas=args.replicas, backup_workers=args.backups, straggler_delay=delay
@@ -155,6 +163,15 @@ def main(quick: bool) -> None:
         f"  ({backed.get('dropped_per_step', 0):.2f} shards dropped per step)"
     )
     print(f"  recovered {recovered:.2f} of the slowdown (target >= 0.5)\n")
+
+    print("asynchronous parameter server: the same MLP, one update per batch of 128")
+    print(f"  1 process, 2 threads       {1 / alone['step']:8.0f} updates/s")
+    for replicas in (1, 2):
+        r = run(mode="async", kind="mlp", replicas=replicas, backups=0, steps=mlp_steps, repeats=repeats)
+        print(
+            f"  {replicas} async replica(s)         {1 / r['step']:8.0f} updates/s  mean staleness {r['staleness']:.2f}"
+        )
+    print()
 
     print("overhead: null model (Dense(1), batch 4)")
     base = run(mode="single", kind="null", threads=1, steps=null_steps, repeats=repeats)
