@@ -11,6 +11,8 @@ batches). Every wait is bounded, and every test has a timeout.
 import errno
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -306,3 +308,64 @@ def test_a_worker_that_joins_is_used_from_the_next_checkpoint():
     assert [len(s.applied) for s in strategy.steps] == [2] * 4 + [3] * (2 * STEPS - 4)
     assert strategy.recoveries == []
     assert_state(model, *single_process_states(x, y, 2 * STEPS)[2 * STEPS])  # re-sharded: equal up to rounding
+
+
+def start_worker(address: str) -> subprocess.Popen:
+    """A `dask worker` process without a nanny, as on a real cluster: nothing restarts it."""
+    command = [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--no-nanny"]
+    command += ["--memory-limit", "1GiB", "--host", "127.0.0.1", "--no-dashboard"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+class Elastic(tp.callbacks.Callback):
+    """Kills the hand-started worker once `kill_at` steps are done, and starts another one
+    (waiting until it joined) once `join_at` steps are done."""
+
+    def __init__(self, cluster, processes, kill_at, join_at):
+        super().__init__()
+        self.cluster, self.processes, self.kill_at, self.join_at = cluster, processes, kill_at, join_at
+
+    def on_train_batch_end(self, batch, logs=None):
+        done = steps_done(self.model, batch)
+        if self.kill_at and done >= self.kill_at:
+            self.processes[0].kill()
+            self.kill_at = None
+        if self.join_at and done >= self.join_at:
+            self.processes.append(start_worker(self.cluster.client.scheduler.address))
+            self.cluster.client.wait_for_workers(2, timeout=60)
+            self.join_at = None
+
+
+@pytest.mark.timeout(120)
+def test_elastic_training_shrinks_when_a_worker_dies_and_grows_when_one_joins(tmp_path):
+    x, y = data()
+    model = make_model()
+    with tp.distributed.Cluster(n_workers=1, memory_limit="1GiB") as cluster:
+        processes = [start_worker(cluster.client.scheduler.address)]
+        try:
+            cluster.client.wait_for_workers(2, timeout=60)
+            strategy = tp.distributed.DataParallel(
+                cluster,
+                replicas=2,
+                min_replicas=1,
+                timeout=30,
+                checkpoint_dir=tmp_path,
+                checkpoint_every_steps=2,
+                keep_checkpoints=100,
+                straggler_delay={0: 0.05},
+            )
+            fit(model, strategy, callbacks=[Elastic(cluster, processes, kill_at=3, join_at=10)])
+        finally:
+            for process in processes:
+                process.kill()
+                process.wait(timeout=10)
+
+    (recovery,) = strategy.recoveries
+    restored = recovery.restored_step
+    assert restored in (2, 4)
+    # the new worker joined with 10 steps done: used from the checkpoint of step 10
+    assert [(p.first_step, p.replicas) for p in strategy.placements] == [(0, 2), (restored, 1), (10, 2)]
+    assert [s.step for s in strategy.steps] == list(range(2 * STEPS))
+    assert [len(s.applied) for s in strategy.steps] == [2] * restored + [1] * (10 - restored) + [2] * 6
+    resumed = resumed_from(tmp_path / f"ckpt-{restored}.h5", x, y, 2 * STEPS)
+    assert_state(model, resumed.get_weights(), resumed.optimizer.get_state())  # re-sharded: equal up to rounding
