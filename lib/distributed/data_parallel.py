@@ -346,6 +346,7 @@ class TrainingSession:
             self.deployment.stop(alive)
             self.deployment.close()
             self.deployment = None
+        self._used = []
         self.strategy.steps = [s for s in self.strategy.steps if s.step < self.state_step]
 
     def _enough_workers(self) -> list[str]:
@@ -358,8 +359,8 @@ class TrainingSession:
                 return workers
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"fit: {len(workers)} workers are alive, but training needs {strategy.needed_workers} "
-                    f"and no more joined within {strategy.timeout:g}s"
+                    f"fit: training needs {strategy.needed_workers} workers but {len(workers)} are alive "
+                    f"({', '.join(workers) or 'none'}), and no more joined within {strategy.timeout:g}s"
                 )
             time.sleep(0.1)
 

@@ -369,3 +369,22 @@ def test_elastic_training_shrinks_when_a_worker_dies_and_grows_when_one_joins(tm
     assert [len(s.applied) for s in strategy.steps] == [2] * restored + [1] * (10 - restored) + [2] * 6
     resumed = resumed_from(tmp_path / f"ckpt-{restored}.h5", x, y, 2 * STEPS)
     assert_state(model, resumed.get_weights(), resumed.optimizer.get_state())  # re-sharded: equal up to rounding
+
+
+@pytest.mark.timeout(90)
+def test_too_few_workers_after_a_death_end_fit_with_a_clear_error():
+    model = make_model()
+    weights = model.get_weights()
+    with tp.distributed.Cluster(n_workers=1, memory_limit="1GiB") as cluster:
+        processes = [start_worker(cluster.client.scheduler.address)]
+        try:
+            cluster.client.wait_for_workers(2, timeout=60)
+            strategy = tp.distributed.DataParallel(cluster, replicas=2, timeout=2, straggler_delay={0: 0.05})
+            with pytest.raises(RuntimeError, match="training needs 2 workers but 1 are alive .* within 2s"):
+                fit(model, strategy, callbacks=[Elastic(cluster, processes, kill_at=3, join_at=None)])
+        finally:
+            for process in processes:
+                process.kill()
+                process.wait(timeout=10)
+    for before, after in zip(weights, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(before, after)  # no checkpoint yet: the model as it was
