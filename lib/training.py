@@ -218,7 +218,8 @@ class Trainer:
         `distribute` (a `tp.distributed` strategy, arrays only) runs each epoch's steps on
         a cluster over the same batches in the same order: the strategy's `start(model, x,
         y, batch_size)` returns a session whose `run_epoch(batches, callbacks)` trains on
-        batches of row numbers and returns the epoch's logs, and whose `close()` ends it.
+        batches of row numbers and returns the epoch's logs, and whose `close()` ends it;
+        `model._fit_epoch` is the epoch being run.
         """
         self._check_compiled("fit")
         if validation_split and validation_data is None:
@@ -251,6 +252,7 @@ class Trainer:
             if self._initial_epoch is not None:
                 initial_epoch = self._initial_epoch
             for epoch in range(initial_epoch, epochs):
+                self._fit_epoch = epoch
                 self._reset_metrics()
                 cbs.on_epoch_begin(epoch)
                 if session is not None:

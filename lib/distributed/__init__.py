@@ -1,6 +1,7 @@
 """Distributed training on Dask: `Cluster` starts or joins the worker processes, and
-`DataParallel` (synchronous) or `AsyncParameterServer` (asynchronous) trains a model on
-them through `model.fit(..., distribute=...)`.
+`DataParallel` (synchronous, with periodic checkpoints and recovery from lost workers;
+`latest_checkpoint` finds the newest) or `AsyncParameterServer` (asynchronous) trains a
+model on them through `model.fit(..., distribute=...)`.
 
 Dask itself is imported only when a cluster is made, so `tapeflow.distributed` imports
 without it (install `tapeflow[dist]`).
@@ -11,5 +12,6 @@ without it (install `tapeflow[dist]`).
 """
 
 from tapeflow.distributed.async_ps import AsyncParameterServer, AsyncStep
+from tapeflow.distributed.checkpoints import latest_checkpoint
 from tapeflow.distributed.cluster import Cluster
-from tapeflow.distributed.data_parallel import DataParallel, StepRecord
+from tapeflow.distributed.data_parallel import DataParallel, Placement, Recovery, StepRecord

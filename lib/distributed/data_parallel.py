@@ -32,8 +32,46 @@ metrics (so a batch callback runs once its step is done: replicas never wait for
 client). The client's model is the master copy between epochs: its weights, optimizer
 slots, step counter and learning rate are sent to the shards at the start of each epoch
 and read back at its end, before validation and `on_epoch_end` (so checkpoints and
-callbacks that change the learning rate work as in single-process training). An epoch
-that fails leaves the model at the last completed epoch.
+callbacks that change the learning rate work as in single-process training), and at
+each checkpoint. An epoch that fails leaves the model at its last checkpoint (or the
+start of the epoch).
+
+Checkpoints. With `checkpoint_every_steps=N` the state after every N-th step (steps
+numbered by the optimizer's counter), with `checkpoint_every_seconds=T` the state of
+the next step once T seconds have passed since the last checkpoint, and in any case
+the state at the end of each epoch, is a checkpoint: all shards copy their state as
+their step counter reaches that step (replicas never pause), the client joins the
+copies into its model and, with `checkpoint_dir`, writes it atomically to
+`ckpt-<step>.h5` (`tapeflow.distributed.checkpoints`). Without `checkpoint_dir` the
+checkpoints live in the client's memory only.
+
+Fault tolerance (white paper section 3.3). The client asks the scheduler every
+half second, and whenever a call fails, whether a worker holding a replica, a
+parameter shard or the step log has left the cluster (Dask drops a killed worker
+at once). Whatever died there (a replica, a parameter shard, the step log, or all
+three on one worker), training restarts from the last checkpoint: the placement is
+abandoned, a new one is made on the workers alive (the lost shards' variables go to
+surviving or new workers), and the steps after the checkpoint run again on the same
+batches. Nothing before the last checkpoint is lost and every step is applied once;
+callbacks see each step once (metrics keep a re-run step's first values), and
+`strategy.recoveries` and `strategy.placements` record what happened.
+
+- By default (`min_replicas=None`) the size is fixed: training needs
+  `replicas + backup_workers` workers, so a lost replica's shards are re-run on a
+  surviving spare worker or on a new one (the replacement a Dask nanny starts, or any
+  worker that joins within `timeout` seconds). Every step then has the shards of an
+  uninterrupted run, and the result equals it exactly.
+- With `min_replicas=m` training is elastic: it starts and goes on with as few as m
+  workers, re-sharding each global batch over `min(replicas, workers)` replicas
+  (backup workers are given up first). With `backup_workers=0` a step's gradient is
+  still that of the mean loss over its whole global batch: the result equals an
+  uninterrupted run up to float32 rounding.
+- Workers that join are used from the next epoch, or from the next checkpoint while
+  fewer replicas run than asked for.
+- Too few workers for `timeout` seconds, an error that no lost worker explains (a
+  timeout naming what did not answer, a failed checkpoint write), or failures three
+  times in a row after the same checkpoint end `fit` with that error, the model left
+  at the last checkpoint.
 
 >>> import tapeflow as tp
 >>> with tp.distributed.Cluster(n_workers=2) as cluster:  # doctest: +SKIP
@@ -48,16 +86,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow import optimizers
+from tapeflow.distributed.checkpoints import CheckpointFiles, CheckpointPolicy
+from tapeflow.distributed.deployment import Deployment, ShardSpec
 from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
-from tapeflow.distributed.parameter_server import ParameterShard
-from tapeflow.distributed.placement import join_blocks, place_variables
-from tapeflow.distributed.replica import ReplicaJob, run_replica
-from tapeflow.distributed.step_log import StepLog
+from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
 from tapeflow.ops.registry import as_tensor
 
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean_with_sample_weight")
 _POLL_INTERVAL = 0.02  # seconds between the client's looks at the step log
+_WATCH_INTERVAL = 0.5  # seconds between the client's questions to the scheduler about lost workers
+_PROBE_WAIT = 2.0  # seconds the parameter shards and the step log get to answer when a step is late
+_MAX_RECOVERIES = 3  # failures in a row restarting from the same checkpoint before fit gives up
 
 
 @dataclass(frozen=True)
@@ -71,6 +111,29 @@ class StepRecord:
     loss: float
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where the steps from `first_step` on ran: the replicas' workers (backups last) and
+    the parameter shards' workers."""
+
+    first_step: int
+    replica_workers: tuple[str, ...]
+    shard_workers: tuple[str, ...]
+    replicas: int
+    backup_workers: int
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """A failure training recovered from: the workers lost, the first step the client had
+    not seen complete when it noticed, the checkpoint step it restarted from, and the error."""
+
+    lost_workers: tuple[str, ...]
+    step: int
+    restored_step: int
+    error: str
+
+
 class DataParallel:
     """Synchronous data-parallel training over `replicas` replicas plus `backup_workers`
     backups, one per worker of `cluster`; pass it to `model.fit(..., distribute=...)`.
@@ -80,7 +143,15 @@ class DataParallel:
     delays a replica's every step, to simulate a slow worker. After `fit`, `steps` holds
     a `StepRecord` per step, and with backup workers the epoch logs (and so the
     History) carry `shards_applied` and `shards_dropped`, the epoch's totals.
-    See the module docstring for what each step computes.
+
+    Checkpoints and failures: `checkpoint_every_steps` and/or `checkpoint_every_seconds`
+    set how often the state of a step is checkpointed (besides each epoch's end), and
+    `checkpoint_dir` where the newest `keep_checkpoints` are written; after a worker
+    dies, training restarts from the last checkpoint, on `replicas + backup_workers`
+    workers, or on as few as `min_replicas` when that is given. After `fit`,
+    `checkpoints` lists the files written, `recoveries` the failures recovered from and
+    `placements` where the steps ran.
+    See the module docstring for what each step computes and what a recovery equals.
     """
 
     def __init__(
@@ -92,31 +163,58 @@ class DataParallel:
         timeout: float = 60.0,
         row_block_bytes: int = 1 << 20,
         straggler_delay: dict[int, float] | None = None,
+        checkpoint_dir=None,
+        checkpoint_every_steps: int | None = None,
+        checkpoint_every_seconds: float | None = None,
+        keep_checkpoints: int = 3,
+        min_replicas: int | None = None,
     ):
         _count("replicas", replicas, minimum=1)
         _count("backup_workers", backup_workers, minimum=0)
         _count("row_block_bytes", row_block_bytes, minimum=1)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(f"DataParallel: timeout must be a number of seconds > 0, got {timeout!r}")
+        _count("keep_checkpoints", keep_checkpoints, minimum=1)
+        if min_replicas is not None:
+            _count("min_replicas", min_replicas, minimum=1)
+            if min_replicas > replicas:
+                raise ValueError(f"DataParallel: min_replicas ({min_replicas}) must not exceed replicas ({replicas})")
+        if checkpoint_every_steps is not None:
+            _count("checkpoint_every_steps", checkpoint_every_steps, minimum=1)
+        _seconds("timeout", timeout)
+        if checkpoint_every_seconds is not None:
+            _seconds("checkpoint_every_seconds", checkpoint_every_seconds)
         self.cluster = cluster
         self.replicas = replicas
         self.backup_workers = backup_workers
         self.timeout = float(timeout)
         self.row_block_bytes = row_block_bytes
         self.straggler_delay = _delays(straggler_delay or {}, replicas + backup_workers)
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every_steps = checkpoint_every_steps
+        self.checkpoint_every_seconds = None if checkpoint_every_seconds is None else float(checkpoint_every_seconds)
+        self.keep_checkpoints = keep_checkpoints
+        self.min_replicas = min_replicas
         self.steps: list[StepRecord] = []
+        self.checkpoints: list[str] = []
+        self.recoveries: list[Recovery] = []
+        self.placements: list[Placement] = []
         self.workers()
+
+    @property
+    def needed_workers(self) -> int:
+        """The fewest workers training runs on: `min_replicas`, or all replicas and backups."""
+        return self.replicas + self.backup_workers if self.min_replicas is None else self.min_replicas
 
     def workers(self) -> list[str]:
         """The workers that run the replicas and parameter shards, or a ValueError if
         the cluster has too few."""
         workers = self.cluster.workers
-        parts = self.replicas + self.backup_workers
-        if parts > len(workers):
-            raise ValueError(
-                f"DataParallel: {self.replicas} replicas + {self.backup_workers} backup workers need {parts} "
-                f"workers, but the cluster has {len(workers)}"
+        if self.needed_workers > len(workers):
+            need = (
+                f"min_replicas={self.min_replicas} needs"
+                if self.min_replicas
+                else (f"{self.replicas} replicas + {self.backup_workers} backup workers need")
             )
+            raise ValueError(f"DataParallel: {need} {self.needed_workers} workers, but the cluster has {len(workers)}")
         return workers
 
     def start(self, model, x, y, batch_size: int) -> TrainingSession:
@@ -128,15 +226,37 @@ class DataParallel:
         return f"DataParallel(replicas={self.replicas}, backup_workers={self.backup_workers})"
 
 
+class _Grow(Exception):
+    """Workers joined while fewer replicas run than asked for: place training anew."""
+
+
+class _Epoch:
+    """The client's view of one epoch: its batches of row numbers, the next step to report
+    to the callbacks, and the logs of the last reported step."""
+
+    def __init__(self, first_step: int, rows: list[np.ndarray], index: int):
+        self.first_step, self.rows, self.index = first_step, rows, index
+        self.end = first_step + len(rows)
+        self.reported = first_step
+        self.logs: dict = {}
+
+    def plan(self, start: int, replicas: int, backup_workers: int) -> EpochPlan:
+        sizes = tuple(len(b) for b in self.rows[start - self.first_step :])
+        return EpochPlan(start, sizes, replicas, backup_workers)
+
+    def order(self, start: int) -> np.ndarray:
+        """The row numbers of the batches from step `start` on, in step order."""
+        rows = self.rows[start - self.first_step :]
+        return np.concatenate(rows) if rows else np.zeros(0, np.int64)
+
+
 class TrainingSession:
-    """One `fit` on the cluster: the parameter shards, step log and scattered data, kept
-    across epochs and released by `close`."""
+    """One `fit` on the cluster: the current `Deployment`, the checkpoints, and the
+    recovery from lost workers (see the module docstring); released by `close`."""
 
     def __init__(self, strategy: DataParallel, model, x, y, batch_size: int):
-        self.strategy = strategy
-        self.model = model
-        self.y = y
-        strategy.steps = []
+        self.strategy, self.model, self.x, self.y, self.batch_size = strategy, model, x, y, batch_size
+        strategy.steps, strategy.checkpoints, strategy.recoveries, strategy.placements = [], [], [], []
         parts = strategy.replicas + strategy.backup_workers
         workers = strategy.workers()
         if batch_size < parts:
@@ -148,104 +268,245 @@ class TrainingSession:
         _check_optimizer(model.optimizer)
         _check_loss(model.loss)
         self.with_predictions = bool(model.compiled_metrics)
-        graphs, self.layout, self.variables = freeze_gradient_step(
-            model, x, y, _shard_sizes(len(y), batch_size, parts), self.with_predictions
-        )
+        self.graphs, self.layout, self.variables = {}, None, []
+        self._freeze(parts)
         if not self.layout.n_trainable:
             raise ValueError(f"fit: the loss of model '{model.name}' depends on none of its trainable variables")
         self.optimizer = model.optimizer
         self.optimizer.build(self.variables[: self.layout.n_trainable])
-        blocks = place_variables([v.shape for v in self.variables], len(workers), strategy.row_block_bytes)
-        by_shard = [(w, tuple(b for b in blocks if b.shard == j)) for j, w in enumerate(workers)]
-        self.shard_workers = [w for w, held in by_shard if held]  # a worker with no block gets no shard
-        self.blocks = tuple(held for _, held in by_shard if held)
-        self.replica_workers = workers[:parts]
-        self.client = strategy.cluster.client
-        self._held = []
-        try:
-            self._launch_services(graphs, [*x, y] if isinstance(x, tuple) else [x, y])
-        except BaseException:
-            self.close()
-            raise
+        self.policy = CheckpointPolicy(strategy.checkpoint_every_steps, strategy.checkpoint_every_seconds)
+        self.files = None
+        if strategy.checkpoint_dir is not None:
+            self.files = CheckpointFiles(strategy.checkpoint_dir, strategy.keep_checkpoints)
+        self.state_step = self.optimizer.iterations  # the step whose state the client's model holds
+        self.deployment: Deployment | None = None
+        self._used: list[str] = []
+        self._place(workers)
 
-    # ------------------------------------------------------------ set-up
-    def _launch_services(self, graphs, data) -> None:
-        client, timeout = self.client, self.strategy.timeout
-        self.data = self._scatter(data)
-        (self.graphs,) = self._scatter([graphs])
-        self._held += [*self.data, self.graphs]
+    # ------------------------------------------------------------ placement
+    def _freeze(self, parts: int) -> None:
+        """Freeze the gradient steps for the shard sizes of `parts` shards not frozen yet."""
+        sizes = _shard_sizes(len(self.y), self.batch_size, parts) - set(self.graphs)
+        if sizes:
+            graphs, self.layout, self.variables = freeze_gradient_step(
+                self.model, self.x, self.y, sizes, self.with_predictions
+            )
+            self.graphs.update(graphs)
+
+    def _place(self, workers: list[str]) -> None:
+        """Make the deployment that trains from `state_step` on `workers`."""
+        strategy, n_trainable = self.strategy, self.layout.n_trainable
+        replicas = min(strategy.replicas, len(workers))
+        backups = min(strategy.backup_workers, len(workers) - replicas)
+        self._freeze(replicas + backups)
         config = optimizers.serialize(self.optimizer)
         if not isinstance(config["config"]["learning_rate"], dict):
             config["config"]["learning_rate"] = float(self.optimizer.learning_rate)
-        n_trainable = self.layout.n_trainable
-        shard_futures = [
-            client.submit(
-                ParameterShard,
-                list(blocks),
-                [self.variables[b.variable].name for b in blocks],
-                [b.variable < n_trainable for b in blocks],
-                [b.variable >= n_trainable or self.optimizer._decays(self.variables[b.variable]) for b in blocks],
-                config,
-                timeout,
-                actor=True,
-                workers=[worker],
-                allow_other_workers=False,
-                pure=False,
+        spec = ShardSpec(
+            names=tuple(v.name for v in self.variables),
+            shapes=tuple(tuple(v.shape) for v in self.variables),
+            trainable=tuple(i < n_trainable for i in range(len(self.variables))),
+            decays=tuple(i >= n_trainable or self.optimizer._decays(v) for i, v in enumerate(self.variables)),
+            optimizer_config=config,
+            row_block_bytes=strategy.row_block_bytes,
+        )
+        sizes = _shard_sizes(len(self.y), self.batch_size, replicas + backups)
+        self._used = list(workers)
+        self.deployment = Deployment(
+            self.strategy.cluster.client,
+            workers,
+            replicas,
+            backups,
+            spec,
+            self.layout,
+            {size: self.graphs[size] for size in sizes},
+            [*self.x, self.y] if isinstance(self.x, tuple) else [self.x, self.y],
+            {r: d for r, d in strategy.straggler_delay.items() if r < replicas + backups},
+            strategy.timeout,
+            self._watch,
+        )
+        self._used = self.deployment.used
+        strategy.placements.append(
+            Placement(
+                self.state_step,
+                tuple(self.deployment.replica_workers),
+                tuple(self.deployment.shard_workers),
+                replicas,
+                backups,
             )
-            for worker, blocks in zip(self.shard_workers, self.blocks, strict=True)
-        ]
-        log_future = client.submit(
-            StepLog, actor=True, workers=[self.replica_workers[0]], allow_other_workers=False, pure=False
         )
-        self._held += [*shard_futures, log_future]
-        self.shards = [f.result(timeout=timeout) for f in shard_futures]
-        self.log = log_future.result(timeout=timeout)
 
-    def _scatter(self, items: list) -> list:
-        """Futures of `items`, each copied to every replica's worker."""
-        return self.client.scatter(
-            items, workers=self.replica_workers, broadcast=True, hash=False, timeout=self.strategy.timeout
-        )
+    def _abandon(self) -> None:
+        """Stop and release the deployment; the client's model keeps the state of `state_step`."""
+        if self.deployment is not None:
+            try:
+                alive = self.strategy.cluster.workers
+            except Exception:  # noqa: BLE001 - a scheduler that does not answer: release without stopping
+                alive = []
+            self.deployment.stop(alive)
+            self.deployment.close()
+            self.deployment = None
+        self._used = []
+        self.strategy.steps = [s for s in self.strategy.steps if s.step < self.state_step]
+
+    def _enough_workers(self) -> list[str]:
+        """The workers alive, once there are enough to train on (waiting up to `timeout`)."""
+        strategy = self.strategy
+        deadline = time.monotonic() + strategy.timeout
+        while True:
+            workers = strategy.cluster.workers
+            if len(workers) >= strategy.needed_workers:
+                return workers
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"fit: training needs {strategy.needed_workers} workers but {len(workers)} are alive "
+                    f"({', '.join(workers) or 'none'}), and no more joined within {strategy.timeout:g}s"
+                )
+            time.sleep(0.1)
 
     # ------------------------------------------------------------ epochs
     def run_epoch(self, batches, callbacks) -> dict:
         """Train one epoch on `batches` (arrays of row numbers, in step order), calling the
-        batch callbacks as steps complete; returns the epoch's logs."""
-        strategy, client = self.strategy, self.client
-        rows = [np.asarray(b) for b in batches]
-        plan = EpochPlan(
-            self.optimizer.iterations, tuple(len(b) for b in rows), strategy.replicas, strategy.backup_workers
-        )
-        order = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-        self._begin_epoch(plan)
-        (order_future,) = self._scatter([order])
-        replicas = [
-            client.submit(
-                run_replica,
-                ReplicaJob(r, plan, self.layout, self.blocks, strategy.straggler_delay.get(r, 0.0), strategy.timeout),
-                self.graphs,
-                self.data,
-                order_future,
-                self.shards,
-                self.log,
-                workers=[worker],
-                allow_other_workers=False,
-                pure=False,
-            )
-            for r, worker in enumerate(self.replica_workers)
-        ]
-        try:
-            logs = self._follow(plan, order, callbacks, replicas)
-            self._wait(replicas)
-            self._end_epoch()
-        except BaseException:
-            self._stop()
-            client.cancel(replicas, force=True)
-            raise
+        batch callbacks as steps complete; returns the epoch's logs. Restarts from the
+        last checkpoint when a worker in use dies (see the module docstring)."""
+        self.state_step = self.optimizer.iterations  # callbacks may have restored a checkpoint
+        epoch = _Epoch(self.state_step, [np.asarray(b) for b in batches], getattr(self.model, "_fit_epoch", 0))
+        if self.deployment is not None and set(self.strategy.cluster.workers) != set(self.deployment.workers):
+            self._abandon()  # workers joined or left since the last epoch
+        failures, failed_at = 0, None
+        while True:
+            try:
+                if self.deployment is None:
+                    self._place(self._enough_workers())
+                return self._run_segment(epoch, callbacks)
+            except _Grow:
+                self._abandon()
+            except Exception as error:
+                lost = find_lost(self.strategy.cluster, self._used, error)
+                if not lost:
+                    self._abandon()
+                    raise
+                self._abandon()
+                failures = failures + 1 if failed_at == self.state_step else 1
+                failed_at = self.state_step
+                if failures >= _MAX_RECOVERIES:
+                    raise RuntimeError(
+                        f"fit: workers died {failures} times in a row after the checkpoint of step {self.state_step} "
+                        f"(last lost: {lost}); giving up"
+                    ) from error
+                self.strategy.recoveries.append(Recovery(tuple(lost), epoch.reported, self.state_step, repr(error)))
+            except BaseException:
+                self._abandon()
+                raise
+
+    def _run_segment(self, epoch: _Epoch, callbacks) -> dict:
+        """Run the epoch's steps from `state_step` on the current deployment."""
+        deployment, start = self.deployment, self.state_step
+        plan = epoch.plan(start, deployment.replicas, deployment.backup_workers)
+        armed = self.policy.steps_between(start, plan.end)
+        order = epoch.order(start)
+        deployment.begin(plan, *self._client_state(), armed)
+        futures = deployment.launch(plan, order)
+        self._follow(epoch, plan, order, callbacks, futures, armed)
+        deployment.wait(futures)
+        self._take_state(*deployment.state())
+        self.state_step = plan.end
+        self._write(epoch, plan.end)
+        logs = dict(epoch.logs)
+        if self.strategy.backup_workers:
+            done = [s for s in self.strategy.steps if epoch.first_step <= s.step < epoch.end]
+            applied, dropped = sum(len(s.applied) for s in done), sum(len(s.dropped) for s in done)
+            logs.update(shards_applied=float(applied), shards_dropped=float(dropped))
         return logs
 
-    def _begin_epoch(self, plan: EpochPlan) -> None:
-        """Send the client's parameters, slots, step counter and learning rate to the shards."""
+    def _follow(self, epoch: _Epoch, plan: EpochPlan, order: np.ndarray, callbacks, futures, armed: set[int]) -> None:
+        """Report each completed step to the callbacks and metrics, in step order, and take
+        the checkpoints on the way."""
+        timeout = self.strategy.timeout
+        step, waiting = plan.first_step, {}
+        deadline, polled, watched = time.monotonic() + timeout, 0.0, time.monotonic()
+        while step < plan.end:
+            time.sleep(max(0.0, polled + _POLL_INTERVAL - time.monotonic()))  # fewer calls on the log's worker
+            polled = time.monotonic()
+            waiting.update((r["step"], r) for r in self.deployment.records(step, 0.5))
+            if time.monotonic() - watched > _WATCH_INTERVAL:
+                self._watch()
+                _raise_failed(futures)
+                watched = time.monotonic()
+            if step not in waiting:
+                if time.monotonic() > deadline:
+                    silent = self.deployment.silent(_PROBE_WAIT)
+                    raise TimeoutError(f"fit: step {step} did not complete within {timeout:g}s ({silent})")
+                continue
+            while step in waiting:
+                self._report(waiting.pop(step), epoch, plan, order, callbacks)
+                step += 1
+                if step < plan.end and self.policy.due() and not any(s >= step for s in armed):
+                    self._arm_soon(step, plan, armed)
+                if step in armed:
+                    armed.discard(step)
+                    self._checkpoint(epoch, step)
+            deadline = time.monotonic() + timeout
+
+    def _watch(self) -> None:
+        """Raise WorkerLost if a worker in use left the cluster."""
+        lost = lost_workers(self._used, self.strategy.cluster.workers)
+        if lost:
+            raise WorkerLost(lost)
+
+    def _report(self, record: dict, epoch: _Epoch, plan: EpochPlan, order: np.ndarray, callbacks) -> None:
+        step, shards = record["step"], record["shards"]
+        total = sum(rows for _, _, rows, _ in shards)
+        loss = sum(rows * loss for _, _, rows, loss in shards) / total
+        applied = tuple(sorted(replica for _, replica, _, _ in shards))
+        launched = {plan.replica_of(s, step) for s in range(plan.launched(step))}
+        self.strategy.steps.append(StepRecord(step, applied, tuple(sorted(launched - set(applied))), float(loss)))
+        if step < epoch.reported:
+            return  # run again after a recovery: the callbacks and metrics saw its first run
+        y_true = y_pred = None
+        if self.with_predictions:
+            rows = np.concatenate([plan.shard_rows(order, step, s) for s, _, _, _ in shards])
+            y_true, y_pred = as_tensor(self.y[rows]), as_tensor(np.concatenate(record["predictions"]))
+        callbacks.on_train_batch_begin(step - epoch.first_step)
+        epoch.logs = self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(loss)))
+        epoch.reported = step + 1
+        callbacks.on_train_batch_end(step - epoch.first_step, epoch.logs)
+
+    # ------------------------------------------------------------ checkpoints
+    def _arm_soon(self, step: int, plan: EpochPlan, armed: set[int]) -> None:
+        """Arm a snapshot of the first step from `step` on that no shard has passed yet."""
+        target = step
+        for _ in range(3):
+            if target >= plan.end:
+                return  # the end of the epoch is a checkpoint anyway
+            ok, newest = self.deployment.arm(target)
+            if ok:
+                armed.add(target)
+                return
+            target = newest + 1
+
+    def _checkpoint(self, epoch: _Epoch, step: int) -> None:
+        """Make the shards' snapshot of `step` the client's state and write it; then grow
+        onto workers that joined if fewer replicas run than asked for."""
+        state = self.deployment.snapshot(step)
+        if state is None:
+            raise RuntimeError(f"fit: the parameter shards were stopped before step {step}")
+        self._take_state(*state)
+        self.state_step = step
+        self._write(epoch, step)
+        deployment, strategy = self.deployment, self.strategy
+        if deployment.replicas + deployment.backup_workers < strategy.replicas + strategy.backup_workers:
+            if set(strategy.cluster.workers) - set(deployment.workers):
+                raise _Grow
+
+    def _write(self, epoch: _Epoch, step: int) -> None:
+        self.policy.written()
+        if self.files is not None:
+            path = self.files.write(self.model, step, epoch.index, step - epoch.first_step)
+            self.strategy.checkpoints.append(path)
+
+    def _client_state(self):
+        """(values, slots, step counter, learning rate or None for a schedule) of the client's model."""
         optimizer, n_trainable = self.optimizer, self.layout.n_trainable
         values = [v.numpy() for v in self.variables]
         slots = [
@@ -253,98 +514,23 @@ class TrainingSession:
             for i, v in enumerate(self.variables)
         ]
         schedule = isinstance(optimizers.serialize(optimizer)["config"]["learning_rate"], dict)
-        learning_rate = None if schedule else float(optimizer.learning_rate)
-        calls = [
-            shard.begin_epoch(
-                plan,
-                [b.take(values[b.variable]) for b in blocks],
-                [{name: b.take(a) for name, a in slots[b.variable].items()} for b in blocks],
-                optimizer.iterations,
-                learning_rate,
-            )
-            for shard, blocks in zip(self.shards, self.blocks, strict=True)
-        ]
-        calls.append(self.log.begin_epoch(plan))
-        for call in calls:
-            call.result(timeout=self.strategy.timeout)
+        return values, slots, optimizer.iterations, None if schedule else float(optimizer.learning_rate)
 
-    def _follow(self, plan: EpochPlan, order: np.ndarray, callbacks, replicas) -> dict:
-        """Report each completed step to the callbacks and metrics, in step order."""
-        timeout = self.strategy.timeout
-        logs, step, applied, dropped, waiting = {}, plan.first_step, 0, 0, {}
-        deadline, polled = time.monotonic() + timeout, 0.0
-        while step < plan.end:
-            time.sleep(max(0.0, polled + _POLL_INTERVAL - time.monotonic()))  # fewer calls on the log's worker
-            polled = time.monotonic()
-            records = self.log.wait(step, 0.5).result(timeout=timeout)
-            waiting.update((r["step"], r) for r in records)
-            if step not in waiting:
-                _raise_failed(replicas)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"fit: step {step} did not complete within {timeout:g}s")
-                continue
-            while step in waiting:
-                callbacks.on_train_batch_begin(step - plan.first_step)
-                logs, entry = self._report(waiting.pop(step), plan, order)
-                applied, dropped = applied + len(entry.applied), dropped + len(entry.dropped)
-                callbacks.on_train_batch_end(step - plan.first_step, logs)
-                step += 1
-            deadline = time.monotonic() + timeout
-        logs = dict(logs)
-        if self.strategy.backup_workers:
-            logs.update(shards_applied=float(applied), shards_dropped=float(dropped))
-        return logs
-
-    def _report(self, record: dict, plan: EpochPlan, order: np.ndarray):
-        step, shards = record["step"], record["shards"]
-        total = sum(rows for _, _, rows, _ in shards)
-        loss = sum(rows * loss for _, _, rows, loss in shards) / total
-        applied = tuple(sorted(replica for _, replica, _, _ in shards))
-        launched = {plan.replica_of(s, step) for s in range(plan.launched(step))}
-        entry = StepRecord(step, applied, tuple(sorted(launched - set(applied))), float(loss))
-        self.strategy.steps.append(entry)
-        y_true = y_pred = None
-        if self.with_predictions:
-            rows = np.concatenate([plan.shard_rows(order, step, s) for s, _, _, _ in shards])
-            y_true, y_pred = as_tensor(self.y[rows]), as_tensor(np.concatenate(record["predictions"]))
-        return self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(loss))), entry
-
-    def _wait(self, replicas) -> None:
-        deadline = time.monotonic() + self.strategy.timeout
-        for future in replicas:
-            future.result(timeout=max(deadline - time.monotonic(), 0.1))
-
-    def _end_epoch(self) -> None:
-        """Read the parameters, slots and step counter back into the client's model."""
-        timeout = self.strategy.timeout
-        answers = [c.result(timeout=timeout) for c in [shard.state() for shard in self.shards]]
-        values, slots = {}, {}
-        for blocks, (shard_values, shard_slots, _) in zip(self.blocks, answers, strict=True):
-            values.update(zip(blocks, shard_values, strict=True))
-            slots.update(zip(blocks, shard_slots, strict=True))
-        for var, value in zip(self.variables, join_blocks(values), strict=True):
+    def _take_state(self, values, slots, iterations: int) -> None:
+        """Set the client's model and optimizer to whole-variable `values`, `slots` and the step counter."""
+        for var, value, var_slots in zip(self.variables, values, slots, strict=True):
             var.assign(value)
-        for var in self.variables[: self.layout.n_trainable]:
-            for name, slot in self.optimizer.slots(var).items():
-                slot_parts = {b: s[name] for b, s in slots.items() if self.variables[b.variable] is var}
-                slot.assign(join_blocks(slot_parts)[0])
-        self.optimizer.iterations = int(answers[0][2])
+            if var_slots:
+                for name, slot in self.optimizer.slots(var).items():
+                    slot.assign(var_slots[name])
+        self.optimizer.iterations = int(iterations)
 
     # ------------------------------------------------------------ teardown
-    def _stop(self) -> None:
-        """Release every replica waiting on a shard or the log (best effort)."""
-        for actor in [*getattr(self, "shards", []), getattr(self, "log", None)]:
-            if actor is not None:
-                try:
-                    actor.stop().result(timeout=5)
-                except Exception:  # noqa: BLE001 - a shard already gone has nothing to release
-                    pass
-
     def close(self) -> None:
-        """Release the shards, the log and the scattered data on the cluster."""
-        if self._held:
-            self.client.cancel(self._held, force=True)
-        self._held = []
+        """Release the shards, the log and the copied data on the cluster."""
+        if self.deployment is not None:
+            self.deployment.close()
+            self.deployment = None
 
 
 def _raise_failed(futures) -> None:
@@ -386,6 +572,11 @@ def _check_loss(loss) -> None:
 def _count(label: str, value, minimum: int, owner: str = "DataParallel") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{owner}: {label} must be an integer >= {minimum}, got {value!r}")
+
+
+def _seconds(label: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"DataParallel: {label} must be a number of seconds > 0, got {value!r}")
 
 
 def _delays(delays: dict, parts: int, owner: str = "DataParallel") -> dict[int, float]:

@@ -10,6 +10,12 @@ gradients go through tapeflow's own optimizer, state blocks are set to the weigh
 mean. The step counter then moves on, and late or repeated pushes for a closed step
 are ignored.
 
+Snapshots make checkpoints consistent without pausing the replicas: the client arms
+a step (`begin_epoch(..., snapshot_steps)` or `arm`), the shard copies its blocks,
+slots and step counter at the moment its counter reaches that step (all steps before
+it applied, none after), and `snapshot(step)` hands the copy out once. Every shard
+holds the state of the same step, so their snapshots join into one consistent state.
+
 The methods are coroutines, so they run on the worker's event loop, and a `pull`
 waiting for the next step never blocks a `push`.
 
@@ -61,13 +67,18 @@ class ParameterShard:
         self.plan: EpochPlan | None = None
         self.step = 0
         self.pending: dict[int, tuple[int, list]] = {}
+        self.armed: set[int] = set()
+        self.snapshots: dict[int, tuple] = {}
         self.stopped = False
         self._advanced = asyncio.Condition()
 
     # ------------------------------------------------------------ state
-    async def begin_epoch(self, plan: EpochPlan, values, slots, iterations: int, learning_rate) -> None:
+    async def begin_epoch(
+        self, plan: EpochPlan, values, slots, iterations: int, learning_rate, snapshot_steps=()
+    ) -> None:
         """Take the client's parameters, slots, step counter and learning rate (None when the
-        optimizer follows a schedule) before an epoch's steps."""
+        optimizer follows a schedule) before the steps of `plan`, and arm a snapshot at each
+        of `snapshot_steps`."""
         if self.variables is None:
             self.variables = [Variable(np.array(v), name=n) for v, n in zip(values, self.names, strict=True)]
             self.optimizer.build([v for v, t in zip(self.variables, self.trainable, strict=True) if t])
@@ -85,16 +96,64 @@ class ParameterShard:
             self.optimizer.learning_rate = float(learning_rate)
         async with self._advanced:
             self.plan, self.step, self.pending, self.stopped = plan, int(iterations), {}, False
+            self.armed, self.snapshots = {int(s) for s in snapshot_steps if s > self.step}, {}
             self._advanced.notify_all()
 
     async def state(self):
         """(values, slots, iterations): this shard's blocks, their optimizer slots and the step counter."""
-        values = [v.numpy() for v in self.variables]
+        return self._state()
+
+    def _state(self, copy: bool = False):
+        take = np.array if copy else np.asarray
+        values = [take(v.numpy()) for v in self.variables]
         slots = [
-            {name: s.numpy() for name, s in self.optimizer.slots(v).items()} if t else {}
+            {name: take(s.numpy()) for name, s in self.optimizer.slots(v).items()} if t else {}
             for v, t in zip(self.variables, self.trainable, strict=True)
         ]
         return values, slots, self.optimizer.iterations
+
+    # ------------------------------------------------------------ snapshots
+    async def arm(self, step: int) -> tuple[bool, int]:
+        """(armed, current step): keep a snapshot of the state of `step`, unless this shard
+        has already passed it (then nothing is armed)."""
+        async with self._advanced:
+            if self.step > step:
+                return False, self.step
+            if self.step == step:
+                self.snapshots[step] = self._state(copy=True)
+                self._advanced.notify_all()
+            else:
+                self.armed.add(int(step))
+        return True, self.step
+
+    async def disarm(self, step: int) -> None:
+        """Forget the snapshot of `step`, armed or taken."""
+        self.armed.discard(step)
+        self.snapshots.pop(step, None)
+
+    async def snapshot(self, step: int):
+        """`state()` as of `step`, once this shard reaches it; the snapshot must have been
+        armed. None after `stop`; a TimeoutError if the shard does not reach `step`."""
+        async with self._advanced:
+            try:
+                await asyncio.wait_for(
+                    self._advanced.wait_for(lambda: self.stopped or step in self.snapshots or step not in self.armed),
+                    self.timeout,
+                )
+            except asyncio.TimeoutError:
+                raise TimeoutError(
+                    f"parameter shard holding {sorted(set(self.names))}: step {step} of the snapshot was not "
+                    f"reached within {self.timeout:g}s (the shard is at step {self.step})"
+                ) from None
+            if self.stopped:
+                return None
+            if step not in self.snapshots:
+                raise ValueError(f"parameter shard: no snapshot of step {step} was armed")
+            return self.snapshots.pop(step)
+
+    async def progress(self) -> tuple[int, list[int]]:
+        """(step, shards): the step this shard waits to apply and the shards of it received."""
+        return self.step, sorted(self.pending)
 
     async def stop(self) -> None:
         """Release every waiting `pull` with 'stop' and ignore further pushes."""
@@ -131,6 +190,9 @@ class ParameterShard:
                 self._apply(self.pending)
                 async with self._advanced:
                     self.step, self.pending = step + 1, {}
+                    if self.step in self.armed:
+                        self.armed.discard(self.step)
+                        self.snapshots[self.step] = self._state(copy=True)
                     self._advanced.notify_all()
         return await self.pull(step + 1)
 

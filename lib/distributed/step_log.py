@@ -79,6 +79,10 @@ class StepLog:
             self.done = []
             return records
 
+    async def progress(self) -> int:
+        """How many steps of the epoch have all their accepted shards."""
+        return sum(1 for shards in self.open.values() if shards is None)
+
     async def stop(self) -> None:
         async with self._changed:
             self.stopped = True

@@ -1,0 +1,267 @@
+"""`Deployment`: one placement of synchronous training on a set of workers.
+
+Parameter shards go to the workers (at most one each, see `placement`), the step log
+and the replicas to the first `replicas + backup_workers` of them, and the frozen
+gradient steps and the data are copied to every replica's worker. A deployment runs
+any number of segments (consecutive steps of one epoch): `begin` sends the state to
+start from, `launch` starts the replicas, `snapshot` and `state` read a consistent
+state back. When a worker dies the deployment is abandoned (`stop`, then `close`)
+and a new one is made on the workers still alive; each call here waits at most
+`timeout` seconds and then raises a TimeoutError naming what did not answer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tapeflow.distributed.epoch_plan import EpochPlan
+from tapeflow.distributed.gradient_graph import GradientLayout
+from tapeflow.distributed.parameter_server import ParameterShard
+from tapeflow.distributed.placement import join_blocks, place_variables
+from tapeflow.distributed.replica import ReplicaJob, run_replica
+from tapeflow.distributed.step_log import StepLog
+
+_STOP_WAIT = 2.0  # seconds to release the replicas of an abandoned deployment
+_WATCH_EVERY = 0.5  # seconds between calls of `watch` while a call waits
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """What the parameter shards are made from: per variable its name, shape, whether an
+    optimizer updates it and whether weight decay applies; the optimizer's config; the
+    size above which a variable is split by rows."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    trainable: tuple[bool, ...]
+    decays: tuple[bool, ...]
+    optimizer_config: dict
+    row_block_bytes: int
+
+
+class Deployment:
+    """Shards, step log, graphs and data placed on `workers` (see the module docstring);
+    `used` are those of them that hold something.
+
+    `graphs` are the frozen gradient steps by shard size, `data` the arrays [x..., y],
+    `delays` the straggler delay of replica numbers; `watch` is called about every half
+    second while a call waits, and may raise to end the wait (when a worker died).
+    """
+
+    def __init__(
+        self,
+        client,
+        workers: list[str],
+        replicas: int,
+        backup_workers: int,
+        spec: ShardSpec,
+        layout: GradientLayout,
+        graphs: dict,
+        data: list,
+        delays: dict[int, float],
+        timeout: float,
+        watch=None,
+    ):
+        self.client, self.timeout, self.layout, self.delays = client, timeout, layout, delays
+        self.watch = watch or (lambda: None)
+        self.replicas, self.backup_workers = replicas, backup_workers
+        self.replica_workers = list(workers[: replicas + backup_workers])
+        blocks = place_variables(spec.shapes, len(workers), spec.row_block_bytes)
+        by_shard = [(w, tuple(b for b in blocks if b.shard == j)) for j, w in enumerate(workers)]
+        self.shard_workers = [w for w, held in by_shard if held]  # a worker with no block gets no shard
+        self.blocks = tuple(held for _, held in by_shard if held)
+        self.workers = list(workers)
+        self.used = sorted(set(self.replica_workers) | set(self.shard_workers))
+        self._held, self._running, self.shards, self.log = [], [], [], None
+        try:
+            self._start(spec, graphs, data)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, spec: ShardSpec, graphs: dict, data: list) -> None:
+        self.data = self._scatter(data)
+        (self.graphs,) = self._scatter([graphs])
+        self._held += [*self.data, self.graphs]
+        shard_futures = [
+            self.client.submit(
+                ParameterShard,
+                list(blocks),
+                [spec.names[b.variable] for b in blocks],
+                [spec.trainable[b.variable] for b in blocks],
+                [spec.decays[b.variable] for b in blocks],
+                spec.optimizer_config,
+                self.timeout,
+                actor=True,
+                workers=[worker],
+                allow_other_workers=False,
+                pure=False,
+            )
+            for worker, blocks in zip(self.shard_workers, self.blocks, strict=True)
+        ]
+        log_future = self.client.submit(
+            StepLog, actor=True, workers=[self.replica_workers[0]], allow_other_workers=False, pure=False
+        )
+        self._held += [*shard_futures, log_future]
+        self.shards = self._answers(shard_futures, "start")
+        self.log = self._result(log_future, self._log_name)
+
+    def _scatter(self, items: list) -> list:
+        """Futures of `items`, each copied to every replica's worker."""
+        return self.client.scatter(
+            items, workers=self.replica_workers, broadcast=True, hash=False, timeout=self.timeout
+        )
+
+    # ------------------------------------------------------------ segments
+    def begin(self, plan: EpochPlan, values, slots, iterations: int, learning_rate, snapshot_steps=()) -> None:
+        """Give every shard its blocks of the whole-variable `values` and `slots`, the step
+        counter and the learning rate, arming snapshots at `snapshot_steps`."""
+        calls = [
+            shard.begin_epoch(
+                plan,
+                [b.take(values[b.variable]) for b in blocks],
+                [{name: b.take(a) for name, a in slots[b.variable].items()} for b in blocks],
+                iterations,
+                learning_rate,
+                sorted(snapshot_steps),
+            )
+            for shard, blocks in zip(self.shards, self.blocks, strict=True)
+        ]
+        self._answers(calls, "begin the steps")
+        self._result(self.log.begin_epoch(plan), self._log_name)
+
+    def launch(self, plan: EpochPlan, order: np.ndarray) -> list:
+        """Start one replica task per replica worker over `plan`; returns their futures."""
+        (order_future,) = self._scatter([order])
+        futures = [
+            self.client.submit(
+                run_replica,
+                ReplicaJob(r, plan, self.layout, self.blocks, self.delays.get(r, 0.0), self.timeout),
+                self.graphs,
+                self.data,
+                order_future,
+                self.shards,
+                self.log,
+                workers=[worker],
+                allow_other_workers=False,
+                pure=False,
+            )
+            for r, worker in enumerate(self.replica_workers)
+        ]
+        self._running = [*futures, order_future]
+        return futures
+
+    def wait(self, futures) -> None:
+        """Wait for the replica tasks to end (together at most `timeout` seconds)."""
+        deadline = time.monotonic() + self.timeout
+        for future, worker in zip(futures, self.replica_workers, strict=True):
+            self._result(future, f"the replica on {worker}", deadline)
+
+    def records(self, step: int, wait: float) -> list[dict]:
+        """The step log's records of `step` and later, waiting up to `wait` seconds for one."""
+        return self._result(self.log.wait(step, wait), self._log_name, time.monotonic() + wait + self.timeout)
+
+    def silent(self, wait: float) -> str:
+        """Which shards and log do not answer within `wait` seconds, or, when all answer,
+        each shard's step and the shards of it received."""
+        named = zip(self.shards, self.shard_workers, strict=True)
+        calls = [(f"the parameter shard on {worker}", shard.progress()) for shard, worker in named]
+        calls.append((self._log_name, self.log.progress()))
+        deadline, silent, progress = time.monotonic() + wait, [], []
+        for name, call in calls:
+            try:
+                progress.append(call.result(timeout=max(deadline - time.monotonic(), 0.01)))
+            except Exception:  # noqa: BLE001 - whatever the reason, it did not answer
+                silent.append(name)
+        if silent:
+            return f"no answer within {wait:g}s from {', '.join(silent)}"
+        return f"parameter shards at (step, shards received) {progress[:-1]}"
+
+    # ------------------------------------------------------------ state
+    def arm(self, step: int) -> tuple[bool, int]:
+        """(armed, newest shard step): arm a snapshot of `step` on every shard, or on none
+        if one has already passed it."""
+        answers = self._answers([shard.arm(step) for shard in self.shards], f"arm a snapshot of step {step}")
+        if all(ok for ok, _ in answers):
+            return True, max(s for _, s in answers)
+        self._answers([shard.disarm(step) for shard in self.shards], f"disarm step {step}")
+        return False, max(s for _, s in answers)
+
+    def snapshot(self, step: int):
+        """(values, slots, iterations) of whole variables as of `step` (armed before), or
+        None if the shards were stopped."""
+        answers = self._answers([shard.snapshot(step) for shard in self.shards], f"a snapshot of step {step}")
+        return None if any(a is None for a in answers) else self._join(answers)
+
+    def state(self):
+        """(values, slots, iterations) of whole variables as the shards hold them now."""
+        return self._join(self._answers([shard.state() for shard in self.shards], "read the state"))
+
+    def _join(self, answers):
+        values, slots = {}, {}
+        for blocks, (shard_values, shard_slots, _) in zip(self.blocks, answers, strict=True):
+            values.update(zip(blocks, shard_values, strict=True))
+            slots.update(zip(blocks, shard_slots, strict=True))
+        whole_values, whole_slots = join_blocks(values), []
+        for index in range(len(whole_values)):
+            parts = {b: s for b, s in slots.items() if b.variable == index}
+            names = next(iter(parts.values()))
+            whole_slots.append({name: join_blocks({b: s[name] for b, s in parts.items()})[0] for name in names})
+        return whole_values, whole_slots, int(answers[0][2])
+
+    def _answers(self, calls, what: str) -> list:
+        """The shards' answers to `calls` (together at most `timeout` seconds)."""
+        deadline = time.monotonic() + self.timeout
+        return [
+            self._result(call, f"the parameter shard on {worker} ({what})", deadline)
+            for call, worker in zip(calls, self.shard_workers, strict=True)
+        ]
+
+    def _result(self, future, what: str, deadline: float | None = None):
+        """The result of a Dask or actor future, calling `watch` every half second; a
+        TimeoutError naming `what` at `deadline` (`timeout` seconds from now by default)."""
+        deadline = time.monotonic() + self.timeout if deadline is None else deadline
+        while True:
+            try:
+                return future.result(timeout=min(_WATCH_EVERY, max(deadline - time.monotonic(), 0.01)))
+            except TimeoutError:
+                if future.done():  # the call's own error
+                    raise
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"fit: {what} did not answer within {self.timeout:g}s")
+            self.watch()
+
+    @property
+    def _log_name(self) -> str:
+        return f"the step log on {self.replica_workers[0]}"
+
+    # ------------------------------------------------------------ teardown
+    def stop(self, alive) -> None:
+        """Release every replica waiting on a shard or the log on a worker in `alive`
+        (best effort, at most a few seconds)."""
+        alive = set(alive)
+        actors = [(s, w) for s, w in zip(self.shards, self.shard_workers, strict=True) if w in alive]
+        if self.log is not None and self.replica_workers[0] in alive:
+            actors.append((self.log, self.replica_workers[0]))
+        calls = []
+        for actor, _ in actors:
+            try:
+                calls.append(actor.stop())
+            except Exception:  # noqa: BLE001 - an actor already gone has nothing to release
+                pass
+        deadline = time.monotonic() + _STOP_WAIT
+        for call in calls:
+            try:
+                call.result(timeout=max(deadline - time.monotonic(), 0.01))
+            except Exception:  # noqa: BLE001 - as above
+                pass
+
+    def close(self) -> None:
+        """Cancel the replicas and release the shards, the log and the copied data (safe to
+        call twice)."""
+        if self._held or self._running:
+            self.client.cancel([*self._running, *self._held], force=True)
+        self._held, self._running = [], []
