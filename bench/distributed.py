@@ -93,11 +93,16 @@ def _epoch_seconds(kind: str, steps: int, distribute, repeats: int) -> tuple[flo
     return best, traffic, sum(w.nbytes for w in model.get_weights())
 
 
-def _measure(kind: str, steps: int, distribute, repeats: int) -> dict:
+def _measure(kind: str, steps: int, distribute, repeats: int, after_long=None) -> dict:
+    """Per-step cost, one-step epoch, traffic per step and parameter bytes; `after_long(result)`
+    adds what the strategy recorded of the 2k-step epoch."""
     short, _, _ = _epoch_seconds(kind, steps, distribute, repeats)
     long, traffic, params = _epoch_seconds(kind, 2 * steps, distribute, repeats)
-    one, _, _ = _epoch_seconds(kind, 1, distribute, repeats)
-    return {"step": (long - short) / steps, "epoch1": one, "traffic_per_step": traffic / (2 * steps), "params": params}
+    result = {"step": (long - short) / steps, "traffic_per_step": traffic / (2 * steps), "params": params}
+    if after_long is not None:
+        after_long(result)
+    result["epoch1"] = _epoch_seconds(kind, 1, distribute, repeats)[0]
+    return result
 
 
 def worker(args) -> dict:
@@ -112,18 +117,20 @@ def worker(args) -> dict:
     with tp.distributed.Cluster(n_workers=workers, threads_per_worker=1) as cluster:
         if args.mode == "async":
             strategy = tp.distributed.AsyncParameterServer(cluster, replicas=args.replicas)
-            result = _measure(args.kind, args.steps, strategy, args.repeats)
-            result["staleness"] = float(np.mean([s.staleness for s in strategy.steps]))  # of the last epoch
-            return result
+
+            def staleness(result):
+                result["staleness"] = float(np.mean([s.staleness for s in strategy.steps]))
+
+            return _measure(args.kind, args.steps, strategy, args.repeats, staleness)
         delay = {0: args.delay} if args.delay else None
         strategy = tp.distributed.DataParallel(
             cluster, replicas=args.replicas, backup_workers=args.backups, straggler_delay=delay
         )
-        result = _measure(args.kind, args.steps, strategy, args.repeats)
-        if args.backups:
-            dropped = sum(len(s.dropped) for s in strategy.steps)
-            result["dropped_per_step"] = dropped / max(1, len(strategy.steps))
-        return result
+
+        def dropped(result):
+            result["dropped_per_step"] = sum(len(s.dropped) for s in strategy.steps) / max(1, len(strategy.steps))
+
+        return _measure(args.kind, args.steps, strategy, args.repeats, dropped if args.backups else None)
 
 
 def run(**kw) -> dict:

@@ -211,7 +211,7 @@ class Trainer:
         built is built on the first batch of array data before the callbacks start. In
         `on_train_begin` a callback may set `model._initial_epoch` (the epoch to start
         from) and `model._fit_seed` (the shuffle seed): that is how
-        `tp.io.BackupAndRestore` resumes an interrupted run exactly. `x` may be a list
+        `tp.callbacks.BackupAndRestore` resumes an interrupted run exactly. `x` may be a list
         of arrays for a model with several inputs; `validation_batch_size` defaults to
         `batch_size`.
 

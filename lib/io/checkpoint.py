@@ -36,7 +36,7 @@ Every write goes to `.<name>.<random>.tmp` beside the target, is flushed and fsy
 and then `os.replace`s the target (the directory is fsync'ed too), so a reader, or a run
 after a crash, sees either the previous complete file or the new one. A writer killed
 mid-save can leave its temp file behind: it is never read, and `remove_temp_files(path)`
-(which `tapeflow.io.BackupAndRestore` calls when training starts) deletes such strays.
+(which `tp.callbacks.BackupAndRestore` calls when training starts) deletes such strays.
 
 >>> import os, tempfile
 >>> import tapeflow as tp

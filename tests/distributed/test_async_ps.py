@@ -10,6 +10,7 @@ bounded, and every test has a timeout.
 
 import numpy as np
 import pytest
+from distributed_helpers import OPTIMIZERS, Recorder
 
 import tapeflow as tp
 from tapeflow import _compat
@@ -27,12 +28,6 @@ N, BATCH = 40, 15  # batches of 15, 15 and 10 rows
 def cluster():
     with tp.distributed.Cluster(n_workers=2, memory_limit="1GiB") as cluster:
         yield cluster
-
-
-OPTIMIZERS = {
-    "sgd": lambda: tp.optimizers.SGD(0.1),
-    "adam": lambda: tp.optimizers.Adam(0.01),
-}
 
 
 def twins(optimizer, metrics=(), n=2):
@@ -58,24 +53,6 @@ def assert_same_weights(a, b, rtol=2e-5, atol=2e-6):
         np.testing.assert_allclose(wa, wb, rtol=rtol, atol=atol)
 
 
-class Recorder(tp.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.calls.append(("epoch", epoch))
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.calls.append(("begin", batch))
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.calls.append(("end", batch, sorted(logs)))
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.calls.append(("epoch end", epoch, self.model.get_weights()[0].sum().round(3)))
-
-
 # ------------------------------------------------------------------ one replica: single-process training
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_one_replica_equals_single_process_training(cluster, optimizer):
@@ -85,7 +62,7 @@ def test_one_replica_equals_single_process_training(cluster, optimizer):
     strategy = tp.distributed.AsyncParameterServer(cluster, replicas=1)
     runs = []
     for model, distribute in ((single, None), (spread, strategy)):
-        recorder = Recorder()
+        recorder = Recorder(epoch_logs=False)
         history = model.fit(
             x,
             y,
@@ -242,7 +219,7 @@ class Unfreezable(tp.Model):
         self.dense = tp.layers.Dense(5)
 
     def call(self, x, training=None):
-        if float(tp.sum(x)) > 0:  # a traced value escapes into Python
+        if float(tp.sum(x)) > 0:  # a traced value escapes into Python: the FreezeError names this file
             return self.dense(x)
         return self.dense(-x)
 

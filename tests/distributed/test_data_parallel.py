@@ -8,6 +8,7 @@ shards each step applied. Every wait is bounded, and every test has a timeout.
 
 import numpy as np
 import pytest
+from distributed_helpers import OPTIMIZERS, Recorder
 
 import tapeflow as tp
 from tapeflow import _compat
@@ -44,13 +45,6 @@ def cnn():
 
 def lstm():
     return tp.Sequential([tp.layers.LSTM(8), tp.layers.Dense(5)]), (6, 4)
-
-
-OPTIMIZERS = {
-    "sgd": lambda: tp.optimizers.SGD(0.1),
-    "momentum": lambda: tp.optimizers.SGD(0.1, momentum=0.9),
-    "adam": lambda: tp.optimizers.Adam(0.01),
-}
 
 
 def data(shape, n=N, seed=0):
@@ -102,24 +96,6 @@ def test_row_sharded_variables_train_as_whole_ones(cluster):
     strategy = tp.distributed.DataParallel(cluster, replicas=2, row_block_bytes=64, timeout=30)
     spread.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, distribute=strategy)
     assert_same_training(spread, single)
-
-
-class Recorder(tp.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.calls.append(("epoch", epoch))
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.calls.append(("begin", batch))
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.calls.append(("end", batch, sorted(logs)))
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.calls.append(("epoch end", epoch, sorted(logs), self.model.get_weights()[0].sum().round(3)))
 
 
 def test_callbacks_metrics_validation_and_history_as_in_one_process(cluster):
@@ -253,7 +229,7 @@ class Unfreezable(tp.Model):
         self.dense = tp.layers.Dense(5)
 
     def call(self, x, training=None):
-        if float(tp.sum(x)) > 0:  # a traced value escapes into Python
+        if float(tp.sum(x)) > 0:  # a traced value escapes into Python: the FreezeError names this file
             return self.dense(x)
         return self.dense(-x)
 
