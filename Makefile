@@ -50,6 +50,7 @@ bench: build
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/train.py
 	$(BIN)/python bench/graph.py
+	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/distributed.py
 
 lint: $(INSTALLED)

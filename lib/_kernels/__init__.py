@@ -12,6 +12,8 @@ True
 from __future__ import annotations
 
 import importlib
+import operator
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -45,7 +47,29 @@ def _load(name: str) -> ModuleType:
     return module
 
 
-_modules = {name: _load(name) for name in MODULES}
+def _load_all() -> dict[str, ModuleType]:
+    """Every kernel module, with OpenMP threads that sleep when idle.
+
+    OpenMP threads spin while they wait for work by default, which collapses training when
+    another process (a data loader, another Dask worker) wants a core. The runtime reads
+    OMP_WAIT_POLICY once, when the first kernel module loads it: PASSIVE is set for that
+    moment only, unless the user set a policy, and the environment is then restored, so
+    other libraries and subprocesses see it as it was.
+    """
+    chosen = "OMP_WAIT_POLICY" in os.environ
+    if not chosen:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        return {name: _load(name) for name in MODULES}
+    finally:
+        if not chosen:
+            os.environ.pop("OMP_WAIT_POLICY", None)
+
+
+_modules = _load_all()
+# Beyond this many threads per process the runtime may fail to start them (each needs a
+# stack): 100,000 threads crashed the process.
+MAX_THREADS = max(64, 4 * (os.cpu_count() or 1))
 
 
 def build_info() -> dict[str, dict]:
@@ -73,8 +97,22 @@ def set_num_threads(n: int) -> None:
     >>> old = get_num_threads(); set_num_threads(1); get_num_threads(); set_num_threads(old)
     1
     """
+    count = _thread_count(n)
     for module in _modules.values():
-        module._set_num_threads(n)
+        module._set_num_threads(count)
+
+
+def _thread_count(n) -> int:
+    """`n` as a thread count the runtime can start, or a TypeError / ValueError saying why not."""
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"set_num_threads: expected an integer thread count, got {n!r}")
+    count = operator.index(n)
+    if not 1 <= count <= MAX_THREADS:
+        raise ValueError(
+            f"set_num_threads: the thread count must be between 1 and {MAX_THREADS} "
+            f"(at least 64, or 4 per core on this machine), got {count}"
+        )
+    return count
 
 
 def get_num_threads() -> int:

@@ -3,7 +3,10 @@
 import doctest
 import hashlib
 import itertools
+import os
 import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -571,3 +574,44 @@ def test_conv_from_concurrent_python_threads():
         for actual, reference in zip(result, expected, strict=True):
             assert_close(actual, reference, np.float64)
     assert K._conv._blas_num_threads() == blas_threads in (1, None)
+
+
+def test_set_num_threads_refuses_counts_the_runtime_cannot_start():
+    """100,000 threads used to crash the process at the next kernel call."""
+    old = K.get_num_threads()
+    try:
+        for bad in (100_000, K.MAX_THREADS + 1, 0, -3):
+            with pytest.raises(ValueError, match=rf"set_num_threads: .* between 1 and {K.MAX_THREADS}.*got {bad}"):
+                K.set_num_threads(bad)
+        for bad in (2.0, "2", True, None):
+            with pytest.raises(TypeError, match="set_num_threads: expected an integer"):
+                K.set_num_threads(bad)
+        assert K.get_num_threads() == old  # a refused count changes nothing
+        K.set_num_threads(np.int64(1))
+        assert K.get_num_threads() == 1
+    finally:
+        K.set_num_threads(old)
+
+
+def _openmp_environment(env: dict) -> tuple[str, str]:
+    """(OMP_WAIT_POLICY as the OpenMP runtime read it, as the environment shows it) after
+    importing tapeflow in a fresh process with `env`."""
+    code = (
+        "import ctypes, os, tapeflow\n"
+        "print(os.environ.get('OMP_WAIT_POLICY', '<unset>'), flush=True)\n"
+        "ctypes.CDLL('libgomp.so.1').omp_display_env(0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    runtime = re.search(r"OMP_WAIT_POLICY = '(\w+)'", out.stdout + out.stderr)
+    return (runtime.group(1) if runtime else "<not shown>"), out.stdout.splitlines()[0]
+
+
+@pytest.mark.skipif(not K.build_info()["conv"]["openmp"], reason="kernels built without OpenMP")
+def test_openmp_threads_sleep_when_idle_without_changing_the_environment():
+    """Spinning OpenMP threads collapse training beside another busy process: the kernels run
+    with the PASSIVE wait policy, the environment seen by other libraries stays as it was, and
+    a policy the user chose wins."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    assert _openmp_environment(env) == ("PASSIVE", "<unset>")
+    assert _openmp_environment({**env, "OMP_WAIT_POLICY": "ACTIVE"}) == ("ACTIVE", "ACTIVE")
