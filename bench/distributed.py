@@ -35,8 +35,8 @@ import numpy as np
 
 HERE = os.path.abspath(__file__)
 # Run as a script, this file's folder leads sys.path, where this file would shadow Dask's
-# `distributed` package: drop it.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(HERE)]
+# `distributed` package: move it to the end.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(HERE)] + [os.path.dirname(HERE)]
 
 
 def _loopback_bytes() -> int:
@@ -50,24 +50,15 @@ def _loopback_bytes() -> int:
 
 
 def _model(kind: str):
+    """(model, input shape, batch) of a workload; the CNN without dropout."""
+    from _models import tapeflow_model
+
     import tapeflow as tp
 
-    tp.random.seed(0)
-    if kind == "cnn":
-        layers = [
-            tp.layers.Conv2D(32, 5, padding="same", activation="relu"),
-            tp.layers.MaxPooling2D(2),
-            tp.layers.Conv2D(64, 5, padding="same", activation="relu"),
-            tp.layers.MaxPooling2D(2),
-            tp.layers.Flatten(),
-            tp.layers.Dense(1024, activation="relu"),
-            tp.layers.Dense(10),
-        ]
-        return tp.Sequential(layers), (28, 28, 1), 50
-    if kind == "mlp":
-        layers = [tp.layers.Dense(256, activation="relu"), tp.layers.Dense(256, activation="relu"), tp.layers.Dense(10)]
-        return tp.Sequential(layers), (784,), 128
-    return tp.Sequential([tp.layers.Dense(1)]), (1,), 4
+    if kind == "null":
+        return tp.Sequential([tp.layers.Dense(1)]), (1,), 4
+    features, batch = ((28, 28, 1), 50) if kind == "cnn" else ((784,), 128)
+    return tapeflow_model(kind, dropout=False), features, batch
 
 
 def _epoch_seconds(kind: str, steps: int, distribute, repeats: int) -> tuple[float, int, int]:

@@ -25,6 +25,7 @@ import tempfile
 import time
 
 import numpy as np
+from _models import tapeflow_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 THREADS = 2
@@ -63,26 +64,6 @@ def _timed(step, steps: int, base: float, warmup: int = 5) -> dict:
 
 
 # ------------------------------------------------------------ workers
-def tapeflow_model(kind: str):
-    import tapeflow as tp
-
-    tp.random.seed(0)
-    if kind == "mlp":
-        layers = [tp.layers.Dense(256, activation="relu"), tp.layers.Dense(256, activation="relu"), tp.layers.Dense(10)]
-    else:
-        layers = [
-            tp.layers.Conv2D(32, 5, padding="same", activation="relu"),
-            tp.layers.MaxPooling2D(2),
-            tp.layers.Conv2D(64, 5, padding="same", activation="relu"),
-            tp.layers.MaxPooling2D(2),
-            tp.layers.Flatten(),
-            tp.layers.Dense(1024, activation="relu"),
-            tp.layers.Dropout(0.5),
-            tp.layers.Dense(10),
-        ]
-    return tp.Sequential(layers)
-
-
 def worker_tapeflow_train(kind: str, batch: int, steps: int, jit: bool) -> dict:
     import tapeflow as tp
 

@@ -19,24 +19,14 @@ import sys
 import time
 
 import numpy as np
+from _models import tapeflow_model
 
 
 def worker(steps: int) -> dict:
     import tapeflow as tp
 
     tp.set_num_threads(2)
-    tp.random.seed(0)
-    model = tp.Sequential(
-        [
-            tp.layers.Conv2D(32, 5, padding="same", activation="relu"),
-            tp.layers.MaxPooling2D(2),
-            tp.layers.Conv2D(64, 5, padding="same", activation="relu"),
-            tp.layers.MaxPooling2D(2),
-            tp.layers.Flatten(),
-            tp.layers.Dense(1024, activation="relu"),
-            tp.layers.Dense(10),
-        ]
-    )
+    model = tapeflow_model("cnn", dropout=False)
     model.compile(tp.optimizers.Adam(1e-3), tp.losses.SparseCategoricalCrossentropy(from_logits=True))
     rng = np.random.default_rng(0)
     x, y = tp.tensor(rng.random((50, 28, 28, 1), dtype=np.float32)), tp.tensor(rng.integers(0, 10, 50))
