@@ -27,7 +27,8 @@ cdef extern from *:
     /* float32 exp and tanh written without branches or calls, so that loops over them
        vectorize (libm's expf and tanhf do not); both are within a few ulp of libm. */
     static inline float tapeflow_expf(float x) {
-        float c = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
+        /* Past 88.72 the result overflows; below -87.34 it would be subnormal (flushed). */
+        float c = x > 88.72283f ? 88.72283f : (x < -87.33654f ? -87.33654f : x);
         float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round to nearest */
         float r = c - n * 0.693359375f + n * 2.12194440e-4f;
         float p = 1.9875691500e-4f;
@@ -37,13 +38,20 @@ cdef extern from *:
         p = p * r + 1.6666665459e-1f;
         p = p * r + 5.0000001201e-1f;
         p = p * r * r + r + 1.0f;
-        int32_t bits = ((int32_t)n + 127) << 23;
+        /* 2^n in two factors, 2^(n - s) * 2^s, so that n = 128 (x up to 88.72) stays finite. */
+        int32_t s = n > 0.0f ? 1 : 0;
+        int32_t bits = ((int32_t)n - s + 127) << 23;
         float scale;
         memcpy(&scale, &bits, sizeof scale);
-        float y = p * scale;
+        float y = p * scale * (s ? 2.0f : 1.0f);
         y = x > 88.72283f ? INFINITY : y;
         y = x < -87.33654f ? 0.0f : y;
         return x != x ? x : y;
+    }
+    /* libm's exp builds subnormal results in integer arithmetic, which flush-to-zero does
+       not touch: flush them here, as every other kernel's arithmetic does. */
+    static inline double tapeflow_exp(double x) {
+        return x < -708.3964185322641 ? 0.0 : exp(x);
     }
     static inline float tapeflow_tanhf(float x) {
         float a = fabsf(x);
@@ -110,7 +118,7 @@ cdef extern from *:
         }                                                                                  \\
     }
     TAPEFLOW_EW_LOOPS(f32, float, tapeflow_expf, logf, tapeflow_tanhf, sqrtf, fabsf)
-    TAPEFLOW_EW_LOOPS(f64, double, exp, log, tanh, sqrt, fabs)
+    TAPEFLOW_EW_LOOPS(f64, double, tapeflow_exp, log, tanh, sqrt, fabs)
     """
     void tapeflow_ew_unary_f32(int op, float* d, const float* x, Py_ssize_t m) noexcept nogil
     void tapeflow_ew_binary_f32(int op, float* d, const float* x, const float* y, Py_ssize_t m) noexcept nogil

@@ -158,7 +158,7 @@ def _bias_activation(floating[:, ::1] c, const floating[::1] bias, bint relu):
         for i in prange(rows, num_threads=threads, schedule="static"):
             for j in range(cols):
                 v = c[i, j] + bias[j]
-                c[i, j] = (v if v > 0 else 0) if relu else v
+                c[i, j] = (0 if v <= 0 else v) if relu else v  # NaN stays NaN, as np.maximum keeps it
 
 
 def dense(a, w, bias, bint relu):

@@ -277,3 +277,37 @@ def test_fusion_stops_at_shared_values(rng):
     x = rng.standard_normal(4).astype(np.float32)
     for got, want in zip(graph(tp.tensor(x)), f(tp.tensor(x)), strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+EDGES = {
+    np.float32: [88.0, 88.3, 88.5, 88.7, 88.7228, 88.73, 89.0, 1e30, -87.0, -87.3, -87.34, -87.4, -103.0, -1e30],
+    np.float64: [709.0, 709.7, 709.79, 710.0, -708.0, -708.4, -745.0, -746.0, 1e300, -1e300],
+}
+SPECIALS = [0.0, -0.0, 1.5, -1.5, 1e-40, -1e-40, np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_exp_matches_eager_at_the_edges_of_float_range(dtype):
+    """The fused exp used to clamp its input at 88, giving e^88 for x in (88, 88.72]."""
+    x = np.array(EDGES[dtype] + SPECIALS, dtype)
+    frozen = run_program([x], (("input", 0), ("exp", 0)))
+    with np.errstate(over="ignore"):
+        eager = tp.exp(tp.tensor(x)).numpy()
+        exact = np.exp(x.astype(np.float64)).astype(dtype)
+    np.testing.assert_allclose(frozen, eager, rtol=2e-6 if dtype == np.float32 else 1e-15, atol=0)
+    normal = np.abs(exact) >= np.finfo(dtype).tiny  # below it, results are flushed to zero
+    np.testing.assert_allclose(frozen[normal], exact[normal], rtol=2e-6 if dtype == np.float32 else 1e-15)
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dense_relu_kernel_keeps_nan_as_eager_does(rows, dtype, rng):
+    """The bias-and-relu epilogue of fused_matmul used to turn NaN into 0."""
+    x = rng.standard_normal((rows, 6)).astype(dtype)
+    x[0, 2] = np.nan
+    w, b = rng.standard_normal((6, 4)).astype(dtype), rng.standard_normal(4).astype(dtype)
+    w[2, 1] = 0.0  # NaN * 0 is still NaN
+    eager = tp.nn.relu(tp.tensor(x) @ tp.tensor(w) + tp.tensor(b)).numpy()
+    frozen = tp.get_op("fused_matmul").bound_kernel("cpu", {"activation": "relu"})(x, w, b)
+    assert np.isnan(eager[0]).all()
+    np.testing.assert_allclose(frozen, eager, rtol=1e-5, atol=1e-6)  # NaN positions must agree
