@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+MAX_EXTENT = 2**31 - 1  # what the compiled kernels take as a window size, stride or padding
+
 
 def _explicit_pads(name: str, padding) -> tuple:
     try:
@@ -17,8 +19,8 @@ def _explicit_pads(name: str, padding) -> tuple:
         raise ValueError(
             f"{name}: padding must be 'SAME', 'VALID' or ((top, bottom), (left, right)), got {padding!r}"
         ) from None
-    if min(pads) < 0:
-        raise ValueError(f"{name}: negative padding {padding!r}")
+    if min(pads) < 0 or max(pads) > MAX_EXTENT:
+        raise ValueError(f"{name}: padding must be in [0, {MAX_EXTENT}], got {padding!r}")
     return pads
 
 
@@ -50,11 +52,9 @@ def conv_geometry(name: str, in_h: int, in_w: int, kh: int, kw: int, strides, pa
     """
     sh, sw = strides
     dh, dw = dilations
-    for label, value in (("strides", strides), ("dilations", dilations)):
-        if any(not isinstance(v, int | np.integer) or v < 1 for v in value):
-            raise ValueError(f"{name}: {label} must be positive integers, got {value!r}")
-    if kh < 1 or kw < 1:
-        raise ValueError(f"{name}: window must be at least 1x1, got {kh}x{kw}")
+    for label, value in (("strides", strides), ("dilations", dilations), ("window", (kh, kw))):
+        if any(isinstance(v, bool) or not isinstance(v, int | np.integer) or not 1 <= v <= MAX_EXTENT for v in value):
+            raise ValueError(f"{name}: {label} must be integers in [1, {MAX_EXTENT}], got {tuple(value)!r}")
     if isinstance(padding, str):
         if padding not in ("SAME", "VALID"):
             raise ValueError(f"{name}: padding must be 'SAME', 'VALID' or explicit pairs, got {padding!r}")

@@ -582,10 +582,15 @@ def scatter_nd_add(x, indices, updates) -> Tensor:
     return apply(_SCATTER_ND_ADD, (x, as_tensor(indices, name="scatter_nd_add"), upd), {})
 
 
+_MAX_DEPTH = 2**31 - 1  # a one-hot axis longer than this is a mistake, not a request
+
+
 def _one_hot_infer(indices, depth, on_value, off_value, dtype):
     _index_check("one_hot", None, indices)
-    if depth < 0:
-        raise ValueError(f"one_hot: depth must be non-negative, got {depth}")
+    if isinstance(depth, bool) or not isinstance(depth, int | np.integer):
+        raise TypeError(f"one_hot: depth must be an integer, got {depth!r}")
+    if not 0 <= depth <= _MAX_DEPTH:
+        raise ValueError(f"one_hot: depth must be in [0, {_MAX_DEPTH}], got {depth}")
     return [(tuple(indices.shape) + (depth,), dtypes.as_dtype(dtype))]
 
 
@@ -604,7 +609,7 @@ def one_hot(indices, depth: int, on_value=1.0, off_value=0.0, dtype="float32") -
     """
     idx = as_tensor(indices, name="one_hot")
     attrs = {
-        "depth": int(depth),
+        "depth": int(depth) if isinstance(depth, np.integer) else depth,
         "on_value": float(on_value),
         "off_value": float(off_value),
         "dtype": dtypes.as_dtype(dtype).name,

@@ -179,3 +179,42 @@ def test_bad_device_names_device():
     with pytest.raises(TypeError, match="device"):
         with tp.device(3):
             pass
+
+
+def test_uint64_values_beyond_int64_are_refused_not_wrapped():
+    """2**64 - 1 used to become -1, so gather returned the last row."""
+    with pytest.raises(ValueError, match=r"tensor: uint64 value 18446744073709551615 does not fit int64"):
+        tp.tensor(np.array([2**64 - 1], np.uint64))
+    assert tp.tensor(np.array([7], np.uint64)).numpy().tolist() == [7]
+
+
+@pytest.mark.parametrize(
+    "depth, error, message",
+    [
+        (2**63, ValueError, r"one_hot: depth must be in \[0, 2147483647\], got 9223372036854775808"),
+        (-1, ValueError, r"one_hot: depth must be in \[0, 2147483647\], got -1"),
+        (2.7, TypeError, r"one_hot: depth must be an integer, got 2.7"),
+        (True, TypeError, r"one_hot: depth must be an integer, got True"),
+    ],
+)
+def test_one_hot_depth_is_a_sensible_integer(depth, error, message):
+    """A depth of 2**63 used to give shape (1, 0), and 2.7 silently meant 2."""
+    with pytest.raises(error, match=message):
+        tp.one_hot([1], depth)
+    assert tp.one_hot([1], np.int64(3)).numpy().tolist() == [[0.0, 1.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda x, w: tp.nn.conv2d(x, w, strides=2**31, padding="SAME"), r"conv2d: strides must be integers in \[1, "),
+        (lambda x, w: tp.nn.conv2d(x, w, 1, "VALID", dilations=2**40), r"conv2d: dilations must be integers in \[1, "),
+        (lambda x, w: tp.nn.conv2d(x, w, 1, ((0, 2**31), (0, 0))), r"conv2d: padding must be in \[0, 2147483647\]"),
+        (lambda x, w: tp.nn.max_pool2d(x, 2**31, 1, "SAME"), r"max_pool2d: window must be integers in \[1, "),
+    ],
+)
+def test_window_sizes_beyond_the_kernels_int_range_name_the_op(call, message):
+    """Values of 2**31 or more used to leak Cython's 'value too large to convert to int'."""
+    x, w = tp.ones((1, 4, 4, 1)), tp.ones((2, 2, 1, 1))
+    with pytest.raises(ValueError, match=message):
+        call(x, w)
