@@ -61,6 +61,7 @@ from tapeflow.distributed import master_copy
 from tapeflow.distributed.async_replica import AsyncReplicaJob, run_async_replica
 from tapeflow.distributed.async_shard import AsyncParameterShard
 from tapeflow.distributed.data_parallel import _check_optimizer, _count, _delays, _raise_failed
+from tapeflow.distributed.deployment import launch_replicas
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
 from tapeflow.distributed.placement import place_variables
 from tapeflow.distributed.update_log import UpdateLog
@@ -227,21 +228,12 @@ class AsyncSession:
         self._begin_epoch(len(rows))
         (order_future,) = self._scatter([order])
         layout, blocks, timeout = self.layout, self.blocks, strategy.timeout
-        replicas = [
-            client.submit(
-                run_async_replica,
-                AsyncReplicaJob(r, offsets, layout, blocks, strategy.straggler_delay.get(r, 0.0), timeout),
-                self.graphs,
-                self.data,
-                order_future,
-                self.shards,
-                self.log,
-                workers=[worker],
-                allow_other_workers=False,
-                pure=False,
-            )
-            for r, worker in enumerate(self.replica_workers)
+        jobs = [
+            AsyncReplicaJob(r, offsets, layout, blocks, strategy.straggler_delay.get(r, 0.0), timeout)
+            for r in range(len(self.replica_workers))
         ]
+        shared = (self.graphs, self.data, order_future, self.shards, self.log)
+        replicas = launch_replicas(client, run_async_replica, jobs, self.replica_workers, shared)
         try:
             logs = self._follow(len(rows), order, offsets, callbacks, replicas)
             self._wait(replicas)

@@ -28,6 +28,14 @@ _STOP_WAIT = 2.0  # seconds to release the replicas of an abandoned deployment
 _WATCH_EVERY = 0.5  # seconds between calls of `watch` while a call waits
 
 
+def launch_replicas(client, run, jobs, workers, shared: tuple) -> list:
+    """One long-running task per replica, pinned to its worker: `run(job, *shared)`."""
+    return [
+        client.submit(run, job, *shared, workers=[worker], allow_other_workers=False, pure=False)
+        for job, worker in zip(jobs, workers, strict=True)
+    ]
+
+
 @dataclass(frozen=True)
 class ShardSpec:
     """What the parameter shards are made from: per variable its name, shape, whether an
@@ -136,21 +144,12 @@ class Deployment:
     def launch(self, plan: EpochPlan, order: np.ndarray) -> list:
         """Start one replica task per replica worker over `plan`; returns their futures."""
         (order_future,) = self._scatter([order])
-        futures = [
-            self.client.submit(
-                run_replica,
-                ReplicaJob(r, plan, self.layout, self.blocks, self.delays.get(r, 0.0), self.timeout),
-                self.graphs,
-                self.data,
-                order_future,
-                self.shards,
-                self.log,
-                workers=[worker],
-                allow_other_workers=False,
-                pure=False,
-            )
-            for r, worker in enumerate(self.replica_workers)
+        jobs = [
+            ReplicaJob(r, plan, self.layout, self.blocks, self.delays.get(r, 0.0), self.timeout)
+            for r in range(len(self.replica_workers))
         ]
+        shared = (self.graphs, self.data, order_future, self.shards, self.log)
+        futures = launch_replicas(self.client, run_replica, jobs, self.replica_workers, shared)
         self._running = [*futures, order_future]
         return futures
 
