@@ -39,33 +39,28 @@ has_dask = importlib.util.find_spec("dask") is not None and importlib.util.find_
 has_onnx = importlib.util.find_spec("onnx") is not None
 
 
+def _require(name: str, available: bool, needed_by: str, install: str):
+    """The module `name`, imported on first use, or an ImportError that says how to install it."""
+    module = _try_import(name) if available else None
+    if module is None:
+        raise ImportError(f"{needed_by} needs the {name} package, which is missing or fails to import: {install}")
+    return module
+
+
 def require_onnx():
-    """The onnx package, imported on first use (it is slow to import), or an
-    ImportError that says how to install it.
+    """The onnx package, imported on first use (it is slow to import).
 
     >>> require_onnx().__name__ if has_onnx else "onnx"
     'onnx'
     """
-    module = _try_import("onnx") if has_onnx else None
-    if module is None:
-        raise ImportError(
-            "ONNX export needs the onnx package, which is missing or fails to import: "
-            "pip install 'tapeflow[onnx]' (or pip install onnx)"
-        )
-    return module
+    return _require("onnx", has_onnx, "ONNX export", "pip install 'tapeflow[onnx]' (or pip install onnx)")
 
 
 def require_distributed():
-    """Dask's `distributed` package, imported on first use, or an ImportError that says
-    how to install it.
+    """Dask's `distributed` package, imported on first use.
 
     >>> require_distributed().__name__ if has_dask else "distributed"
     'distributed'
     """
-    module = _try_import("distributed") if has_dask else None
-    if module is None:
-        raise ImportError(
-            "tapeflow.distributed needs Dask's distributed package, which is missing or fails to import: "
-            "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"
-        )
-    return module
+    install = "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"
+    return _require("distributed", has_dask, "tapeflow.distributed", install)

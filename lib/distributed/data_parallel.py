@@ -85,7 +85,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tapeflow import optimizers
+from tapeflow.distributed import master_copy
 from tapeflow.distributed.checkpoints import CheckpointFiles, CheckpointPolicy
 from tapeflow.distributed.deployment import Deployment, ShardSpec
 from tapeflow.distributed.epoch_plan import EpochPlan
@@ -299,9 +299,7 @@ class TrainingSession:
         replicas = min(strategy.replicas, len(workers))
         backups = min(strategy.backup_workers, len(workers) - replicas)
         self._freeze(replicas + backups)
-        config = optimizers.serialize(self.optimizer)
-        if not isinstance(config["config"]["learning_rate"], dict):
-            config["config"]["learning_rate"] = float(self.optimizer.learning_rate)
+        config = master_copy.optimizer_config(self.optimizer)
         spec = ShardSpec(
             names=tuple(v.name for v in self.variables),
             shapes=tuple(tuple(v.shape) for v in self.variables),
@@ -507,23 +505,12 @@ class TrainingSession:
 
     def _client_state(self):
         """(values, slots, step counter, learning rate or None for a schedule) of the client's model."""
-        optimizer, n_trainable = self.optimizer, self.layout.n_trainable
-        values = [v.numpy() for v in self.variables]
-        slots = [
-            {name: s.numpy() for name, s in optimizer.slots(v).items()} if i < n_trainable else {}
-            for i, v in enumerate(self.variables)
-        ]
-        schedule = isinstance(optimizers.serialize(optimizer)["config"]["learning_rate"], dict)
-        return values, slots, optimizer.iterations, None if schedule else float(optimizer.learning_rate)
+        values, slots = master_copy.whole_state(self.variables, self.optimizer, self.layout.n_trainable)
+        return values, slots, self.optimizer.iterations, master_copy.learning_rate(self.optimizer)
 
     def _take_state(self, values, slots, iterations: int) -> None:
         """Set the client's model and optimizer to whole-variable `values`, `slots` and the step counter."""
-        for var, value, var_slots in zip(self.variables, values, slots, strict=True):
-            var.assign(value)
-            if var_slots:
-                for name, slot in self.optimizer.slots(var).items():
-                    slot.assign(var_slots[name])
-        self.optimizer.iterations = int(iterations)
+        master_copy.take_state(self.variables, self.optimizer, values, slots, iterations)
 
     # ------------------------------------------------------------ teardown
     def close(self) -> None:

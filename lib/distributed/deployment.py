@@ -19,8 +19,9 @@ import numpy as np
 
 from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import GradientLayout
+from tapeflow.distributed.master_copy import join_state
 from tapeflow.distributed.parameter_server import ParameterShard
-from tapeflow.distributed.placement import join_blocks, place_variables
+from tapeflow.distributed.placement import place_variables
 from tapeflow.distributed.replica import ReplicaJob, run_replica
 from tapeflow.distributed.step_log import StepLog
 
@@ -193,23 +194,11 @@ class Deployment:
         """(values, slots, iterations) of whole variables as of `step` (armed before), or
         None if the shards were stopped."""
         answers = self._answers([shard.snapshot(step) for shard in self.shards], f"a snapshot of step {step}")
-        return None if any(a is None for a in answers) else self._join(answers)
+        return None if any(a is None for a in answers) else join_state(self.blocks, answers)
 
     def state(self):
         """(values, slots, iterations) of whole variables as the shards hold them now."""
-        return self._join(self._answers([shard.state() for shard in self.shards], "read the state"))
-
-    def _join(self, answers):
-        values, slots = {}, {}
-        for blocks, (shard_values, shard_slots, _) in zip(self.blocks, answers, strict=True):
-            values.update(zip(blocks, shard_values, strict=True))
-            slots.update(zip(blocks, shard_slots, strict=True))
-        whole_values, whole_slots = join_blocks(values), []
-        for index in range(len(whole_values)):
-            parts = {b: s for b, s in slots.items() if b.variable == index}
-            names = next(iter(parts.values()))
-            whole_slots.append({name: join_blocks({b: s[name] for b, s in parts.items()})[0] for name in names})
-        return whole_values, whole_slots, int(answers[0][2])
+        return join_state(self.blocks, self._answers([shard.state() for shard in self.shards], "read the state"))
 
     def _answers(self, calls, what: str) -> list:
         """The shards' answers to `calls` (together at most `timeout` seconds)."""

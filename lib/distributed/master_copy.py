@@ -37,14 +37,20 @@ def learning_rate(optimizer) -> float | None:
     return None if schedule else float(optimizer.learning_rate)
 
 
-def shard_parts(variables, optimizer, n_trainable: int, blocks: tuple[tuple[Block, ...], ...]) -> list[tuple]:
-    """Per shard, (its blocks' values, their slots by name): the first `n_trainable`
-    `variables` have optimizer slots."""
+def whole_state(variables, optimizer, n_trainable: int) -> tuple[list, list]:
+    """(values, slots by name) of `variables`; the first `n_trainable` have optimizer slots."""
     values = [v.numpy() for v in variables]
     slots = [
         {name: s.numpy() for name, s in optimizer.slots(v).items()} if i < n_trainable else {}
         for i, v in enumerate(variables)
     ]
+    return values, slots
+
+
+def shard_parts(variables, optimizer, n_trainable: int, blocks: tuple[tuple[Block, ...], ...]) -> list[tuple]:
+    """Per shard, (its blocks' values, their slots by name): the first `n_trainable`
+    `variables` have optimizer slots."""
+    values, slots = whole_state(variables, optimizer, n_trainable)
     return [
         (
             [b.take(values[b.variable]) for b in held],
@@ -54,16 +60,32 @@ def shard_parts(variables, optimizer, n_trainable: int, blocks: tuple[tuple[Bloc
     ]
 
 
-def restore(variables, optimizer, n_trainable: int, blocks: tuple[tuple[Block, ...], ...], states: list) -> None:
-    """Set `variables`, their slots and the step counter from each shard's
-    (values, slots, iterations)."""
+def join_state(blocks: tuple[tuple[Block, ...], ...], states: list) -> tuple[list, list, int]:
+    """Whole-variable (values, slots by name, step counter) from each shard's (values, slots,
+    iterations) of the blocks it holds."""
     values, slots = {}, {}
     for held, (shard_values, shard_slots, _) in zip(blocks, states, strict=True):
         values.update(zip(held, shard_values, strict=True))
         slots.update(zip(held, shard_slots, strict=True))
-    for var, value in zip(variables, join_blocks(values), strict=True):
+    whole_values, whole_slots = join_blocks(values), []
+    for index in range(len(whole_values)):
+        parts = {b: s for b, s in slots.items() if b.variable == index}
+        names = next(iter(parts.values()))
+        whole_slots.append({name: join_blocks({b: s[name] for b, s in parts.items()})[0] for name in names})
+    return whole_values, whole_slots, int(states[0][2])
+
+
+def take_state(variables, optimizer, values, slots, iterations: int) -> None:
+    """Set `variables`, their optimizer slots and the step counter to whole-variable values."""
+    for var, value, var_slots in zip(variables, values, slots, strict=True):
         var.assign(value)
-    for index, var in enumerate(variables[:n_trainable]):
-        for name, slot in optimizer.slots(var).items():
-            slot.assign(join_blocks({b: s[name] for b, s in slots.items() if b.variable == index})[0])
-    optimizer.iterations = int(states[0][2])
+        if var_slots:
+            for name, slot in optimizer.slots(var).items():
+                slot.assign(var_slots[name])
+    optimizer.iterations = int(iterations)
+
+
+def restore(variables, optimizer, n_trainable: int, blocks: tuple[tuple[Block, ...], ...], states: list) -> None:
+    """Set `variables`, their slots and the step counter from each shard's
+    (values, slots, iterations)."""
+    take_state(variables, optimizer, *join_state(blocks, states))
