@@ -62,5 +62,16 @@ def require_distributed():
     >>> require_distributed().__name__ if has_dask else "distributed"
     'distributed'
     """
-    install = "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"
-    return _require("distributed", has_dask, "tapeflow.distributed", install)
+    return _require("distributed", has_dask, "tapeflow.distributed", _DASK_INSTALL)
+
+
+def require_dask_config():
+    """Dask's configuration module (`dask.config`), imported on first use.
+
+    >>> require_dask_config().__name__ if has_dask else "dask.config"
+    'dask.config'
+    """
+    return _require("dask.config", has_dask, "tapeflow.distributed", _DASK_INSTALL)
+
+
+_DASK_INSTALL = "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"

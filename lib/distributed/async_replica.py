@@ -18,6 +18,7 @@ import numpy as np
 
 from tapeflow import _compat
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
+from tapeflow.distributed.local_actor import in_process
 from tapeflow.distributed.placement import Block, join_blocks
 from tapeflow.distributed.replica import _answer, _take
 
@@ -42,6 +43,7 @@ def run_async_replica(job: AsyncReplicaJob, graphs: dict, data: list, order: np.
     updates were applied. `data` is [x, y] or [x_0, ..., x_k, y]; `shards` are the
     AsyncParameterShard actors."""
     _compat.require_distributed().secede()  # a long-running task leaves the worker's thread pool
+    shards, log = [in_process(ps) for ps in shards], in_process(log)
     runner = GradientRunner(graphs, job.layout)
     x = data[0] if len(data) == 2 else tuple(data[:-1])
     y = data[-1]

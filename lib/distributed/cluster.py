@@ -21,6 +21,14 @@ import weakref
 
 from tapeflow import _compat
 
+# Dask starts worker processes with glibc told to return freed memory to the system past
+# 64 KiB (MALLOC_TRIM_THRESHOLD_), which also fixes glibc's threshold for serving large
+# blocks from fresh pages. A training step frees and reallocates megabytes of arrays
+# every step, so each would then fault its pages in anew: on the Deep-MNIST CNN a step
+# took 35 ms instead of 23. Local workers keep glibc's adaptive defaults, as any other
+# process has them (an explicit MALLOC_TRIM_THRESHOLD_ in the environment still wins).
+GLIBC_TRIMMING = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
 
 class Cluster:
     """Worker processes for distributed training (see the module docstring).
@@ -53,15 +61,16 @@ class Cluster:
         self._finalizer = None
         try:
             if address is None:
-                self._local = dask.LocalCluster(
-                    n_workers=n_workers,
-                    threads_per_worker=threads_per_worker,
-                    memory_limit=memory_limit,
-                    processes=True,
-                    host="127.0.0.1",
-                    dashboard_address=None,
-                    silence_logs=logging.ERROR,
-                )
+                with _compat.require_dask_config().set(GLIBC_TRIMMING):
+                    self._local = dask.LocalCluster(
+                        n_workers=n_workers,
+                        threads_per_worker=threads_per_worker,
+                        memory_limit=memory_limit,
+                        processes=True,
+                        host="127.0.0.1",
+                        dashboard_address=None,
+                        silence_logs=logging.ERROR,
+                    )
                 self._client = dask.Client(self._local, direct_to_workers=True, timeout=self.timeout)
                 self._client.wait_for_workers(n_workers, timeout=self.timeout)
             else:

@@ -10,6 +10,7 @@ last step is applied or the client stops the shards; every wait is bounded by `t
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ import numpy as np
 from tapeflow import _compat
 from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
+from tapeflow.distributed.local_actor import in_process
 from tapeflow.distributed.placement import Block, join_blocks
 
 
@@ -42,6 +44,7 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
     `log` the StepLog actor.
     """
     _compat.require_distributed().secede()  # a long-running task leaves the worker's thread pool
+    shards, log = [in_process(ps) for ps in shards], in_process(log)
     runner = GradientRunner(graphs, job.layout)
     plan, replica = job.plan, job.replica
     x = data[0] if len(data) == 2 else tuple(data[:-1])
@@ -128,7 +131,7 @@ def _answer(call, timeout: float, what: str):
     wait = timeout + 5.0
     try:
         return call.result(timeout=wait)
-    except TimeoutError:
+    except (TimeoutError, concurrent.futures.TimeoutError):
         if call.done():  # the actor's own error
             raise
         raise TimeoutError(f"replica: {what} did not answer within {wait:g}s") from None
