@@ -7,12 +7,14 @@ marginal cost: the difference between `fit` epochs of 2k and k steps, divided by
 per-epoch work of sending weights out and back and launching replicas is left out, and
 reported as the time of a one-step epoch).
 
-- Scaling: the Deep-MNIST CNN (Adam, global batch 50): one process with 2 threads
-  against 2 replicas with 1 thread each, on the same global batch. Scaling efficiency is
-  the replicas' steps/s over the single process's (target >= 0.85).
+- Scaling: the Deep-MNIST CNN (Adam, global batch 50 as in TensorFlow's tutorial, then
+  larger): one process with 2 threads against 2 replicas with 1 thread each, on the same
+  global batch. Scaling efficiency is the replicas' steps/s over the single process's
+  (target >= 0.85). A step moves the same bytes whatever the batch, so the efficiency
+  grows with the batch.
 - Stragglers: the MLP 784-256-256-10 on 2 replicas (and in one process, for reference),
-  with replica 0 slowed 3x (it sleeps twice the unslowed step time every step): no
-  backup against one backup worker.
+  with one replica a step, drawn at random, slowed 3x (it sleeps twice the unslowed step
+  time): no backup against one backup worker.
   Recovered = (slowed - with backup) / (slowed - unslowed) (target >= 0.5).
 - Asynchronous updates: the same MLP with `AsyncParameterServer` on 1 and 2 replicas
   (one update per whole batch, so updates/s compare with single-process steps/s), with
@@ -49,7 +51,7 @@ def _loopback_bytes() -> int:
     return 0
 
 
-def _model(kind: str):
+def _model(kind: str, batch: int | None = None):
     """(model, input shape, batch) of a workload; the CNN without dropout."""
     from _models import tapeflow_model
 
@@ -57,16 +59,16 @@ def _model(kind: str):
 
     if kind == "null":
         return tp.Sequential([tp.layers.Dense(1)]), (1,), 4
-    features, batch = ((28, 28, 1), 50) if kind == "cnn" else ((784,), 128)
-    return tapeflow_model(kind, dropout=False), features, batch
+    features, default = ((28, 28, 1), 50) if kind == "cnn" else ((784,), 128)
+    return tapeflow_model(kind, dropout=False), features, batch or default
 
 
-def _epoch_seconds(kind: str, steps: int, distribute, repeats: int) -> tuple[float, int, int]:
+def _epoch_seconds(kind: str, steps: int, distribute, repeats: int, batch: int | None) -> tuple[float, int, int]:
     """(best wall time of a `steps`-step epoch after a warm-up epoch, loopback bytes of the
     last epoch, parameter bytes)."""
     import tapeflow as tp
 
-    model, features, batch = _model(kind)
+    model, features, batch = _model(kind, batch)
     rng = np.random.default_rng(0)
     x = rng.random((steps * batch, *features), dtype=np.float32)
     if kind == "null":
@@ -84,15 +86,15 @@ def _epoch_seconds(kind: str, steps: int, distribute, repeats: int) -> tuple[flo
     return best, traffic, sum(w.nbytes for w in model.get_weights())
 
 
-def _measure(kind: str, steps: int, distribute, repeats: int, after_long=None) -> dict:
+def _measure(kind: str, steps: int, distribute, repeats: int, after_long=None, batch: int | None = None) -> dict:
     """Per-step cost, one-step epoch, traffic per step and parameter bytes; `after_long(result)`
     adds what the strategy recorded of the 2k-step epoch."""
-    short, _, _ = _epoch_seconds(kind, steps, distribute, repeats)
-    long, traffic, params = _epoch_seconds(kind, 2 * steps, distribute, repeats)
+    short, _, _ = _epoch_seconds(kind, steps, distribute, repeats, batch)
+    long, traffic, params = _epoch_seconds(kind, 2 * steps, distribute, repeats, batch)
     result = {"step": (long - short) / steps, "traffic_per_step": traffic / (2 * steps), "params": params}
     if after_long is not None:
         after_long(result)
-    result["epoch1"] = _epoch_seconds(kind, 1, distribute, repeats)[0]
+    result["epoch1"] = _epoch_seconds(kind, 1, distribute, repeats, batch)[0]
     return result
 
 
@@ -102,7 +104,7 @@ def worker(args) -> dict:
 
     if args.mode == "single":
         tp.set_num_threads(args.threads)
-        return _measure(args.kind, args.steps, None, args.repeats)
+        return _measure(args.kind, args.steps, None, args.repeats, batch=args.batch)
     tp.set_num_threads(1)
     workers = args.replicas + args.backups
     with tp.distributed.Cluster(n_workers=workers, threads_per_worker=1) as cluster:
@@ -113,15 +115,14 @@ def worker(args) -> dict:
                 result["staleness"] = float(np.mean([s.staleness for s in strategy.steps]))
 
             return _measure(args.kind, args.steps, strategy, args.repeats, staleness)
-        delay = {0: args.delay} if args.delay else None
         strategy = tp.distributed.DataParallel(
-            cluster, replicas=args.replicas, backup_workers=args.backups, straggler_delay=delay
+            cluster, replicas=args.replicas, backup_workers=args.backups, random_straggler_delay=args.delay
         )
 
         def dropped(result):
             result["dropped_per_step"] = sum(len(s.dropped) for s in strategy.steps) / max(1, len(strategy.steps))
 
-        return _measure(args.kind, args.steps, strategy, args.repeats, dropped if args.backups else None)
+        return _measure(args.kind, args.steps, strategy, args.repeats, dropped if args.backups else None, args.batch)
 
 
 def run(**kw) -> dict:
@@ -138,13 +139,20 @@ def main(quick: bool) -> None:
     print("synchronous data-parallel on a Dask LocalCluster (worker processes, 127.0.0.1) vs one process")
     print("times are marginal per-step costs (epochs of 2k minus k steps); best of", repeats, "repeats\n")
 
-    single = run(mode="single", kind="cnn", threads=2, steps=cnn_steps, repeats=repeats)
-    dist = run(mode="dist", kind="cnn", replicas=2, backups=0, steps=cnn_steps, repeats=repeats)
-    efficiency = single["step"] / dist["step"]
-    print("scaling: Deep-MNIST CNN, Adam, global batch 50")
-    print(f"  1 process, 2 threads       {single['step'] * 1e3:8.1f} ms/step  {1 / single['step']:6.1f} steps/s")
-    print(f"  2 replicas, 1 thread each  {dist['step'] * 1e3:8.1f} ms/step  {1 / dist['step']:6.1f} steps/s")
-    print(f"  scaling efficiency {efficiency:.2f} (target >= 0.85)\n")
+    print("scaling: Deep-MNIST CNN, Adam (target efficiency >= 0.85)")
+    print("  global batch  1 process, 2 threads   2 replicas, 1 thread each   efficiency")
+    dist = None
+    for batch in (50, 100, 200) if not quick else (50,):
+        steps = max(3, cnn_steps * 50 // batch)
+        single = run(mode="single", kind="cnn", threads=2, steps=steps, repeats=repeats, batch=batch)
+        spread = run(mode="dist", kind="cnn", replicas=2, backups=0, steps=steps, repeats=repeats, batch=batch)
+        dist = dist or spread
+        print(
+            f"  {batch:12d}  {single['step'] * 1e3:7.1f} ms/step {1 / single['step']:6.1f}/s"
+            f"   {spread['step'] * 1e3:7.1f} ms/step {1 / spread['step']:6.1f}/s"
+            f"        {single['step'] / spread['step']:.2f}"
+        )
+    print()
 
     alone = run(mode="single", kind="mlp", threads=2, steps=mlp_steps, repeats=repeats)
     plain = run(mode="dist", kind="mlp", replicas=2, backups=0, steps=mlp_steps, repeats=repeats)
@@ -152,7 +160,7 @@ def main(quick: bool) -> None:
     slowed = run(mode="dist", kind="mlp", replicas=2, backups=0, delay=delay, steps=mlp_steps, repeats=repeats)
     backed = run(mode="dist", kind="mlp", replicas=2, backups=1, delay=delay, steps=mlp_steps, repeats=repeats)
     recovered = (slowed["step"] - backed["step"]) / max(1e-9, slowed["step"] - plain["step"])
-    print("stragglers: MLP 784-256-256-10, Adam, global batch 128, 2 replicas, replica 0 slowed 3x")
+    print("stragglers: MLP 784-256-256-10, Adam, global batch 128, 2 replicas, one a step slowed 3x at random")
     print(f"  1 process, 2 threads       {alone['step'] * 1e3:8.1f} ms/step")
     print(f"  no straggler               {plain['step'] * 1e3:8.1f} ms/step")
     print(f"  straggler, no backup       {slowed['step'] * 1e3:8.1f} ms/step")
@@ -196,6 +204,7 @@ if __name__ == "__main__":
     for name, kind in (("mode", str), ("kind", str), ("threads", int), ("replicas", int), ("backups", int)):
         parser.add_argument(f"--{name}", type=kind, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--delay", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()

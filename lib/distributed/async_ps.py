@@ -60,10 +60,11 @@ import numpy as np
 from tapeflow.distributed import master_copy
 from tapeflow.distributed.async_replica import AsyncReplicaJob, run_async_replica
 from tapeflow.distributed.async_shard import AsyncParameterShard
-from tapeflow.distributed.data_parallel import _check_optimizer, _count, _delays, _raise_failed
+from tapeflow.distributed.data_parallel import _check_optimizer, _count, _raise_failed
 from tapeflow.distributed.deployment import launch_replicas
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
 from tapeflow.distributed.placement import place_variables
+from tapeflow.distributed.stragglers import checked_stragglers
 from tapeflow.distributed.update_log import UpdateLog
 from tapeflow.ops.registry import as_tensor
 
@@ -123,7 +124,7 @@ class AsyncParameterServer:
         self.staleness_bound = staleness_bound
         self.timeout = float(timeout)
         self.row_block_bytes = row_block_bytes
-        self.straggler_delay = _delays(straggler_delay or {}, replicas, owner=_NAME)
+        self.straggler_delay = checked_stragglers(straggler_delay, 0.0, replicas, _NAME).fixed
         self.steps: list[AsyncStep] = []
         self.workers()
 

@@ -91,6 +91,7 @@ from tapeflow.distributed.deployment import Deployment, ShardSpec
 from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
 from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
+from tapeflow.distributed.stragglers import checked_stragglers
 from tapeflow.ops.registry import as_tensor
 
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean_with_sample_weight")
@@ -140,7 +141,9 @@ class DataParallel:
 
     `timeout` (seconds) bounds every wait; variables larger than `row_block_bytes` are
     split by rows over the parameter shards; `straggler_delay` ({replica: seconds})
-    delays a replica's every step, to simulate a slow worker. After `fit`, `steps` holds
+    delays a replica's every step, to simulate a slow worker, and
+    `random_straggler_delay` (seconds) delays one replica a step, drawn at random (see
+    `tapeflow.distributed.stragglers`). After `fit`, `steps` holds
     a `StepRecord` per step, and with backup workers the epoch logs (and so the
     History) carry `shards_applied` and `shards_dropped`, the epoch's totals.
 
@@ -163,6 +166,7 @@ class DataParallel:
         timeout: float = 60.0,
         row_block_bytes: int = 1 << 20,
         straggler_delay: dict[int, float] | None = None,
+        random_straggler_delay: float = 0.0,
         checkpoint_dir=None,
         checkpoint_every_steps: int | None = None,
         checkpoint_every_seconds: float | None = None,
@@ -187,7 +191,9 @@ class DataParallel:
         self.backup_workers = backup_workers
         self.timeout = float(timeout)
         self.row_block_bytes = row_block_bytes
-        self.straggler_delay = _delays(straggler_delay or {}, replicas + backup_workers)
+        self.stragglers = checked_stragglers(
+            straggler_delay, random_straggler_delay, replicas + backup_workers, "DataParallel"
+        )
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every_steps = checkpoint_every_steps
         self.checkpoint_every_seconds = None if checkpoint_every_seconds is None else float(checkpoint_every_seconds)
@@ -319,7 +325,7 @@ class TrainingSession:
             self.layout,
             {size: self.graphs[size] for size in sizes},
             [*self.x, self.y] if isinstance(self.x, tuple) else [self.x, self.y],
-            {r: d for r, d in strategy.straggler_delay.items() if r < replicas + backups},
+            strategy.stragglers.among(replicas + backups),
             strategy.timeout,
             self._watch,
         )
@@ -564,12 +570,3 @@ def _count(label: str, value, minimum: int, owner: str = "DataParallel") -> None
 def _seconds(label: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"DataParallel: {label} must be a number of seconds > 0, got {value!r}")
-
-
-def _delays(delays: dict, parts: int, owner: str = "DataParallel") -> dict[int, float]:
-    for replica, seconds in delays.items():
-        if not (isinstance(replica, int) and 0 <= replica < parts):
-            raise ValueError(f"{owner}: straggler_delay keys must be replica numbers 0..{parts - 1}, got {replica!r}")
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-            raise ValueError(f"{owner}: straggler_delay[{replica}] must be seconds >= 0, got {seconds!r}")
-    return {int(r): float(s) for r, s in delays.items()}

@@ -24,6 +24,7 @@ from tapeflow.distributed.parameter_server import ParameterShard
 from tapeflow.distributed.placement import place_variables
 from tapeflow.distributed.replica import ReplicaJob, run_replica
 from tapeflow.distributed.step_log import StepLog
+from tapeflow.distributed.stragglers import Stragglers
 
 _STOP_WAIT = 2.0  # seconds to release the replicas of an abandoned deployment
 _WATCH_EVERY = 0.5  # seconds between calls of `watch` while a call waits
@@ -56,7 +57,7 @@ class Deployment:
     `used` are those of them that hold something.
 
     `graphs` are the frozen gradient steps by shard size, `data` the arrays [x..., y],
-    `delays` the straggler delay of replica numbers; `watch` is called about every half
+    `stragglers` the simulated slow replicas; `watch` is called about every half
     second while a call waits, and may raise to end the wait (when a worker died).
     """
 
@@ -70,11 +71,11 @@ class Deployment:
         layout: GradientLayout,
         graphs: dict,
         data: list,
-        delays: dict[int, float],
+        stragglers: Stragglers,
         timeout: float,
         watch=None,
     ):
-        self.client, self.timeout, self.layout, self.delays = client, timeout, layout, delays
+        self.client, self.timeout, self.layout, self.stragglers = client, timeout, layout, stragglers
         self.watch = watch or (lambda: None)
         self.replicas, self.backup_workers = replicas, backup_workers
         self.replica_workers = list(workers[: replicas + backup_workers])
@@ -146,7 +147,7 @@ class Deployment:
         """Start one replica task per replica worker over `plan`; returns their futures."""
         (order_future,) = self._scatter([order])
         jobs = [
-            ReplicaJob(r, plan, self.layout, self.blocks, self.delays.get(r, 0.0), self.timeout)
+            ReplicaJob(r, plan, self.layout, self.blocks, self.stragglers, self.timeout)
             for r in range(len(self.replica_workers))
         ]
         shared = (self.graphs, self.data, order_future, self.shards, self.log)

@@ -21,19 +21,20 @@ from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
 from tapeflow.distributed.local_actor import in_process
 from tapeflow.distributed.placement import Block, join_blocks
+from tapeflow.distributed.stragglers import Stragglers
 
 
 @dataclass(frozen=True)
 class ReplicaJob:
     """What one replica needs besides the data: its number, the epoch plan, the layout of
-    the gradient step, the parameter blocks per shard, the per-step straggler delay in
-    seconds (to simulate a slow worker) and the timeout of every wait."""
+    the gradient step, the parameter blocks per shard, the simulated slow workers and
+    the timeout of every wait."""
 
     replica: int
     plan: EpochPlan
     layout: GradientLayout
     blocks: tuple[tuple[Block, ...], ...]
-    delay: float
+    stragglers: Stragglers
     timeout: float
 
 
@@ -60,8 +61,9 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
         rows = plan.shard_rows(order, step, shard)
         if len(rows):
             loss, arrays, predictions = runner.run(parameters, _take(x, rows), y[rows])
-            if job.delay:
-                time.sleep(job.delay)
+            pause = job.stragglers.delay(replica, step, plan.parts)
+            if pause:
+                time.sleep(pause)
             if results.commit((step, shard, replica, len(rows), float(loss), predictions)):
                 pushes = [
                     ps.push(step, shard, len(rows), [b.take(arrays[b.variable]) for b in blocks])

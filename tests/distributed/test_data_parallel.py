@@ -209,7 +209,25 @@ def test_backup_worker_drops_the_straggler_and_applies_the_first_shards(cluster)
         np.testing.assert_allclose(wa, wb, rtol=2e-5, atol=2e-6)
 
 
+def test_a_straggler_drawn_at_random_each_step_is_the_one_dropped(cluster):
+    (_, spread), shape = twins(mlp, "sgd")
+    n, batch = 96, 12
+    x, y = data(shape, n=n)
+    strategy = tp.distributed.DataParallel(cluster, replicas=2, backup_workers=1, random_straggler_delay=0.5)
+    spread.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, distribute=strategy)
+
+    slowed = [strategy.stragglers.slowed(s.step, 3) for s in strategy.steps]
+    assert len(set(slowed)) > 1  # the straggler moves between replicas
+    assert all(len(s.applied) == 2 and len(s.dropped) == 1 for s in strategy.steps)
+    assert sum(s.dropped == (slow,) for s, slow in zip(strategy.steps, slowed, strict=True)) >= len(slowed) // 2
+
+
 # ------------------------------------------------------------------ bad input and failures
+def test_a_negative_random_straggler_delay_is_a_value_error(cluster):
+    with pytest.raises(ValueError, match=r"DataParallel: random_straggler_delay must be seconds >= 0, got -1"):
+        tp.distributed.DataParallel(cluster, replicas=2, random_straggler_delay=-1)
+
+
 def test_more_replicas_than_workers_is_a_value_error(cluster):
     with pytest.raises(ValueError, match=r"2 replicas \+ 2 backup workers need 4 workers, but the cluster has 3"):
         tp.distributed.DataParallel(cluster, replicas=2, backup_workers=2)
