@@ -215,24 +215,32 @@ class Trainer:
         of arrays for a model with several inputs; `validation_batch_size` defaults to
         `batch_size`.
 
-        `distribute` (a `tp.distributed` strategy, arrays only) runs each epoch's steps on
-        a cluster over the same batches in the same order: the strategy's `start(model, x,
-        y, batch_size)` returns a session whose `run_epoch(batches, callbacks)` trains on
-        batches of row numbers and returns the epoch's logs, and whose `close()` ends it;
-        `model._fit_epoch` is the epoch being run.
+        `distribute` (a `tp.distributed` strategy) runs each epoch's steps on a cluster
+        over the same batches in the same order: the strategy's `start(model, x, y,
+        batch_size)` returns a session whose `run_epoch(batches, callbacks)` trains on
+        batches of row numbers (or on the Dataset x) and returns the epoch's logs, and
+        whose `close()` ends it; `model._fit_epoch` is the epoch being run.
         """
         self._check_compiled("fit")
         if validation_split and validation_data is None:
             if isinstance(x, Dataset):
                 raise ValueError("fit: validation_split needs arrays, not a Dataset")
             (x, y), validation_data = self._split(x, y, validation_split)
-        if distribute is not None:
-            if isinstance(x, Dataset) or y is None:
-                raise ValueError("fit: distribute= trains on arrays x and y (not a Dataset, and y is required)")
+        if distribute is None:
+            train = self._epoch_batches(x, y, batch_size, shuffle, seed)
+        elif isinstance(x, Dataset):
+            if y is not None:
+                raise ValueError("fit: with a Dataset x, y must be None (the Dataset yields (x, y) batches)")
+            arrays, dataset = (x, None), x
+
+            def train(epoch):  # the session makes each epoch's pass itself
+                return dataset
+
+        else:
+            if y is None:
+                raise ValueError("fit: distribute= with arrays needs y")
             arrays = self._arrays(x, y, "fit")
             train = self._epoch_batches(np.arange(len(arrays[1])), None, batch_size, shuffle, seed)  # row numbers
-        else:
-            train = self._epoch_batches(x, y, batch_size, shuffle, seed)
         try:
             steps = len(train(initial_epoch))
         except TypeError:

@@ -394,7 +394,7 @@ class _Shuffle(Dataset):
             raise ValueError(f"Dataset.shuffle: seed must be None or an integer >= 0, got {seed!r}")
         self._seed = int(seed)
         self._reshuffle = bool(reshuffle_each_iteration)
-        self._epochs = itertools.count()
+        self._passes = 0  # a plain count, so a pipeline copies and pickles with its position
         self._cardinality = input_dataset._cardinality
         self._slices = input_dataset._slices
 
@@ -402,7 +402,7 @@ class _Shuffle(Dataset):
         return f"shuffle({self._buffer_size})"
 
     def _transform(self, make_input):
-        epoch = next(self._epochs) if self._reshuffle else 0
+        epoch, self._passes = (self._passes, self._passes + 1) if self._reshuffle else (0, 0)
         rng = np.random.default_rng([self._seed, epoch])
         with _closing(make_input()) as items:
             yield from _buffer_shuffle(items, self._buffer_size, rng)

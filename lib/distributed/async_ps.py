@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tapeflow.data.dataset import Dataset
 from tapeflow.distributed import master_copy
 from tapeflow.distributed.async_replica import AsyncReplicaJob, run_async_replica
 from tapeflow.distributed.async_shard import AsyncParameterShard
@@ -141,6 +142,11 @@ class AsyncParameterServer:
     def start(self, model, x, y, batch_size: int) -> AsyncSession:
         """Set up training of `model` on arrays `x` (or a tuple of arrays) and `y`:
         `Model.fit` calls this, then `run_epoch` per epoch and `close` at the end."""
+        if isinstance(x, Dataset):
+            raise ValueError(
+                f"fit: {_NAME} trains on arrays; for a tp.data.Dataset use tp.distributed.DataParallel, "
+                "or pass the arrays"
+            )
         return AsyncSession(self, model, x, y, batch_size)
 
     def __repr__(self) -> str:

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow import _compat
+from tapeflow.distributed.epoch_data import ArrayRows
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
 from tapeflow.distributed.local_actor import in_process
 from tapeflow.distributed.placement import Block, join_blocks
-from tapeflow.distributed.replica import _answer, _take
+from tapeflow.distributed.replica import _answer
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,7 @@ def run_async_replica(job: AsyncReplicaJob, graphs: dict, data: list, order: np.
     _compat.require_distributed().secede()  # a long-running task leaves the worker's thread pool
     shards, log = [in_process(ps) for ps in shards], in_process(log)
     runner = GradientRunner(graphs, job.layout)
-    x = data[0] if len(data) == 2 else tuple(data[:-1])
-    y = data[-1]
+    reader = ArrayRows(data)
     taking = log.take()
     answers = _all(job, [ps.pull() for ps in shards], "pull")
     batch = _answer(taking, job.timeout, "the update log")
@@ -54,7 +54,7 @@ def run_async_replica(job: AsyncReplicaJob, graphs: dict, data: list, order: np.
     while batch is not None and answers is not None:
         pulled, parameters = _parameters(job, answers)
         rows = order[job.offsets[batch] : job.offsets[batch + 1]]
-        loss, arrays, predictions = runner.run(parameters, _take(x, rows), y[rows])
+        loss, arrays, predictions = runner.run(parameters, *reader.take(rows))
         if job.delay:
             time.sleep(job.delay)
         commit = log.commit(batch, job.replica, pulled, float(loss), predictions)

@@ -23,6 +23,14 @@ rows alone. The step applies, with the model's own optimizer,
 - Variables the forward pass writes (batch-normalization statistics) take the same
   weighted mean of the values each applied shard computed.
 
+Data. Arrays are copied to every replica's worker once, and each step's shards are
+rows of them. A `tp.data.Dataset` of (x, y) batches (`fit(dataset, distribute=...)`)
+is run by every replica itself, which keeps its shard of each batch (tf.data's DATA
+auto-sharding: the whole pipeline runs on every worker); the client makes one pass
+per epoch for the batch sizes and labels, and the replicas check theirs against it
+(`tapeflow.distributed.epoch_data`). The batches must be the same on every pass:
+tapeflow's `shuffle` is seeded, so its order is.
+
 How it runs. Parameters and optimizer slots live in `ParameterShard` actors, at most one
 per worker, holding whole variables or row blocks of large ones (`row_block_bytes`). The
 client freezes the model's gradient step, ships it as graph-file bytes and launches one
@@ -85,9 +93,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tapeflow.data.dataset import Dataset
 from tapeflow.distributed import master_copy
 from tapeflow.distributed.checkpoints import CheckpointFiles, CheckpointPolicy
 from tapeflow.distributed.deployment import Deployment, ShardSpec
+from tapeflow.distributed.epoch_data import EpochStream, first_batch
 from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
 from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
@@ -224,8 +234,9 @@ class DataParallel:
         return workers
 
     def start(self, model, x, y, batch_size: int) -> TrainingSession:
-        """Set up training of `model` on arrays `x` (or a tuple of arrays) and `y`:
-        `Model.fit` calls this, then `run_epoch` per epoch and `close` at the end."""
+        """Set up training of `model` on arrays `x` (or a tuple of arrays) and `y`, or on a
+        Dataset `x` of (x, y) batches (y None): `Model.fit` calls this, then `run_epoch`
+        per epoch and `close` at the end."""
         return TrainingSession(self, model, x, y, batch_size)
 
     def __repr__(self) -> str:
@@ -261,6 +272,16 @@ class TrainingSession:
     recovery from lost workers (see the module docstring); released by `close`."""
 
     def __init__(self, strategy: DataParallel, model, x, y, batch_size: int):
+        self.dataset = x if isinstance(x, Dataset) else None
+        self.stream: EpochStream | None = None  # the Dataset's current epoch
+        if self.dataset is not None:
+            x, y = first_batch(self.dataset)
+            batch_size = len(y)
+            self.batch_sizes = {batch_size}
+            if not model.built:
+                model(x, training=False)
+        else:
+            self.batch_sizes = {batch_size, len(y) % batch_size} - {0}
         self.strategy, self.model, self.x, self.y, self.batch_size = strategy, model, x, y, batch_size
         strategy.steps, strategy.checkpoints, strategy.recoveries, strategy.placements = [], [], [], []
         parts = strategy.replicas + strategy.backup_workers
@@ -292,7 +313,7 @@ class TrainingSession:
     # ------------------------------------------------------------ placement
     def _freeze(self, parts: int) -> None:
         """Freeze the gradient steps for the shard sizes of `parts` shards not frozen yet."""
-        sizes = _shard_sizes(len(self.y), self.batch_size, parts) - set(self.graphs)
+        sizes = _shard_sizes(self.batch_sizes, parts) - set(self.graphs)
         if sizes:
             graphs, self.layout, self.variables = freeze_gradient_step(
                 self.model, self.x, self.y, sizes, self.with_predictions
@@ -314,7 +335,7 @@ class TrainingSession:
             optimizer_config=config,
             row_block_bytes=strategy.row_block_bytes,
         )
-        sizes = _shard_sizes(len(self.y), self.batch_size, replicas + backups)
+        sizes = _shard_sizes(self.batch_sizes, replicas + backups)
         self._used = list(workers)
         self.deployment = Deployment(
             self.strategy.cluster.client,
@@ -324,7 +345,7 @@ class TrainingSession:
             spec,
             self.layout,
             {size: self.graphs[size] for size in sizes},
-            [*self.x, self.y] if isinstance(self.x, tuple) else [self.x, self.y],
+            None if self.dataset is not None else [*self.x, self.y] if isinstance(self.x, tuple) else [self.x, self.y],
             strategy.stragglers.among(replicas + backups),
             strategy.timeout,
             self._watch,
@@ -370,10 +391,12 @@ class TrainingSession:
 
     # ------------------------------------------------------------ epochs
     def run_epoch(self, batches, callbacks) -> dict:
-        """Train one epoch on `batches` (arrays of row numbers, in step order), calling the
-        batch callbacks as steps complete; returns the epoch's logs. Restarts from the
-        last checkpoint when a worker in use dies (see the module docstring)."""
+        """Train one epoch on `batches` (arrays of row numbers, in step order, or the Dataset),
+        calling the batch callbacks as steps complete; returns the epoch's logs. Restarts
+        from the last checkpoint when a worker in use dies (see the module docstring)."""
         self.state_step = self.optimizer.iterations  # callbacks may have restored a checkpoint
+        if self.dataset is not None:
+            batches = self._next_stream()
         epoch = _Epoch(self.state_step, [np.asarray(b) for b in batches], getattr(self.model, "_fit_epoch", 0))
         if self.deployment is not None and set(self.strategy.cluster.workers) != set(self.deployment.workers):
             self._abandon()  # workers joined or left since the last epoch
@@ -403,6 +426,17 @@ class TrainingSession:
                 self._abandon()
                 raise
 
+    def _next_stream(self) -> list[np.ndarray]:
+        """Scan the Dataset's next epoch; returns its batches of row numbers. Shard sizes not
+        seen before get their gradient steps frozen, and a new placement to ship them."""
+        self.stream = EpochStream.scan(self.dataset)
+        self.y = self.stream.labels
+        self.batch_sizes |= set(self.stream.sizes)
+        if _shard_sizes(self.batch_sizes, self.strategy.replicas + self.strategy.backup_workers) - set(self.graphs):
+            self._abandon()
+        bounds = np.cumsum((0, *self.stream.sizes))
+        return [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
     def _run_segment(self, epoch: _Epoch, callbacks) -> dict:
         """Run the epoch's steps from `state_step` on the current deployment."""
         deployment, start = self.deployment, self.state_step
@@ -410,7 +444,7 @@ class TrainingSession:
         armed = self.policy.steps_between(start, plan.end)
         order = epoch.order(start)
         deployment.begin(plan, *self._client_state(), armed)
-        futures = deployment.launch(plan, order)
+        futures = deployment.launch(plan, order, self.stream)
         self._follow(epoch, plan, order, callbacks, futures, armed)
         deployment.wait(futures)
         self._take_state(*deployment.state())
@@ -535,10 +569,10 @@ def _raise_failed(futures) -> None:
             raise RuntimeError(f"fit: replica task {future.key} was {future.status} (its worker may have died)")
 
 
-def _shard_sizes(n: int, batch_size: int, parts: int) -> set[int]:
-    """Every non-empty shard size an epoch of `n` rows in batches of `batch_size` has."""
+def _shard_sizes(batch_sizes: set[int], parts: int) -> set[int]:
+    """Every non-empty shard size of batches of `batch_sizes` rows cut into `parts` shards."""
     sizes = set()
-    for size in {batch_size, n % batch_size} - {0}:
+    for size in batch_sizes:
         sizes |= {size // parts + 1} if size % parts else set()
         sizes |= {size // parts} if size // parts else set()
     return sizes

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tapeflow.distributed.epoch_data import EpochStream
 from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import GradientLayout
 from tapeflow.distributed.master_copy import join_state
@@ -56,7 +57,8 @@ class Deployment:
     """Shards, step log, graphs and data placed on `workers` (see the module docstring);
     `used` are those of them that hold something.
 
-    `graphs` are the frozen gradient steps by shard size, `data` the arrays [x..., y],
+    `graphs` are the frozen gradient steps by shard size, `data` the arrays [x..., y]
+    (None when each launch brings an epoch of a Dataset),
     `stragglers` the simulated slow replicas; `watch` is called about every half
     second while a call waits, and may raise to end the wait (when a worker died).
     """
@@ -70,7 +72,7 @@ class Deployment:
         spec: ShardSpec,
         layout: GradientLayout,
         graphs: dict,
-        data: list,
+        data: list | None,
         stragglers: Stragglers,
         timeout: float,
         watch=None,
@@ -92,10 +94,10 @@ class Deployment:
             self.close()
             raise
 
-    def _start(self, spec: ShardSpec, graphs: dict, data: list) -> None:
-        self.data = self._scatter(data)
+    def _start(self, spec: ShardSpec, graphs: dict, data: list | None) -> None:
+        self.data = self._scatter(data) if data is not None else None
         (self.graphs,) = self._scatter([graphs])
-        self._held += [*self.data, self.graphs]
+        self._held += [*(self.data or []), self.graphs]
         shard_futures = [
             self.client.submit(
                 ParameterShard,
@@ -143,16 +145,19 @@ class Deployment:
         self._answers(calls, "begin the steps")
         self._result(self.log.begin_epoch(plan), self._log_name)
 
-    def launch(self, plan: EpochPlan, order: np.ndarray) -> list:
-        """Start one replica task per replica worker over `plan`; returns their futures."""
+    def launch(self, plan: EpochPlan, order: np.ndarray, stream: EpochStream | None = None) -> list:
+        """Start one replica task per replica worker over `plan`, reading the rows `order` of
+        the deployment's arrays, or of `stream` (copied to each replica's worker for this
+        launch, so every replica makes a fresh pass); returns their futures."""
         (order_future,) = self._scatter([order])
+        data = self.data if stream is None else self._scatter([stream])[0]
         jobs = [
             ReplicaJob(r, plan, self.layout, self.blocks, self.stragglers, self.timeout)
             for r in range(len(self.replica_workers))
         ]
-        shared = (self.graphs, self.data, order_future, self.shards, self.log)
+        shared = (self.graphs, data, order_future, self.shards, self.log)
         futures = launch_replicas(self.client, run_replica, jobs, self.replica_workers, shared)
-        self._running = [*futures, order_future]
+        self._running = [*futures, order_future] + ([] if stream is None else [data])
         return futures
 
     def wait(self, futures) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow import _compat
+from tapeflow.distributed.epoch_data import rows_reader
 from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
 from tapeflow.distributed.local_actor import in_process
@@ -41,15 +42,14 @@ class ReplicaJob:
 def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, shards: list, log) -> int:
     """Run `job`'s replica over its epoch; returns the number of its shards that were applied.
 
-    `data` is [x, y] or [x_0, ..., x_k, y]; `shards` are the ParameterShard actors and
-    `log` the StepLog actor.
+    `data` is [x, y], [x_0, ..., x_k, y] or an `EpochStream` (see `epoch_data`); `shards`
+    are the ParameterShard actors and `log` the StepLog actor.
     """
     _compat.require_distributed().secede()  # a long-running task leaves the worker's thread pool
     shards, log = [in_process(ps) for ps in shards], in_process(log)
     runner = GradientRunner(graphs, job.layout)
     plan, replica = job.plan, job.replica
-    x = data[0] if len(data) == 2 else tuple(data[:-1])
-    y = data[-1]
+    reader = rows_reader(data)
     results = _Results(log, job)
     applied, step, answers = 0, plan.first_step, None
     while step < plan.end:
@@ -60,7 +60,7 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
         shard = plan.shard_of(replica, step)
         rows = plan.shard_rows(order, step, shard)
         if len(rows):
-            loss, arrays, predictions = runner.run(parameters, _take(x, rows), y[rows])
+            loss, arrays, predictions = runner.run(parameters, *reader.take(rows))
             pause = job.stragglers.delay(replica, step, plan.parts)
             if pause:
                 time.sleep(pause)
@@ -137,7 +137,3 @@ def _answer(call, timeout: float, what: str):
         if call.done():  # the actor's own error
             raise
         raise TimeoutError(f"replica: {what} did not answer within {wait:g}s") from None
-
-
-def _take(x, rows: np.ndarray):
-    return tuple(a[rows] for a in x) if isinstance(x, tuple) else x[rows]

@@ -6,6 +6,8 @@ with a backup worker, they must equal single-process steps on exactly the rows o
 shards each step applied. Every wait is bounded, and every test has a timeout.
 """
 
+import os
+
 import numpy as np
 import pytest
 from distributed_helpers import OPTIMIZERS, Recorder
@@ -183,6 +185,37 @@ def test_state_written_by_the_forward_pass_is_averaged_over_shards(cluster):
     assert np.abs(mean.numpy()).max() > 0.005
 
 
+# ------------------------------------------------------------------ Dataset inputs
+def test_a_dataset_trains_as_in_one_process_each_replica_reading_its_shard(cluster):
+    (single, spread), shape = twins(mlp, "adam", metrics=["accuracy"])
+    x, y = data(shape, n=50)
+
+    def pipeline():  # reshuffled every epoch; a batch map; batches of 16, 16, 16 and 2
+        return tp.data.Dataset.from_tensor_slices((x, y)).shuffle(50, seed=4).map(lambda a, b: (2 * a, b)).batch(16)
+
+    expected = single.fit(pipeline(), epochs=3, verbose=0)
+    history = spread.fit(pipeline(), epochs=3, verbose=0, distribute=tp.distributed.DataParallel(cluster, replicas=2))
+    for key, values in expected.history.items():
+        np.testing.assert_allclose(history.history[key], values, rtol=1e-5, err_msg=key)
+    assert_same_training(spread, single)
+    assert spread.optimizer.iterations == 12
+
+
+def test_a_dataset_with_other_batches_on_another_pass_is_a_clear_error(cluster):
+    (model, _), shape = twins(mlp, "sgd")
+    x, y = data(shape)
+    client = os.getpid()
+
+    def batches():  # the client's passes see the rows in order, the replicas' (other processes) reversed
+        order = np.arange(N) if os.getpid() == client else np.arange(N)[::-1]
+        for start in range(0, N, 10):
+            rows = order[start : start + 10]
+            yield x[rows], y[rows]
+
+    with pytest.raises(ValueError, match=r"differs here from the client's pass"):
+        model.fit(tp.data.Dataset.from_generator(batches), verbose=0, distribute=tp.distributed.DataParallel(cluster))
+
+
 # ------------------------------------------------------------------ backup workers
 def test_backup_worker_drops_the_straggler_and_applies_the_first_shards(cluster):
     (single, spread), shape = twins(mlp, "sgd")
@@ -266,8 +299,10 @@ def test_unsupported_inputs_are_clear_errors(cluster):
     (model, _), shape = twins(mlp, "sgd")
     x, y = data(shape)
     strategy = tp.distributed.DataParallel(cluster)
-    with pytest.raises(ValueError, match="not a Dataset"):
-        model.fit(tp.data.Dataset.from_tensor_slices((x, y)).batch(8), distribute=strategy, verbose=0)
+    with pytest.raises(ValueError, match=r"with a Dataset x, y must be None"):
+        model.fit(tp.data.Dataset.from_tensor_slices((x, y)).batch(8), y, distribute=strategy, verbose=0)
+    with pytest.raises(ValueError, match=r"a Dataset must yield \(x, y\) batches; batch 0 is ndarray"):
+        model.fit(tp.data.Dataset.from_tensor_slices(x).batch(8), distribute=strategy, verbose=0)
     model.compile(optimizer=tp.optimizers.SGD(0.1, global_clipnorm=1.0), loss="mse")
     with pytest.raises(ValueError, match="global_clipnorm"):
         model.fit(x, np.zeros((N, 5), np.float32), batch_size=BATCH, distribute=strategy, verbose=0)

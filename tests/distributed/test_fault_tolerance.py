@@ -86,11 +86,13 @@ def assert_state(model, weights, optimizer_state):
         np.testing.assert_allclose(state[key], value, err_msg=key, **TOL)
 
 
-def fit(model, strategy, epochs=2, callbacks=()):
+def fit(model, strategy, epochs=2, callbacks=(), source="arrays"):
+    """`model.fit` on the data in order, from arrays or from a Dataset of the same batches."""
     x, y = data()
-    return model.fit(
-        x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0, distribute=strategy, callbacks=list(callbacks)
-    )
+    kw = dict(epochs=epochs, verbose=0, distribute=strategy, callbacks=list(callbacks))
+    if source == "dataset":
+        return model.fit(tp.data.Dataset.from_tensor_slices((x, y)).batch(BATCH), **kw)
+    return model.fit(x, y, batch_size=BATCH, shuffle=False, **kw)
 
 
 # ------------------------------------------------------------------ checkpoints
@@ -211,8 +213,9 @@ def parameter_server_worker(placement):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("source", ["arrays", "dataset"])
 @pytest.mark.parametrize("choose", [replica_worker, parameter_server_worker], ids=["replica", "parameter-server"])
-def test_training_goes_on_from_the_last_checkpoint_when_a_worker_is_killed(full, tmp_path, choose):
+def test_training_goes_on_from_the_last_checkpoint_when_a_worker_is_killed(full, tmp_path, choose, source):
     x, y = data()
     model = make_model()
     strategy = tp.distributed.DataParallel(
@@ -225,7 +228,7 @@ def test_training_goes_on_from_the_last_checkpoint_when_a_worker_is_killed(full,
         straggler_delay={0: 0.05},  # so that the kill lands mid-epoch
     )
     killer = KillWorker(full, strategy, step=3, choose=choose)
-    fit(model, strategy, callbacks=[killer])
+    fit(model, strategy, callbacks=[killer], source=source)
 
     assert killer.victim is not None and killer.victim in strategy.placements[0].shard_workers
     assert len(strategy.recoveries) == 1
