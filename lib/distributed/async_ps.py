@@ -41,7 +41,17 @@ runs the frozen gradient step, shipped as graph-file bytes. The client follows t
 drive callbacks and metrics, one batch callback per update in commit order. The client's
 model is the master copy between epochs: weights, slots, step counter and learning rate go
 out at an epoch's start and come back at its end, before validation and `on_epoch_end`.
-An epoch that fails leaves the model at the last completed epoch.
+
+Checkpoints and failures. The state at each epoch's end is a checkpoint, written with
+`checkpoint_dir` atomically to `ckpt-<step>.h5` (the newest `keep_checkpoints` kept). When
+a worker holding a replica, a parameter shard or the update log dies, the epoch is
+abandoned and run again from that checkpoint (the client's model still holds it) on the
+workers alive, with fewer replicas if fewer workers remain: the updates of the lost
+attempt are forgotten, the callbacks see each batch once, and `strategy.recoveries`
+records what happened. Updates are asynchronous, so the re-run is another run of the
+same epoch, not a replay (with one replica it equals the uninterrupted run). Three
+failures in a row, or an error no lost worker explains, end `fit` with the model at the
+last checkpoint.
 
 >>> import tapeflow as tp
 >>> with tp.distributed.Cluster(n_workers=2) as cluster:  # doctest: +SKIP
@@ -61,9 +71,18 @@ from tapeflow.data.dataset import Dataset
 from tapeflow.distributed import master_copy
 from tapeflow.distributed.async_replica import AsyncReplicaJob, run_async_replica
 from tapeflow.distributed.async_shard import AsyncParameterShard
-from tapeflow.distributed.data_parallel import _check_optimizer, _count, _raise_failed
+from tapeflow.distributed.checkpoints import CheckpointFiles
+from tapeflow.distributed.data_parallel import (
+    _MAX_RECOVERIES,
+    _WATCH_INTERVAL,
+    Recovery,
+    _check_optimizer,
+    _count,
+    _raise_failed,
+)
 from tapeflow.distributed.deployment import launch_replicas
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
+from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
 from tapeflow.distributed.placement import place_variables
 from tapeflow.distributed.stragglers import checked_stragglers
 from tapeflow.distributed.update_log import UpdateLog
@@ -98,10 +117,12 @@ class AsyncParameterServer:
     `staleness_bound` (None or an integer >= 0) drops updates staler than it; `timeout`
     (seconds) bounds every wait; variables larger than `row_block_bytes` are split by
     rows over the shards; `straggler_delay` ({replica: seconds}) delays a replica after
-    each gradient, to simulate a slow worker. After `fit`, `steps` holds an `AsyncStep`
-    per update, and each epoch's logs (so the History) carry `staleness_mean`,
+    each gradient, to simulate a slow worker; `checkpoint_dir` and `keep_checkpoints` say
+    where each epoch's checkpoint is written and how many are kept. After `fit`, `steps`
+    holds an `AsyncStep` per update, `checkpoints` the files written and `recoveries` the
+    failures recovered from; each epoch's logs (so the History) carry `staleness_mean`,
     `staleness_max` and `updates_dropped`. See the module docstring for what an update
-    computes.
+    computes and how failures are handled.
     """
 
     def __init__(
@@ -113,8 +134,11 @@ class AsyncParameterServer:
         timeout: float = 60.0,
         row_block_bytes: int = 1 << 20,
         straggler_delay: dict[int, float] | None = None,
+        checkpoint_dir=None,
+        keep_checkpoints: int = 3,
     ):
         _count("replicas", replicas, minimum=1, owner=_NAME)
+        _count("keep_checkpoints", keep_checkpoints, minimum=1, owner=_NAME)
         if staleness_bound is not None:
             _count("staleness_bound", staleness_bound, minimum=0, owner=_NAME)
         _count("row_block_bytes", row_block_bytes, minimum=1, owner=_NAME)
@@ -126,7 +150,11 @@ class AsyncParameterServer:
         self.timeout = float(timeout)
         self.row_block_bytes = row_block_bytes
         self.straggler_delay = checked_stragglers(straggler_delay, 0.0, replicas, _NAME).fixed
+        self.checkpoint_dir = checkpoint_dir
+        self.keep_checkpoints = keep_checkpoints
         self.steps: list[AsyncStep] = []
+        self.checkpoints: list[str] = []
+        self.recoveries: list[Recovery] = []
         self.workers()
 
     def workers(self) -> list[str]:
@@ -154,32 +182,41 @@ class AsyncParameterServer:
 
 
 class AsyncSession:
-    """One `fit` on the cluster: the parameter shards, update log and scattered data, kept
-    across epochs and released by `close`."""
+    """One `fit` on the cluster: the parameter shards, update log and scattered data of
+    the current placement, made anew after a lost worker, and released by `close`."""
 
     def __init__(self, strategy: AsyncParameterServer, model, x, y, batch_size: int):
         self.strategy = strategy
         self.model = model
         self.y = y
-        strategy.steps = []
+        strategy.steps, strategy.checkpoints, strategy.recoveries = [], [], []
         workers = strategy.workers()
         _check_optimizer(model.optimizer)
         self.with_predictions = bool(model.compiled_metrics)
         sizes = {min(batch_size, len(y)), len(y) % batch_size} - {0}
-        graphs, self.layout, self.variables = freeze_gradient_step(model, x, y, sizes, self.with_predictions)
+        self.graph_bytes, self.layout, self.variables = freeze_gradient_step(model, x, y, sizes, self.with_predictions)
         if not self.layout.n_trainable:
             raise ValueError(f"fit: the loss of model '{model.name}' depends on none of its trainable variables")
         self.optimizer = model.optimizer
         self.optimizer.build(self.variables[: self.layout.n_trainable])
-        blocks = place_variables([v.shape for v in self.variables], len(workers), strategy.row_block_bytes)
+        self.arrays = [*x, y] if isinstance(x, tuple) else [x, y]
+        self.files = None
+        if strategy.checkpoint_dir is not None:
+            self.files = CheckpointFiles(strategy.checkpoint_dir, strategy.keep_checkpoints)
+        self.client = strategy.cluster.client
+        self._held, self.shards, self.log, self.used = [], [], None, []
+        self._place(workers)
+
+    def _place(self, workers: list[str]) -> None:
+        """Start the shards, the update log and the data on `workers` (replicas on the first ones)."""
+        blocks = place_variables([v.shape for v in self.variables], len(workers), self.strategy.row_block_bytes)
         by_shard = [(w, tuple(b for b in blocks if b.shard == j)) for j, w in enumerate(workers)]
         self.shard_workers = [w for w, held in by_shard if held]
         self.blocks = tuple(held for _, held in by_shard if held)
-        self.replica_workers = workers[: strategy.replicas]
-        self.client = strategy.cluster.client
-        self._held = []
+        self.replica_workers = workers[: self.strategy.replicas]
+        self.used = sorted(set(self.shard_workers) | set(self.replica_workers))
         try:
-            self._launch_services(graphs, [*x, y] if isinstance(x, tuple) else [x, y])
+            self._launch_services(self.graph_bytes, self.arrays)
         except BaseException:
             self.close()
             raise
@@ -227,9 +264,50 @@ class AsyncSession:
     # ------------------------------------------------------------ epochs
     def run_epoch(self, batches, callbacks) -> dict:
         """Train one epoch on `batches` (arrays of row numbers), calling the batch callbacks
-        as updates are committed; returns the epoch's logs."""
-        strategy, client = self.strategy, self.client
+        as updates are committed; returns the epoch's logs. Runs the epoch again from its
+        start (the last checkpoint) on the workers alive when a worker in use dies."""
         rows = [np.asarray(b) for b in batches]
+        strategy, first, failures = self.strategy, len(self.strategy.steps), 0
+        self.reported = 0  # batch callbacks the epoch has made
+        while True:
+            try:
+                if not self._held:
+                    self._place(self._alive_workers())
+                logs = self._run(rows, callbacks)
+                break
+            except Exception as error:
+                lost = find_lost(strategy.cluster, self.used, error)
+                self._stop()
+                self.close()
+                if not lost:
+                    raise
+                failures += 1
+                step = self.optimizer.iterations + len(strategy.steps) - first
+                strategy.recoveries.append(Recovery(tuple(lost), step, self.optimizer.iterations, repr(error)))
+                if failures >= _MAX_RECOVERIES:
+                    raise RuntimeError(
+                        f"fit: workers died {failures} times in a row during the epoch after the checkpoint of "
+                        f"step {self.optimizer.iterations} (last lost: {lost}); giving up"
+                    ) from error
+                del strategy.steps[first:]
+                self.model._reset_metrics()
+        if self.files is not None:
+            epoch = getattr(self.model, "_fit_epoch", 0)
+            strategy.checkpoints.append(self.files.write(self.model, self.optimizer.iterations, epoch, len(rows)))
+        return logs
+
+    def _alive_workers(self) -> list[str]:
+        """The workers alive (at least one, waiting up to `timeout` for it)."""
+        deadline = time.monotonic() + self.strategy.timeout
+        while not (workers := self.strategy.cluster.workers):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fit: no worker is alive, and none joined within {self.strategy.timeout:g}s")
+            time.sleep(0.1)
+        return workers
+
+    def _run(self, rows: list[np.ndarray], callbacks) -> dict:
+        """One attempt at the epoch on the current placement."""
+        strategy, client = self.strategy, self.client
         offsets = tuple(np.cumsum([0, *map(len, rows)]).tolist())
         order = np.concatenate(rows) if rows else np.zeros(0, np.int64)
         self._begin_epoch(len(rows))
@@ -241,14 +319,10 @@ class AsyncSession:
         ]
         shared = (self.graphs, self.data, order_future, self.shards, self.log)
         replicas = launch_replicas(client, run_async_replica, jobs, self.replica_workers, shared)
-        try:
-            logs = self._follow(len(rows), order, offsets, callbacks, replicas)
-            self._wait(replicas)
-            self._end_epoch()
-        except BaseException:
-            self._stop()
-            client.cancel(replicas, force=True)
-            raise
+        self._held += [order_future, *replicas]
+        logs = self._follow(len(rows), order, offsets, callbacks, replicas)
+        self._wait(replicas)
+        self._end_epoch()
         return logs
 
     def _begin_epoch(self, n_batches: int) -> None:
@@ -268,10 +342,15 @@ class AsyncSession:
         """Report each committed update to the callbacks and metrics, in commit order."""
         timeout = self.strategy.timeout
         logs, done, staleness, dropped = {}, 0, [], 0
-        deadline, polled = time.monotonic() + timeout, 0.0
+        deadline, polled, watched = time.monotonic() + timeout, 0.0, time.monotonic()
         while done < n_batches:
             time.sleep(max(0.0, polled + _POLL_INTERVAL - time.monotonic()))
             polled = time.monotonic()
+            if polled - watched > _WATCH_INTERVAL:
+                watched = polled
+                lost = lost_workers(self.used, self.strategy.cluster.workers)
+                if lost:
+                    raise WorkerLost(lost)
             records = self.log.wait(0.5).result(timeout=timeout)
             if not records:
                 _raise_failed(replicas)
@@ -281,7 +360,9 @@ class AsyncSession:
                     )
                 continue
             for record in records:
-                callbacks.on_train_batch_begin(done)
+                report = done >= self.reported  # an attempt after a recovery skips what callbacks saw
+                if report:
+                    callbacks.on_train_batch_begin(done)
                 entry = AsyncStep(*(record[k] for k in ("batch", "replica", "step", "pulled", "staleness", "loss")))
                 self.strategy.steps.append(entry)
                 staleness.append(entry.staleness)
@@ -290,7 +371,9 @@ class AsyncSession:
                 else:
                     dropped += 1
                     logs = logs or self.model._metric_results()
-                callbacks.on_train_batch_end(done, logs)
+                if report:
+                    callbacks.on_train_batch_end(done, logs)
+                    self.reported = done + 1
                 done += 1
             deadline = time.monotonic() + timeout
         logs = dict(logs)
@@ -322,16 +405,25 @@ class AsyncSession:
 
     # ------------------------------------------------------------ teardown
     def _stop(self) -> None:
-        """Release every replica waiting on a shard or the log (best effort)."""
-        for actor in [*getattr(self, "shards", []), getattr(self, "log", None)]:
-            if actor is not None:
+        """Release every replica waiting on a shard or the log (best effort; actors on workers
+        that left are skipped, since their calls could only time out)."""
+        try:
+            alive = set(self.strategy.cluster.workers)
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer: nothing to release
+            return
+        actors = list(zip(self.shards, self.shard_workers, strict=False))
+        if self.log is not None:
+            actors.append((self.log, self.replica_workers[0]))
+        for actor, worker in actors:
+            if worker in alive:
                 try:
                     actor.stop().result(timeout=5)
                 except Exception:  # noqa: BLE001 - an actor already gone has nothing to release
                     pass
 
     def close(self) -> None:
-        """Release the shards, the log and the scattered data on the cluster."""
+        """Release the replicas, the shards, the log and the scattered data on the cluster
+        (safe to call twice)."""
         if self._held:
             self.client.cancel(self._held, force=True)
-        self._held = []
+        self._held, self.shards, self.log = [], [], None

@@ -1,4 +1,4 @@
-"""Fault tolerance of synchronous `DataParallel` on a real LocalCluster (worker processes
+"""Fault tolerance of `DataParallel` and `AsyncParameterServer` on a real LocalCluster (worker processes
 on 127.0.0.1): periodic atomic checkpoints, workers killed with SIGKILL mid-training,
 and workers that join.
 
@@ -189,7 +189,7 @@ def steps_done(model, batch):
 
 
 class KillWorker(tp.callbacks.Callback):
-    """SIGKILLs the worker process `choose(placement)` picks, once the client has seen `step` done."""
+    """SIGKILLs the worker process `choose(strategy)` picks, once the client has seen `step` done."""
 
     def __init__(self, cluster, strategy, step, choose):
         super().__init__()
@@ -198,16 +198,17 @@ class KillWorker(tp.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self.victim is None and steps_done(self.model, batch) >= self.step:
-            self.victim = self.choose(self.strategy.placements[-1])
+            self.victim = self.choose(self.strategy)
             pid = self.cluster.client.run(os.getpid, workers=[self.victim])[self.victim]
             os.kill(pid, signal.SIGKILL)
 
 
-def replica_worker(placement):
-    return placement.replica_workers[1]  # replica 1 and a parameter shard; the step log is on replica 0's
+def replica_worker(strategy):
+    return strategy.placements[-1].replica_workers[1]  # replica 1 and a parameter shard; the step log is on replica 0's
 
 
-def parameter_server_worker(placement):
+def parameter_server_worker(strategy):
+    placement = strategy.placements[-1]
     (worker,) = set(placement.shard_workers) - set(placement.replica_workers)
     return worker
 
@@ -247,12 +248,38 @@ def test_training_goes_on_from_the_last_checkpoint_when_a_worker_is_killed(full,
     assert_state(model, *single_process_states(x, y, 2 * STEPS)[2 * STEPS])  # and equals an uninterrupted run
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("victim", [0, 2], ids=["replica-log-and-shard", "shard"])
+def test_async_training_runs_the_epoch_again_from_its_checkpoint_when_a_worker_is_killed(full, tmp_path, victim):
+    x, y = data()
+    model = make_model()
+    strategy = tp.distributed.AsyncParameterServer(
+        full, replicas=1, timeout=30, checkpoint_dir=tmp_path, keep_checkpoints=10, straggler_delay={0: 0.05}
+    )
+    workers = full.workers  # the replica and the update log go to the first; a shard to each
+    killer = KillWorker(full, strategy, step=STEPS + 3, choose=lambda _: workers[victim])
+    history = fit(model, strategy, epochs=3, callbacks=[killer])
+
+    assert killer.victim == workers[victim]
+    (recovery,) = strategy.recoveries
+    assert recovery.lost_workers == (workers[victim],) and recovery.restored_step == STEPS
+    assert strategy.checkpoints == [str(tmp_path / f"ckpt-{s}.h5") for s in (STEPS, 2 * STEPS, 3 * STEPS)]
+    assert [s.step for s in strategy.steps] == list(range(3 * STEPS))  # the lost attempt's updates are forgotten
+    assert len(history.history["loss"]) == 3
+    # One replica: every update is fresh, so the re-run epoch equals the uninterrupted run.
+    reference = single_process_states(x, y, 3 * STEPS)
+    assert_state(model, *reference[3 * STEPS])
+    restored = make_model()
+    tp.io.load_checkpoint(tmp_path / f"ckpt-{STEPS}.h5", restored, restored.optimizer)
+    assert_state(restored, *reference[STEPS])
+
+
 class PauseWorker(KillWorker):
     """SIGSTOPs a worker process: it stays in the cluster but answers nothing."""
 
     def on_train_batch_end(self, batch, logs=None):
         if self.victim is None and steps_done(self.model, batch) >= self.step:
-            self.victim = self.choose(self.strategy.placements[-1])
+            self.victim = self.choose(self.strategy)
             self.pid = self.cluster.client.run(os.getpid, workers=[self.victim])[self.victim]
             os.kill(self.pid, signal.SIGSTOP)
 
