@@ -74,8 +74,9 @@ callbacks see each step once (metrics keep a re-run step's first values), and
   (backup workers are given up first). With `backup_workers=0` a step's gradient is
   still that of the mean loss over its whole global batch: the result equals an
   uninterrupted run up to float32 rounding.
-- Workers that join are used from the next epoch, or from the next checkpoint while
-  fewer replicas run than asked for.
+- Workers that join are used from the next epoch, or, while fewer replicas run than
+  asked for, from a step soon after they join: the client arms a snapshot of the next
+  step no shard has reached, takes it as a checkpoint and places training anew.
 - Too few workers for `timeout` seconds, an error that no lost worker explains (a
   timeout naming what did not answer, a failed checkpoint write), or failures three
   times in a row after the same checkpoint end `fit` with that error, the model left
@@ -462,7 +463,7 @@ class TrainingSession:
         the checkpoints on the way."""
         timeout = self.strategy.timeout
         step, waiting = plan.first_step, {}
-        deadline, polled, watched = time.monotonic() + timeout, 0.0, time.monotonic()
+        deadline, polled, watched, grow = time.monotonic() + timeout, 0.0, time.monotonic(), False
         while step < plan.end:
             time.sleep(max(0.0, polled + _POLL_INTERVAL - time.monotonic()))  # fewer calls on the log's worker
             polled = time.monotonic()
@@ -470,7 +471,7 @@ class TrainingSession:
             if time.monotonic() - watched > _WATCH_INTERVAL:
                 self._watch()
                 _raise_failed(futures)
-                watched = time.monotonic()
+                watched, grow = time.monotonic(), self._can_grow()
             if step not in waiting:
                 if time.monotonic() > deadline:
                     silent = self.deployment.silent(_PROBE_WAIT)
@@ -479,12 +480,19 @@ class TrainingSession:
             while step in waiting:
                 self._report(waiting.pop(step), epoch, plan, order, callbacks)
                 step += 1
-                if step < plan.end and self.policy.due() and not any(s >= step for s in armed):
+                if step < plan.end and (grow or self.policy.due()) and not any(s >= step for s in armed):
                     self._arm_soon(step, plan, armed)
                 if step in armed:
                     armed.discard(step)
                     self._checkpoint(epoch, step)
             deadline = time.monotonic() + timeout
+
+    def _can_grow(self) -> bool:
+        """Whether fewer replicas run than asked for while workers that could take them joined."""
+        deployment, strategy = self.deployment, self.strategy
+        if deployment.replicas + deployment.backup_workers >= strategy.replicas + strategy.backup_workers:
+            return False
+        return bool(set(strategy.cluster.workers) - set(deployment.workers))
 
     def _watch(self) -> None:
         """Raise WorkerLost if a worker in use left the cluster."""
@@ -532,10 +540,8 @@ class TrainingSession:
         self._take_state(*state)
         self.state_step = step
         self._write(epoch, step)
-        deployment, strategy = self.deployment, self.strategy
-        if deployment.replicas + deployment.backup_workers < strategy.replicas + strategy.backup_workers:
-            if set(strategy.cluster.workers) - set(deployment.workers):
-                raise _Grow
+        if self._can_grow():
+            raise _Grow
 
     def _write(self, epoch: _Epoch, step: int) -> None:
         self.policy.written()

@@ -321,21 +321,20 @@ class AddWorker(tp.callbacks.Callback):
 
 
 @pytest.mark.timeout(90)
-def test_a_worker_that_joins_is_used_from_the_next_checkpoint():
+def test_a_worker_that_joins_is_used_from_a_step_soon_after():
     x, y = data()
     model = make_model()
     with tp.distributed.Cluster(n_workers=2, memory_limit="1GiB") as small:
-        strategy = tp.distributed.DataParallel(
-            small, replicas=3, min_replicas=2, checkpoint_every_steps=4, straggler_delay={0: 0.05}
-        )
+        strategy = tp.distributed.DataParallel(small, replicas=3, min_replicas=2, straggler_delay={0: 0.1})
         joining = AddWorker(small, step=1)
         fit(model, strategy, callbacks=[joining])
 
-    assert [p.first_step for p in strategy.placements] == [0, 4]
+    (grown,) = [p.first_step for p in strategy.placements[1:]]  # no checkpoint interval: it grows mid-epoch
+    assert 1 < grown < STEPS
     assert [p.replicas for p in strategy.placements] == [2, 3]
     assert joining.joined in strategy.placements[1].replica_workers
     assert joining.joined in strategy.placements[1].shard_workers
-    assert [len(s.applied) for s in strategy.steps] == [2] * 4 + [3] * (2 * STEPS - 4)
+    assert [len(s.applied) for s in strategy.steps] == [2] * grown + [3] * (2 * STEPS - grown)
     assert strategy.recoveries == []
     assert_state(model, *single_process_states(x, y, 2 * STEPS)[2 * STEPS])  # re-sharded: equal up to rounding
 
