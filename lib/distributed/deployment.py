@@ -222,8 +222,8 @@ class Deployment:
             try:
                 return future.result(timeout=min(_WATCH_EVERY, max(deadline - time.monotonic(), 0.01)))
             except TimeoutError:
-                if future.done():  # the call's own error
-                    raise
+                if future.done():  # it ended as the wait did: its own result, or its own error
+                    return future.result()
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"fit: {what} did not answer within {self.timeout:g}s")
             self.watch()

@@ -134,6 +134,6 @@ def _answer(call, timeout: float, what: str):
     try:
         return call.result(timeout=wait)
     except (TimeoutError, concurrent.futures.TimeoutError):
-        if call.done():  # the actor's own error
-            raise
+        if call.done():  # it ended as the wait did: its own result, or its own error
+            return call.result()
         raise TimeoutError(f"replica: {what} did not answer within {wait:g}s") from None

@@ -214,8 +214,11 @@ def parameter_server_worker(strategy):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("source", ["arrays", "dataset"])
-@pytest.mark.parametrize("choose", [replica_worker, parameter_server_worker], ids=["replica", "parameter-server"])
+@pytest.mark.parametrize(
+    "choose, source",
+    [(replica_worker, "arrays"), (replica_worker, "dataset"), (parameter_server_worker, "arrays")],
+    ids=["replica", "replica-dataset", "parameter-server"],
+)
 def test_training_goes_on_from_the_last_checkpoint_when_a_worker_is_killed(full, tmp_path, choose, source):
     x, y = data()
     model = make_model()
