@@ -296,8 +296,11 @@ class Trainer:
         return {k: float(v) for k, v in logs.items()}
 
     def predict(self, x, batch_size: int = 32, verbose="auto", distribute=None) -> np.ndarray:
-        """The model's outputs for `x`, batch by batch, as one NumPy array (with `distribute`,
-        computed here on the client's weights, as `evaluate` does)."""
+        """The model's outputs for `x`, batch by batch, as one NumPy array. With `distribute`,
+        array inputs are split over the strategy's workers, each running the model's
+        inference graph on its part (a Dataset is predicted here)."""
+        if distribute is not None and not isinstance(x, Dataset):
+            return distribute.predict(self, x, batch_size)
         outputs = [self(_inputs(xb), training=False).numpy() for xb in self._batches(x, None, batch_size, "predict")]
         return np.concatenate(outputs) if outputs else np.zeros((0,))
 

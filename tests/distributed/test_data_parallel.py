@@ -185,6 +185,20 @@ def test_state_written_by_the_forward_pass_is_averaged_over_shards(cluster):
     assert np.abs(mean.numpy()).max() > 0.005
 
 
+def test_predict_splits_the_rows_over_the_workers_for_several_inputs_and_outputs(cluster):
+    tp.random.seed(3)
+    a, b = tp.layers.Input((4,)), tp.layers.Input((3,))
+    joined = tp.layers.Concatenate()([tp.layers.Dense(5)(a), b])
+    model = tp.Model([a, b], [tp.layers.Dense(2)(joined), tp.layers.Dense(1)(joined)])
+    rng = np.random.default_rng(1)
+    x = [rng.standard_normal((37, 4)).astype(np.float32), rng.standard_normal((37, 3)).astype(np.float32)]
+    expected = [o.numpy() for o in model(x)]
+    got = model.predict(x, batch_size=8, distribute=tp.distributed.DataParallel(cluster, replicas=3))
+    assert [g.shape for g in got] == [(37, 2), (37, 1)]
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
+
 # ------------------------------------------------------------------ Dataset inputs
 def test_a_dataset_trains_as_in_one_process_each_replica_reading_its_shard(cluster):
     (single, spread), shape = twins(mlp, "adam", metrics=["accuracy"])
