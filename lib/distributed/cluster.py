@@ -68,7 +68,7 @@ class Cluster:
                         memory_limit=memory_limit,
                         processes=True,
                         host="127.0.0.1",
-                        dashboard_address=None,
+                        dashboard_address=":0",  # any free port: no clash with another cluster's 8787
                         silence_logs=logging.ERROR,
                     )
                 self._client = dask.Client(self._local, direct_to_workers=True, timeout=self.timeout)
