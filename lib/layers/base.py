@@ -24,7 +24,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from tapeflow import dtypes, initializers, regularizers
+from tapeflow import dtypes, initializers, regularizers, serialization
 from tapeflow.graph.ir import Graph
 from tapeflow.graph.trace import TensorSpec, Tracer
 from tapeflow.ops.creation import tensor as as_tensor
@@ -72,6 +72,7 @@ class SymbolicTensor:
 
     def __init__(self, shape, dtype="float32", name: str | None = None, history=None, index: int = 0):
         self.shape = _as_shape(shape)
+        self.input_layer = None  # the InputLayer that made this model input, if any
         self.dtype = dtypes.as_dtype(dtype)
         self.name = name
         self.history = history
@@ -85,14 +86,24 @@ class SymbolicTensor:
         return f"<SymbolicTensor shape={self.shape} dtype={self.dtype.name} name={self.name}>"
 
 
-def Input(shape, batch_size: int | None = None, dtype="float32", name: str | None = None) -> SymbolicTensor:
-    """A symbolic model input: `shape` excludes the batch dimension.
+def Input(
+    shape=None, batch_size: int | None = None, dtype="float32", name: str | None = None, batch_shape=None
+) -> SymbolicTensor:
+    """A symbolic model input: `shape` excludes the batch dimension (or give the whole
+    `batch_shape`). The output of an `InputLayer`, as in Keras; also `tp.Input`.
+
+    Args:
+        shape: the shape of one example, a tuple of ints (None for a size known only later).
+        batch_size: a fixed batch size, or None (the default) for any.
+        dtype: the dtype of the values fed (floating or integer, e.g. "int64" ids for Embedding).
+        name: the input's name (by default "input_layer", "input_layer_1", ...).
+        batch_shape: the full shape including the batch axis, instead of shape and batch_size.
 
     >>> import tapeflow as tp
     >>> tp.layers.Input(shape=(28, 28, 1), dtype="float64").shape
     (None, 28, 28, 1)
     """
-    return SymbolicTensor((batch_size, *_as_shape(shape)), dtype, name or unique_name("input_layer"))
+    return InputLayer(shape, batch_size, dtype, batch_shape, name).output
 
 
 def _as_shape(shape) -> tuple:
@@ -215,9 +226,11 @@ class Layer:
         if "build" in cls.__dict__:  # every build, however it is reached, marks the layer built
             cls.build = _marks_built(cls.__dict__["build"])
 
-    def __init__(self, name: str | None = None, trainable: bool = True, dtype="float32", **kwargs):
+    def __init__(self, name: str | None = None, trainable: bool = True, dtype="float32", input_shape=None, **kwargs):
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword arguments {sorted(kwargs)}")
+        # Keras' `input_shape=` on the first layer of a Sequential: the model's input, without the batch axis.
+        self._input_shape_arg = None if input_shape is None else _as_shape(input_shape)
         self.name = name or unique_name(snake_case(type(self).__name__))
         self.dtype = dtypes.as_dtype(dtype)
         if self.dtype.kind != "f":
@@ -464,12 +477,51 @@ def _marks_built(build):
             input_shape = _as_shapes(input_shape)
         build(self, input_shape)
         self.built = True
-        self._build_input_shape = input_shape
+        if input_shape is not None or not hasattr(self, "_build_input_shape"):
+            self._build_input_shape = input_shape
 
     return wrapped
 
 
 Layer.build = _marks_built(Layer.build)
+
+
+class InputLayer(Layer):
+    """The entry point of a model: holds the symbolic tensor `output` that `Input` returns.
+
+    As the first entry of a `tp.Sequential` it declares the model's input, so the model is
+    built (its weights made) at construction. Calling it passes its input through.
+
+    Args:
+        shape: the shape of one example, without the batch axis (None for sizes known later).
+        batch_size: a fixed batch size, or None (the default) for any.
+        dtype: the dtype of the values fed: floating, or integer (for ids).
+        batch_shape: the full shape including the batch axis, instead of `shape` and `batch_size`.
+        name: the input's name (by default "input_layer", "input_layer_1", ...).
+
+    >>> import tapeflow as tp
+    >>> layer = tp.layers.InputLayer(shape=(3,), dtype="int64")
+    >>> layer.output.shape, layer.output.dtype.name, layer.get_config()["batch_shape"]
+    ((None, 3), 'int64', (None, 3))
+    """
+
+    def __init__(self, shape=None, batch_size=None, dtype="float32", batch_shape=None, name=None, **kwargs):
+        super().__init__(name=name or unique_name("input_layer"), **kwargs)
+        if (shape is None) == (batch_shape is None):
+            raise ValueError(f"{self.name}: give exactly one of shape and batch_shape, got {shape!r}, {batch_shape!r}")
+        if batch_shape is not None and batch_size is not None:
+            raise ValueError(f"{self.name}: batch_size cannot be combined with batch_shape {batch_shape!r}")
+        self.batch_shape = _as_shape(batch_shape) if batch_shape is not None else (batch_size, *_as_shape(shape))
+        self.dtype = dtypes.as_dtype(dtype or "float32")  # integer inputs are allowed here
+        self.output = SymbolicTensor(self.batch_shape, self.dtype, self.name)
+        self.output.input_layer = self
+        self.built = True
+
+    def call(self, inputs):
+        return inputs
+
+    def get_config(self) -> dict:
+        return {"batch_shape": self.batch_shape, "dtype": self.dtype.name, "name": self.name}
 
 
 def _map_shapes(fn, shapes):
@@ -504,41 +556,45 @@ def _layers_in(values):
 
 
 # ------------------------------------------------------------ serialization
+def _builtin_layer(name: str):
+    return serialization.builtin_class(_REGISTRY, name)
+
+
 def serialize(layer: Layer) -> dict:
-    """{'class_name': ..., 'config': ...}, the form `deserialize` reads.
+    """{'class_name': ..., 'config': ...} (plus 'registered_name' for a registered class),
+    the form `deserialize` reads.
 
     >>> import tapeflow as tp
     >>> config = serialize(tp.layers.Dropout(0.5, name="drop"))
     >>> config["class_name"], type(deserialize(config)).__name__
     ('Dropout', 'Dropout')
     """
-    return {"class_name": type(layer).__name__, "config": layer.get_config()}
+    return serialization.serialize(layer)
 
 
-def deserialize(config: dict) -> Layer:
-    """The layer described by a `serialize` dict (any Layer subclass defined so far)."""
-    name = config.get("class_name")
-    if name not in _REGISTRY:
-        raise ValueError(f"deserialize: unknown layer class {name!r}")
-    return _REGISTRY[name].from_config(config["config"])
+def deserialize(config: dict, custom_objects: dict | None = None) -> Layer:
+    """The layer (or model) a `serialize` dict describes: tapeflow's own classes, classes
+    registered with `tp.saving.register_serializable`, or those in `custom_objects`."""
+    with serialization.custom_object_scope(custom_objects):
+        return serialization.deserialize(config, Layer, _builtin_layer, "layers.deserialize")
 
 
-def _serialize_object(module, identifier):
+def _serialize_object(identifier):
+    """A config entry: names stay names, registered functions become their registered
+    names, objects with get_config become {"class_name", "config"} dicts; any other
+    callable is kept as is (it cannot be saved)."""
     if identifier is None or isinstance(identifier, str | dict):
         return identifier
-    to_config = getattr(module, "serialize", None)
-    if to_config is not None:
-        return to_config(identifier)
-    if hasattr(identifier, "get_config"):  # the {"class_name", "config"} form that `get` reads
-        return {"class_name": type(identifier).__name__, "config": identifier.get_config()}
-    return identifier  # a plain function: kept as is (not JSON-serializable)
+    if hasattr(identifier, "get_config"):
+        return serialization.serialize(identifier)
+    return serialization.registered_name(identifier) or identifier
 
 
 def serialize_initializer(identifier):
     """A config entry for an initializer: names stay names; objects are serialized."""
-    return _serialize_object(initializers, identifier)
+    return _serialize_object(identifier)
 
 
 def serialize_regularizer(identifier):
     """A config entry for a regularizer: names stay names; objects are serialized."""
-    return _serialize_object(regularizers, identifier)
+    return _serialize_object(identifier)
