@@ -22,6 +22,7 @@ from tapeflow import (
     optimizers,
     regularizers,
     saving,
+    serialization,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
 from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads
