@@ -502,10 +502,12 @@ def get(identifier) -> Loss | None:
     if identifier is None or isinstance(identifier, Loss):
         return identifier
     if isinstance(identifier, str):
-        cls = _BY_NAME.get(_key(identifier))
-        if cls is None:
-            raise ValueError(f"losses.get: unknown loss {identifier!r}; known names: {_KNOWN_NAMES}")
-        return cls()
+        found = _BY_NAME.get(_key(identifier)) or serialization.lookup(identifier)
+        if isinstance(found, type) and issubclass(found, Loss):
+            return found()
+        if callable(found) and not isinstance(found, type):  # a registered per-sample function
+            return LossFunctionWrapper(found)
+        raise ValueError(f"losses.get: unknown loss {identifier!r}; known names: {_KNOWN_NAMES}")
     if isinstance(identifier, dict):
         return serialization.deserialize(identifier, Loss, _builtin, "losses.get")
     if callable(identifier):

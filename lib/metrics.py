@@ -573,9 +573,14 @@ def _lookup(name: str, loss=None):
     if _key(name) in ("accuracy", "acc"):
         return lambda **config: AutoAccuracy(loss=loss, **config)
     cls = _BY_KEY.get(_key(name))
-    if cls is None:
-        raise ValueError(f"metrics.get: unknown metric {name!r}; known names: {_KNOWN}")
-    return cls
+    if cls is not None:
+        return cls
+    found = serialization.lookup(name)  # a registered class or function
+    if isinstance(found, type) and issubclass(found, Metric):
+        return found
+    if callable(found) and not isinstance(found, type):
+        return lambda **config: MeanMetricWrapper(found, **config)
+    raise ValueError(f"metrics.get: unknown metric {name!r}; known names: {_KNOWN}")
 
 
 def _builtin(name: str):

@@ -15,10 +15,12 @@ from __future__ import annotations
 import inspect
 import io
 
+from tapeflow import saving
 from tapeflow.functional import flatten, layer_calls, rebuild, run_layer_calls
 from tapeflow.graph.trace import TensorSpec, freeze
 from tapeflow.io import checkpoint as weights_io
 from tapeflow.layers.base import Input, InputLayer, Layer, SymbolicTensor, _layers_in, deserialize, serialize
+from tapeflow.saving import load_model  # noqa: F401 - tp.models.load_model, as in Keras
 from tapeflow.training import Trainer
 
 
@@ -147,10 +149,28 @@ class Model(Layer, Trainer):
         )
         print_fn(out.getvalue().rstrip("\n"))
 
-    def save_weights(self, filepath) -> None:
-        """Write every weight to an HDF5 file, keyed '<layer name>/<weight name>', atomically.
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs) -> None:
+        """See `tapeflow.training.Trainer.compile`; the arguments are kept for `save`."""
+        super().compile(optimizer, loss, metrics, **kwargs)
+        self._compile_arguments = {"loss": loss, "metrics": metrics, **kwargs}
 
-        The layout is documented in `tapeflow.io.checkpoint`.
+    def save(self, filepath) -> None:
+        """Write the whole model to one file, atomically: architecture (config), weights, and
+        if compiled, the compile arguments and the optimizer's state. `tp.models.load_model`
+        reads it back without running any code from it. The layout is documented in
+        `tapeflow.saving`; any file name works, ".keras" is the customary one.
+
+        >>> import os, tempfile
+        >>> import tapeflow as tp
+        >>> model = tp.Sequential([tp.Input((3,)), tp.layers.Dense(2)])
+        >>> model.save(os.path.join(tempfile.mkdtemp(), "m.keras"))
+        """
+        saving.save_model(self, filepath)
+
+    def save_weights(self, filepath) -> None:
+        """Write every weight to an HDF5 file, keyed by its place in the model, atomically.
+
+        The layout is documented in `tapeflow.saving`.
 
         >>> import os, tempfile
         >>> import tapeflow as tp
@@ -158,10 +178,12 @@ class Model(Layer, Trainer):
         >>> _ = model(tp.ones((1, 3)))
         >>> model.save_weights(os.path.join(tempfile.mkdtemp(), "w.h5"))
         """
-        weights_io.save_weights(self, filepath)
+        saving.save_weights(self, filepath)
 
-    def load_weights(self, filepath, strict: bool = True) -> weights_io.LoadReport:
-        """Load weights by name from `save_weights`' file; returns a `LoadReport`.
+    def load_weights(self, filepath, strict: bool = True, by_name: bool = False) -> weights_io.LoadReport:
+        """Load weights from `save_weights`' file, matched by structure (each layer's place
+        in the model, as Keras 3 does), or by their full names with `by_name=True`; a file
+        of the older name-keyed layout loads by name. Returns a `LoadReport`.
 
         With `strict` (the default), a missing, unexpected or wrongly shaped weight raises
         a ValueError naming every one, before any weight changes; `strict=False` loads
@@ -174,9 +196,9 @@ class Model(Layer, Trainer):
         >>> path = os.path.join(tempfile.mkdtemp(), "w.h5")
         >>> model.save_weights(path)
         >>> model.load_weights(path).matched
-        ('out/kernel', 'out/bias')
+        ('layers/dense/kernel', 'layers/dense/bias')
         """
-        return weights_io.load_weights(self, filepath, strict=strict)
+        return saving.load_weights(self, filepath, strict=strict, by_name=by_name)
 
     def _summary_rows(self):
         return [(layer, getattr(layer, "output_shape", "?")) for layer in self._tracked_layers()]
@@ -408,6 +430,8 @@ class Sequential(Model):
         """The layers' configs, and the input (Keras' "build_input_shape") if the model is built."""
         shape = getattr(self, "_build_input_shape", None) if self.built else None
         dtype = self._input_layer.dtype if self._input_layer is not None else self.dtype
+        if self._input_layer is None and self._input_signature:  # built by a first call: its input's dtype
+            dtype = self._input_signature[0].dtype
         return {
             "name": self.name,
             "trainable": self.trainable,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from tapeflow import serialization
 from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
 from tapeflow.ops import nn
 from tapeflow.ops.array import reshape
@@ -46,17 +47,20 @@ def get_activation(identifier):
     if identifier is None:
         return linear
     if isinstance(identifier, str):
-        try:
-            return ACTIVATIONS[identifier]
-        except KeyError:
-            raise ValueError(f"unknown activation {identifier!r}; known: {sorted(ACTIVATIONS)}") from None
+        found = ACTIVATIONS.get(identifier) or serialization.lookup(identifier)
+        if not callable(found):
+            raise ValueError(
+                f"unknown activation {identifier!r}; known: {sorted(ACTIVATIONS)} and registered functions"
+            )
+        return found
     if callable(identifier):
         return identifier
     raise TypeError(f"activation must be a name or a callable, got {identifier!r}")
 
 
 def serialize_activation(fn):
-    """The name of a built-in activation (the callable itself otherwise).
+    """The name of a built-in activation, the registered name of a function registered with
+    `tp.saving.register_serializable`, or the callable itself otherwise.
 
     >>> serialize_activation(get_activation(None))
     'linear'
@@ -64,7 +68,7 @@ def serialize_activation(fn):
     for name, known in ACTIVATIONS.items():
         if fn is known:
             return name
-    return fn
+    return serialization.registered_name(fn) or fn
 
 
 def _check_positive(layer: str, label: str, value) -> int:
