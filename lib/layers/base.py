@@ -209,6 +209,15 @@ class Layer:
     Layers held in attributes (or in lists, tuples and dicts of them) are tracked:
     their weights appear in `weights`, `get_weights()` and `count_params()`.
 
+    Args:
+        name: the layer's name, the prefix of its weights' names (by default the class name
+            in snake case, numbered: "dense", "dense_1", ...).
+        trainable: whether its weights are trained.
+        dtype: the dtype of its weights and computations (floating; floating inputs are cast to it).
+        input_shape: the shape of one input example without the batch axis; on the first layer
+            of a `tp.Sequential`, declares the model's input (Keras' form of `tp.Input`).
+        **kwargs: none other is accepted (a TypeError names them).
+
     >>> import tapeflow as tp
     >>> dense = tp.layers.Dense(3, name="head")
     >>> dense(tp.ones((2, 4))).shape, dense.count_params()
@@ -505,8 +514,8 @@ class InputLayer(Layer):
     ((None, 3), 'int64', (None, 3))
     """
 
-    def __init__(self, shape=None, batch_size=None, dtype="float32", batch_shape=None, name=None, **kwargs):
-        super().__init__(name=name or unique_name("input_layer"), **kwargs)
+    def __init__(self, shape=None, batch_size=None, dtype="float32", batch_shape=None, name=None):
+        super().__init__(name=name or unique_name("input_layer"))
         if (shape is None) == (batch_shape is None):
             raise ValueError(f"{self.name}: give exactly one of shape and batch_shape, got {shape!r}, {batch_shape!r}")
         if batch_shape is not None and batch_size is not None:
