@@ -404,6 +404,13 @@ class Sequential(Model):
         self._input_signature = [TensorSpec((None, *tuple(input_shape)[1:]), dtype)]
         self._build_input_shape = tuple(input_shape)
 
+    def _call_symbolic(self, inputs, *args, **kwargs):
+        # Called on a symbolic input (inside a functional model): build every layer now.
+        if not self.built and isinstance(inputs, SymbolicTensor) and self._input_layer is None:
+            self._input_layer = InputLayer(batch_shape=inputs.shape, dtype=inputs.dtype)
+            self.build(inputs.shape)
+        return super()._call_symbolic(inputs, *args, **kwargs)
+
     def _maybe_build(self, input_shape) -> None:
         # Called on data first: the layers build on their own first calls, inside call().
         if not self.built:

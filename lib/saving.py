@@ -71,6 +71,7 @@ __all__ = [
     "custom_object_scope",
     "load_model",
     "load_weights",
+    "register_keras_serializable",
     "register_serializable",
     "registered_name",
     "save_model",
@@ -82,6 +83,7 @@ MODEL_FORMAT = "tapeflow-model"
 MODEL_VERSION = 1
 WEIGHTS_VERSION = 2
 _MAX_TEXT = 1 << 28  # bytes of one JSON text read from a file
+register_keras_serializable = register_serializable  # Keras' name for it
 
 
 # ------------------------------------------------------------------ structure
@@ -228,14 +230,19 @@ def _int_attr(obj, name: str, where: str) -> int:
     return int(value)
 
 
-def _header(f: h5py.File, fmt: str, versions: tuple, where: str) -> int:
+def _header(f: h5py.File, formats: dict, where: str) -> str:
+    """The file's format, one of `formats` ({format: readable version}), checked with its version."""
     found = _text_attr(f, "format", where)
-    if found != fmt:
-        raise ValueError(f"{where}: {f.filename!r} is not a {fmt} file (its 'format' attribute is {found!r})")
+    if found not in formats:
+        raise ValueError(
+            f"{where}: {f.filename!r} is not a {' or '.join(formats)} file (its 'format' attribute is {found!r})"
+        )
     version = _int_attr(f, "version", where)
-    if version not in versions:
-        raise ValueError(f"{where}: {f.filename!r} is {fmt} version {version}; this tapeflow reads {list(versions)}")
-    return version
+    if version != formats[found]:
+        raise ValueError(
+            f"{where}: {f.filename!r} is {found} version {version}; this tapeflow reads version {formats[found]}"
+        )
+    return found
 
 
 def _write_header(f: h5py.File, fmt: str, version: int) -> None:
@@ -304,14 +311,15 @@ def load_weights(model, path, strict: bool = True, by_name: bool = False) -> Loa
 
     With `strict`, a missing, unexpected or wrongly shaped weight raises a
     `WeightsMismatchError` naming every one, and no weight changes; otherwise the weights
-    that match are loaded. A version-1 file (keyed by name) loads by name.
+    that match are loaded. A version-1 file (keyed by name) loads by name; a model file
+    (`Model.save`) gives its weights.
     """
     where = "load_weights"
     if not _is_structured(path, where):
         return checkpoint.load_weights(model, path, strict=strict)
     by_key = weight_paths(model, where)
     with _open(path, where) as f:
-        _header(f, checkpoint.WEIGHTS_FORMAT, (WEIGHTS_VERSION,), where)
+        _header(f, {checkpoint.WEIGHTS_FORMAT: WEIGHTS_VERSION, MODEL_FORMAT: MODEL_VERSION}, where)
         report, values = _read_weights(f, by_key, where, by_name)
     if strict and not report.ok:
         raise _mismatch(where, path, report, by_name)
@@ -439,7 +447,7 @@ def load_model(path, custom_objects: dict | None = None, compile: bool = True):
     registered ones, and `custom_objects`); nothing in the file is executed."""
     where = "load_model"
     with _open(path, where) as f, custom_object_scope(custom_objects):
-        _header(f, MODEL_FORMAT, (MODEL_VERSION,), where)
+        _header(f, {MODEL_FORMAT: MODEL_VERSION}, where)
         model = deserialize(_read_json(f, "config", where))
         if not hasattr(model, "compile"):
             raise ValueError(f"{where}: {os.fspath(path)!r} holds a {type(model).__name__}, not a model")

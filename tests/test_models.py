@@ -131,3 +131,15 @@ def test_subclassed_model_config_is_its_plain_constructor_arguments():
     assert len(clone.hidden) == 3 and clone.hidden[0].units == 8
     with pytest.raises(NotImplementedError, match="layer=.*override get_config"):
         Holder(L.Dense(2)).get_config()
+
+
+def test_a_sequential_called_on_a_symbolic_input_is_built_with_its_weights(tmp_path):
+    inner = tp.Sequential([L.Embedding(10, 4), L.Flatten(), L.Dense(2)])
+    ids = tp.Input((3,), dtype="int64")
+    model = tp.Model(ids, L.Dense(1)(inner(ids)))
+    assert inner.built and model.count_params() == 40 + 26 + 3
+    assert inner.get_config()["input_dtype"] == "int64"
+    model.save(tmp_path / "m.keras")
+    loaded = tp.models.load_model(tmp_path / "m.keras")
+    x = np.array([[1, 2, 3], [4, 5, 9]])
+    np.testing.assert_array_equal(loaded.predict(x), model.predict(x))

@@ -252,6 +252,16 @@ def test_an_object_dataset_among_the_weights_is_refused(tmp_path):
         tp.models.load_model(path)
 
 
+def test_load_weights_reads_the_weights_of_a_model_file(tmp_path):
+    source = _sequential()
+    source.save(tmp_path / "m.keras")
+    target = _sequential()
+    assert target.load_weights(tmp_path / "m.keras").ok
+    for a, b in zip(source.get_weights(), target.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert tp.saving.register_keras_serializable is tp.saving.register_serializable
+
+
 def test_not_a_model_file_is_a_clear_error(tmp_path):
     model = _sequential()
     model.save_weights(tmp_path / "w.h5")
