@@ -99,7 +99,9 @@ def custom_object_scope(objects: dict | None):
 
 
 def lookup(class_name: str, registered: str | None = None, builtin: Callable | None = None):
-    """The class or function a config names (see the module docstring), or None."""
+    """The class or function a config names, or None: the scopes first, then the
+    registered name, then tapeflow's own class (`builtin`), then the only registered class
+    of that bare name."""
     keys = [k for k in (registered, class_name) if isinstance(k, str)]
     for scope in reversed(_SCOPES.stack):
         for key in keys:
@@ -108,10 +110,11 @@ def lookup(class_name: str, registered: str | None = None, builtin: Callable | N
     for key in keys:
         if key in _REGISTERED:
             return _REGISTERED[key]
-    same_name = [obj for key, obj in _REGISTERED.items() if key.split(">", 1)[1] == class_name]
-    if len(same_name) == 1:
-        return same_name[0]
-    return builtin(class_name) if builtin is not None else None
+    found = builtin(class_name) if builtin is not None else None
+    if found is None:  # a bare class name: the one registered class of that name, if only one
+        same_name = [obj for key, obj in _REGISTERED.items() if key.split(">", 1)[1] == class_name]
+        found = same_name[0] if len(same_name) == 1 else None
+    return found
 
 
 def builtin_class(classes: dict, name: str):

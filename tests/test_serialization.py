@@ -321,3 +321,13 @@ def test_a_registered_class_of_the_wrong_kind_is_refused():
 def test_registering_a_name_twice_is_refused():
     with pytest.raises(ValueError, match="already registered"):
         tp.saving.register_serializable(package="test_serialization")(type("Scaled", (L.Layer,), {}))
+
+
+def test_a_registered_class_never_shadows_a_tapeflow_class_of_the_same_name():
+    @tp.saving.register_serializable(package="test_shadow")
+    class Dense(L.Layer):
+        pass
+
+    config = tp.layers.serialize(L.Dense(2))
+    assert type(tp.layers.deserialize(config)) is L.Dense
+    assert type(tp.layers.deserialize(tp.layers.serialize(Dense()))) is Dense

@@ -31,7 +31,7 @@ from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
 from tapeflow.tensor import Tensor, Variable, eager_scope
 
-_REGISTRY: dict[str, type] = {}  # class name -> Layer subclass, for deserialize()
+_REGISTRY: dict[str, type] = {}  # class name -> tapeflow's own Layer subclasses, for deserialize()
 _NAME_COUNTS: defaultdict = defaultdict(int)
 
 
@@ -231,7 +231,8 @@ class Layer:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        _REGISTRY[cls.__name__] = cls
+        if cls.__module__.startswith("tapeflow.") and not cls.__name__.startswith("_"):
+            _REGISTRY[cls.__name__] = cls  # user classes are found through register_serializable
         if "build" in cls.__dict__:  # every build, however it is reached, marks the layer built
             cls.build = _marks_built(cls.__dict__["build"])
 
