@@ -12,7 +12,6 @@ or by stacking layers with `Sequential`.
 
 from __future__ import annotations
 
-import inspect
 import io
 
 from tapeflow import saving
@@ -43,49 +42,7 @@ class Model(Layer, Trainer):
         # tp.Model(inputs, outputs) builds a functional model over symbolic tensors.
         if cls is Model and (args or "inputs" in kwargs):
             return Functional.__new__(Functional)
-        model = super().__new__(cls)
-        model._init_arguments = (args, kwargs)  # what a subclass's default get_config returns
-        return model
-
-    def get_config(self) -> dict:
-        """A subclassed model's config: the arguments its constructor was called with, when
-        they are plain JSON values (None, bool, int, float, str, and lists and dicts of
-        them), as Keras 3 does. Otherwise override `get_config` (and `from_config` if the
-        constructor cannot take the config's entries back).
-
-        >>> import tapeflow as tp
-        >>> class Mlp(tp.Model):
-        ...     def __init__(self, width=4, **kwargs):
-        ...         super().__init__(**kwargs)
-        ...         self.hidden = tp.layers.Dense(width)
-        ...     def call(self, x):
-        ...         return self.hidden(x)
-        >>> Mlp(8, name="mlp").get_config()
-        {'width': 8, 'name': 'mlp'}
-        """
-        args, kwargs = getattr(self, "_init_arguments", ((), {}))
-        try:
-            bound = inspect.signature(type(self).__init__).bind(self, *args, **kwargs).arguments
-        except TypeError as err:
-            raise NotImplementedError(
-                f"{type(self).__name__}.get_config: cannot recover the arguments: {err}"
-            ) from None
-        config = {}
-        for key, value in list(bound.items())[1:]:
-            parameter = inspect.signature(type(self).__init__).parameters[key]
-            entries = value if parameter.kind is inspect.Parameter.VAR_KEYWORD else {key: value}
-            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-                raise NotImplementedError(
-                    f"{type(self).__name__}.get_config: *{key} cannot be saved; override get_config"
-                )
-            for name, item in entries.items():
-                if not _is_plain(item):
-                    raise NotImplementedError(
-                        f"{type(self).__name__}: argument {name}={item!r} of __init__ is not a plain JSON value, "
-                        "so override get_config() (and from_config()) to make the model serializable"
-                    )
-                config[name] = item
-        return config
+        return super().__new__(cls, *args, **kwargs)
 
     @classmethod
     def from_config(cls, config: dict):
@@ -306,16 +263,6 @@ class Functional(Model):
         except (KeyError, IndexError, TypeError) as err:
             raise ValueError(f"{where}: malformed functional config ({type(err).__name__}: {err})") from None
         return cls(input_structure, outputs, name=config.get("name"), trainable=config.get("trainable", True))
-
-
-def _is_plain(value) -> bool:
-    if value is None or isinstance(value, bool | int | float | str):
-        return True
-    if isinstance(value, list | tuple):
-        return all(_is_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
-    return False
 
 
 def _map_tensors(fn, structure):

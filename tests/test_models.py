@@ -125,7 +125,7 @@ class Holder(tp.Model):
 
 def test_subclassed_model_config_is_its_plain_constructor_arguments():
     model = Mlp(8, depth=3, name="mlp")
-    assert model.get_config() == {"width": 8, "depth": 3, "name": "mlp"}
+    assert model.get_config() == {"width": 8, "depth": 3, "name": "mlp", "trainable": True, "dtype": "float32"}
     clone = Mlp.from_config(model.get_config())
     clone(np.ones((1, 2), "float32"))
     assert len(clone.hidden) == 3 and clone.hidden[0].units == 8

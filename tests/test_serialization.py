@@ -331,3 +331,24 @@ def test_a_registered_class_never_shadows_a_tapeflow_class_of_the_same_name():
     config = tp.layers.serialize(L.Dense(2))
     assert type(tp.layers.deserialize(config)) is L.Dense
     assert type(tp.layers.deserialize(tp.layers.serialize(Dense()))) is Dense
+
+
+@tp.saving.register_serializable(package="test_serialization")
+class Gated(L.Layer):
+    """No get_config of its own: its plain constructor arguments are its config (Keras 3)."""
+
+    def __init__(self, units, gates=(1, 2), **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.gates = units, tuple(gates)
+
+    def call(self, inputs):
+        return inputs * float(sum(self.gates))
+
+
+def test_a_layer_without_get_config_is_configured_by_its_constructor_arguments():
+    layer = Gated(3, gates=[2, 5], name="g")
+    assert layer.get_config() == {"name": "g", "trainable": True, "dtype": "float32", "units": 3, "gates": [2, 5]}
+    clone = tp.layers.deserialize(_json(tp.layers.serialize(layer)))
+    assert (clone.units, clone.gates, clone.name) == (3, (2, 5), "g")
+    with pytest.raises(NotImplementedError, match=r"units=<.*Dense.*override get_config"):
+        Gated(L.Dense(2)).get_config()

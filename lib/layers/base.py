@@ -236,6 +236,11 @@ class Layer:
         if "build" in cls.__dict__:  # every build, however it is reached, marks the layer built
             cls.build = _marks_built(cls.__dict__["build"])
 
+    def __new__(cls, *args, **kwargs):
+        layer = super().__new__(cls)
+        layer._init_arguments = (args, kwargs)  # for the default get_config of a subclass
+        return layer
+
     def __init__(self, name: str | None = None, trainable: bool = True, dtype="float32", input_shape=None, **kwargs):
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword arguments {sorted(kwargs)}")
@@ -469,8 +474,48 @@ class Layer:
 
     # ----- config -----
     def get_config(self) -> dict:
-        """The constructor arguments that recreate this layer (without its weights)."""
-        return {"name": self.name, "trainable": self.trainable, "dtype": self.dtype.name}
+        """The constructor arguments that recreate this layer (without its weights).
+
+        A subclass that does not override this method gets, as in Keras 3, the arguments
+        its constructor was called with, if they are plain JSON values (None, bool, int,
+        float, str, and lists and dicts of them), beside the base `name`, `trainable` and
+        `dtype` (those its constructor accepts). Otherwise it must override `get_config`
+        (and `from_config`, if its constructor cannot take the config's entries back).
+
+        >>> import tapeflow as tp
+        >>> class Mlp(tp.Model):
+        ...     def __init__(self, width=4, **kwargs):
+        ...         super().__init__(**kwargs)
+        ...         self.hidden = tp.layers.Dense(width)
+        ...     def call(self, x):
+        ...         return self.hidden(x)
+        >>> Mlp(8, name="mlp").get_config()
+        {'name': 'mlp', 'trainable': True, 'dtype': 'float32', 'width': 8}
+        """
+        config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype.name}
+        cls = type(self)
+        if cls.get_config is not Layer.get_config or cls.__init__ is Layer.__init__:
+            return config  # called by an override through super(), or nothing to add
+        signature = inspect.signature(cls.__init__)
+        args, kwargs = getattr(self, "_init_arguments", ((), {}))
+        try:
+            bound = signature.bind(self, *args, **kwargs).arguments
+        except TypeError as err:
+            raise NotImplementedError(f"{cls.__name__}.get_config: cannot recover the arguments: {err}") from None
+        if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+            config = {k: v for k, v in config.items() if k in signature.parameters}
+        for key, value in list(bound.items())[1:]:
+            kind = signature.parameters[key].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                raise NotImplementedError(f"{cls.__name__}.get_config: *{key} cannot be saved; override get_config")
+            for name, item in (value if kind is inspect.Parameter.VAR_KEYWORD else {key: value}).items():
+                if not _is_plain(item):
+                    raise NotImplementedError(
+                        f"{cls.__name__}: argument {name}={item!r} of __init__ is not a plain JSON value, "
+                        "so override get_config() (and from_config()) to make it serializable"
+                    )
+                config[name] = item
+        return config
 
     @classmethod
     def from_config(cls, config: dict):
@@ -478,6 +523,16 @@ class Layer:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name} built={self.built}>"
+
+
+def _is_plain(value) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return False
 
 
 def _marks_built(build):
