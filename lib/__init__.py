@@ -21,6 +21,8 @@ from tapeflow import (
     metrics,
     optimizers,
     regularizers,
+    saving,
+    serialization,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
 from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads
@@ -39,6 +41,7 @@ from tapeflow.dtypes import (
 )
 from tapeflow.graph import FreezeError, Graph, TensorSpec, freeze, gradients, load_graph
 from tapeflow.graph.function import function
+from tapeflow.layers import Input
 from tapeflow.models import Model, Sequential
 from tapeflow.ops import *  # noqa: F403 - the op namespace is the public API
 from tapeflow.ops import nn, random

@@ -218,12 +218,13 @@ def _settable_learning_rate(owner: str, model) -> float:
 
 
 class ModelCheckpoint(Callback):
-    """Saves the model's weights (HDF5, via `model.save_weights`) every epoch or every `save_freq` batches.
+    """Saves the model's weights (HDF5, via `model.save_weights`), or with `save_weights_only=False`
+    the whole model (`model.save`), every epoch or every `save_freq` batches.
 
     `filepath` may hold `str.format` fields: `{epoch}` and `{batch}` (1-based, as Keras), and any
     logged value such as `{val_loss:.2f}`. With `save_best_only`, a save happens only when
     `monitor` improves on the best value seen so far (or on `initial_value_threshold`).
-    Only weights are saved: `save_weights_only=False` (whole-model saving) is not supported yet.
+    Unlike Keras, `save_weights_only` defaults to True.
 
     >>> ModelCheckpoint("ckpt/weights.{epoch:02d}-{val_loss:.2f}.h5", save_best_only=True).mode
     'min'
@@ -241,8 +242,7 @@ class ModelCheckpoint(Callback):
         initial_value_threshold: float | None = None,
     ):
         super().__init__()
-        if not save_weights_only:
-            raise NotImplementedError("ModelCheckpoint: only weights can be saved so far; pass save_weights_only=True")
+        self.save_weights_only = bool(save_weights_only)
         if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
             raise ValueError(f"ModelCheckpoint: save_freq must be 'epoch' or a positive int, got {save_freq!r}")
         self.filepath = os.fspath(filepath)
@@ -284,9 +284,12 @@ class ModelCheckpoint(Callback):
         directory = os.path.dirname(path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        self.model.save_weights(path)
+        if self.save_weights_only:
+            self.model.save_weights(path)
+        else:
+            self.model.save(path)
         if self.verbose:
-            print(f"Epoch {epoch + 1}: saved weights to {path}")
+            print(f"Epoch {epoch + 1}: saved {'weights' if self.save_weights_only else 'model'} to {path}")
 
     def _path(self, epoch: int, batch: int | None, logs: dict) -> str:
         fields = {**logs, "epoch": epoch + 1, "batch": None if batch is None else batch + 1}

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from tapeflow import dtypes
+from tapeflow import dtypes, serialization
 from tapeflow.ops import random as tprandom
 from tapeflow.ops.creation import eye, full, tensor
 from tapeflow.tensor import Tensor
@@ -392,6 +392,10 @@ _KNOWN = [
 ]
 
 
+def _builtin(name: str):
+    return _BY_KEY.get(_key(name))
+
+
 def get(identifier):
     """An initializer from a name ("glorot_uniform", "he_normal", "zeros"...;
     class names work too), a {"class_name", "config"} dict, an Initializer or
@@ -402,12 +406,13 @@ def get(identifier):
     """
     if identifier is None or isinstance(identifier, Initializer):
         return identifier
-    if isinstance(identifier, str | dict):
-        name = identifier if isinstance(identifier, str) else str(identifier.get("class_name", ""))
-        cls = _BY_KEY.get(_key(name))
+    if isinstance(identifier, dict):
+        return serialization.deserialize(identifier, Initializer, _builtin, "initializers.get")
+    if isinstance(identifier, str):
+        cls = serialization.lookup(identifier, builtin=_builtin)
         if cls is None:
-            raise ValueError(f"initializers.get: unknown initializer {name!r}; known names: {_KNOWN}")
-        return cls() if isinstance(identifier, str) else cls.from_config(dict(identifier.get("config", {})))
+            raise ValueError(f"initializers.get: unknown initializer {identifier!r}; known names: {_KNOWN}")
+        return cls()
     if callable(identifier):
         return identifier
     raise TypeError(

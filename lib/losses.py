@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeflow import serialization
 from tapeflow.ops.array import broadcast_to, expand_dims, one_hot, squeeze, transpose
 from tapeflow.ops.math import abs as tabs
 from tapeflow.ops.math import cast, clip, log, square, where
@@ -322,7 +323,18 @@ class LossFunctionWrapper(Loss):
         return self.fn(y_true, y_pred, **self._fn_kwargs)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), **self._fn_kwargs}
+        """The wrapped function appears (as its name) only for a plain wrapper: subclasses fix it."""
+        config = {**super().get_config(), **self._fn_kwargs}
+        if type(self) is LossFunctionWrapper:
+            config["fn"] = function_name(self.fn)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> Loss:
+        config = dict(config)
+        if cls is LossFunctionWrapper:
+            config["fn"] = loss_function(config.get("fn"))
+        return cls(**config)
 
 
 class MeanSquaredError(LossFunctionWrapper):
@@ -439,6 +451,46 @@ _KNOWN_NAMES = sorted(
 )
 
 
+def _builtin(name: str):
+    return _BY_NAME.get(_key(name)) or serialization.builtin_class({"LossFunctionWrapper": LossFunctionWrapper}, name)
+
+
+_FUNCTIONS = {
+    f.__name__: f
+    for f in (
+        mean_squared_error,
+        mean_absolute_error,
+        huber,
+        binary_crossentropy,
+        categorical_crossentropy,
+        sparse_categorical_crossentropy,
+    )
+}
+
+
+def function_name(fn):
+    """The name a per-sample loss function is saved under: its own for tapeflow's, the
+    registered name for one registered with `tp.saving.register_serializable`; any
+    other function is returned as is (it cannot be saved).
+
+    >>> function_name(huber)
+    'huber'
+    """
+    if _FUNCTIONS.get(getattr(fn, "__name__", None)) is fn:
+        return fn.__name__
+    return serialization.registered_name(fn) or fn
+
+
+def loss_function(name):
+    """The function `function_name` named."""
+    fn = serialization.lookup(name, builtin=_FUNCTIONS.get) if isinstance(name, str) else None
+    if fn is None or not callable(fn):
+        raise ValueError(
+            f"losses: unknown loss function {name!r}; known: {sorted(_FUNCTIONS)} and registered functions"
+        )
+    return fn
+
+
 def get(identifier) -> Loss | None:
     """A Loss from a Loss (returned as is), a Keras name or class name
     ("sparse_categorical_crossentropy", "mse", "Huber"...; default arguments),
@@ -450,15 +502,14 @@ def get(identifier) -> Loss | None:
     if identifier is None or isinstance(identifier, Loss):
         return identifier
     if isinstance(identifier, str):
-        cls = _BY_NAME.get(_key(identifier))
-        if cls is None:
-            raise ValueError(f"losses.get: unknown loss {identifier!r}; known names: {_KNOWN_NAMES}")
-        return cls()
+        found = _BY_NAME.get(_key(identifier)) or serialization.lookup(identifier)
+        if isinstance(found, type) and issubclass(found, Loss):
+            return found()
+        if callable(found) and not isinstance(found, type):  # a registered per-sample function
+            return LossFunctionWrapper(found)
+        raise ValueError(f"losses.get: unknown loss {identifier!r}; known names: {_KNOWN_NAMES}")
     if isinstance(identifier, dict):
-        cls = _BY_NAME.get(_key(str(identifier.get("class_name", ""))))
-        if cls is None:
-            raise ValueError(f"losses.get: unknown loss {identifier.get('class_name')!r}; known: {_KNOWN_NAMES}")
-        return cls.from_config(identifier.get("config", {}))
+        return serialization.deserialize(identifier, Loss, _builtin, "losses.get")
     if callable(identifier):
         return LossFunctionWrapper(identifier)
     raise TypeError(f"losses.get: expected a Loss, a name, a config dict or a function, got {identifier!r}")

@@ -30,6 +30,8 @@ import re
 
 import numpy as np
 
+from tapeflow import losses, serialization
+
 __all__ = [
     "Metric",
     "Mean",
@@ -275,7 +277,22 @@ class MeanMetricWrapper(Mean):
         super().update_state(self._fn(y_true, y_pred, **self._fn_kwargs), sample_weight)
 
     def get_config(self) -> dict:
-        return {"name": self.name, **self._fn_kwargs}
+        """The wrapped function appears (as its name) only for a plain wrapper: subclasses fix it."""
+        config = {"name": self.name, **self._fn_kwargs}
+        if type(self) is MeanMetricWrapper:
+            config["fn"] = _FUNCTION_NAMES.get(self._fn) or serialization.registered_name(self._fn) or self._fn
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> Metric:
+        config = dict(config)
+        if cls is MeanMetricWrapper:
+            name = config.get("fn")
+            fn = serialization.lookup(name, builtin=_FUNCTIONS.get) if isinstance(name, str) else None
+            if fn is None or not callable(fn):
+                raise ValueError(f"MeanMetricWrapper.from_config: unknown metric function {name!r}")
+            config["fn"] = fn
+        return cls(**config)
 
 
 class Accuracy(MeanMetricWrapper):
@@ -419,6 +436,20 @@ class AutoAccuracy(Mean):
             return "sparse_categorical_accuracy"
         return "categorical_accuracy"
 
+    def get_config(self) -> dict:
+        loss = self.loss
+        return {
+            "name": self.name,
+            "loss": loss if loss is None or isinstance(loss, str) else serialization.serialize(loss),
+        }
+
+    @classmethod
+    def from_config(cls, config: dict) -> Metric:
+        config = dict(config)
+        if isinstance(config.get("loss"), dict):
+            config["loss"] = losses.get(config["loss"])
+        return cls(**config)
+
     def update_state(self, y_true, y_pred, sample_weight=None) -> None:
         if self.resolved is None:
             self.resolved = self._from_loss() or self._from_shapes(y_true, y_pred)
@@ -507,7 +538,21 @@ _CLASSES = (
     Precision,
     Recall,
 )
-_BY_CLASS_NAME = {cls.__name__: cls for cls in _CLASSES}
+_BY_CLASS_NAME = {cls.__name__: cls for cls in (*_CLASSES, AutoAccuracy, MeanMetricWrapper)}
+_FUNCTIONS = {
+    f.__name__: f
+    for f in (
+        accuracy,
+        binary_accuracy,
+        categorical_accuracy,
+        sparse_categorical_accuracy,
+        top_k_categorical_accuracy,
+        sparse_top_k_categorical_accuracy,
+        mean_squared_error,
+        mean_absolute_error,
+    )
+}
+_FUNCTION_NAMES = {f: name for name, f in _FUNCTIONS.items()}
 
 
 def _key(name: str) -> str:
@@ -528,9 +573,20 @@ def _lookup(name: str, loss=None):
     if _key(name) in ("accuracy", "acc"):
         return lambda **config: AutoAccuracy(loss=loss, **config)
     cls = _BY_KEY.get(_key(name))
-    if cls is None:
-        raise ValueError(f"metrics.get: unknown metric {name!r}; known names: {_KNOWN}")
-    return cls
+    if cls is not None:
+        return cls
+    found = serialization.lookup(name)  # a registered class or function
+    if isinstance(found, type) and issubclass(found, Metric):
+        return found
+    if callable(found) and not isinstance(found, type):
+        return lambda **config: MeanMetricWrapper(found, **config)
+    raise ValueError(f"metrics.get: unknown metric {name!r}; known names: {_KNOWN}")
+
+
+def _builtin(name: str):
+    if _key(name) in ("accuracy", "acc") and name != "Accuracy":
+        return AutoAccuracy
+    return _BY_CLASS_NAME.get(name) or _BY_KEY.get(_key(name))
 
 
 def get(identifier, loss=None) -> Metric:
@@ -550,8 +606,10 @@ def get(identifier, loss=None) -> Metric:
     if isinstance(identifier, str):
         return _lookup(identifier, loss)()
     if isinstance(identifier, dict):
-        factory = _lookup(str(identifier.get("class_name", "")), loss)
-        return getattr(factory, "from_config", lambda c: factory(**c))(dict(identifier.get("config", {})))
+        metric = serialization.deserialize(identifier, Metric, _builtin, "metrics.get")
+        if isinstance(metric, AutoAccuracy) and metric.loss is None:
+            metric.loss = loss
+        return metric
     if callable(identifier):
         return MeanMetricWrapper(identifier)
     raise TypeError(f"metrics.get: expected a Metric, a name, a config dict or a function, got {identifier!r}")

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import io
 
+from tapeflow import saving
 from tapeflow.functional import flatten, layer_calls, rebuild, run_layer_calls
 from tapeflow.graph.trace import TensorSpec, freeze
 from tapeflow.io import checkpoint as weights_io
-from tapeflow.layers.base import Layer, SymbolicTensor, _layers_in
+from tapeflow.layers.base import Input, InputLayer, Layer, SymbolicTensor, _layers_in, deserialize, serialize
+from tapeflow.saving import load_model  # noqa: F401 - tp.models.load_model, as in Keras
 from tapeflow.training import Trainer
 
 
@@ -40,7 +42,13 @@ class Model(Layer, Trainer):
         # tp.Model(inputs, outputs) builds a functional model over symbolic tensors.
         if cls is Model and (args or "inputs" in kwargs):
             return Functional.__new__(Functional)
-        return super().__new__(cls)
+        return super().__new__(cls, *args, **kwargs)
+
+    @classmethod
+    def from_config(cls, config: dict):
+        if cls is Model and "calls" in config:  # tp.Model.from_config of a functional model's config
+            return Functional.from_config(config)
+        return cls(**config)
 
     def freeze(self, *input_specs, optimize: bool = True):
         """The inference graph of this model: dropout off, batch normalization on its
@@ -98,10 +106,28 @@ class Model(Layer, Trainer):
         )
         print_fn(out.getvalue().rstrip("\n"))
 
-    def save_weights(self, filepath) -> None:
-        """Write every weight to an HDF5 file, keyed '<layer name>/<weight name>', atomically.
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs) -> None:
+        """See `tapeflow.training.Trainer.compile`; the arguments are kept for `save`."""
+        super().compile(optimizer, loss, metrics, **kwargs)
+        self._compile_arguments = {"loss": loss, "metrics": metrics, **kwargs}
 
-        The layout is documented in `tapeflow.io.checkpoint`.
+    def save(self, filepath) -> None:
+        """Write the whole model to one file, atomically: architecture (config), weights, and
+        if compiled, the compile arguments and the optimizer's state. `tp.models.load_model`
+        reads it back without running any code from it. The layout is documented in
+        `tapeflow.saving`; any file name works, ".keras" is the customary one.
+
+        >>> import os, tempfile
+        >>> import tapeflow as tp
+        >>> model = tp.Sequential([tp.Input((3,)), tp.layers.Dense(2)])
+        >>> model.save(os.path.join(tempfile.mkdtemp(), "m.keras"))
+        """
+        saving.save_model(self, filepath)
+
+    def save_weights(self, filepath) -> None:
+        """Write every weight to an HDF5 file, keyed by its place in the model, atomically.
+
+        The layout is documented in `tapeflow.saving`.
 
         >>> import os, tempfile
         >>> import tapeflow as tp
@@ -109,10 +135,12 @@ class Model(Layer, Trainer):
         >>> _ = model(tp.ones((1, 3)))
         >>> model.save_weights(os.path.join(tempfile.mkdtemp(), "w.h5"))
         """
-        weights_io.save_weights(self, filepath)
+        saving.save_weights(self, filepath)
 
-    def load_weights(self, filepath, strict: bool = True) -> weights_io.LoadReport:
-        """Load weights by name from `save_weights`' file; returns a `LoadReport`.
+    def load_weights(self, filepath, strict: bool = True, by_name: bool = False) -> weights_io.LoadReport:
+        """Load weights from `save_weights`' file, matched by structure (each layer's place
+        in the model, as Keras 3 does), or by their full names with `by_name=True`; a file
+        of the older name-keyed layout loads by name. Returns a `LoadReport`.
 
         With `strict` (the default), a missing, unexpected or wrongly shaped weight raises
         a ValueError naming every one, before any weight changes; `strict=False` loads
@@ -125,9 +153,9 @@ class Model(Layer, Trainer):
         >>> path = os.path.join(tempfile.mkdtemp(), "w.h5")
         >>> model.save_weights(path)
         >>> model.load_weights(path).matched
-        ('out/kernel', 'out/bias')
+        ('layers/dense/kernel', 'layers/dense/bias')
         """
-        return weights_io.load_weights(self, filepath, strict=strict)
+        return saving.load_weights(self, filepath, strict=strict, by_name=by_name)
 
     def _summary_rows(self):
         return [(layer, getattr(layer, "output_shape", "?")) for layer in self._tracked_layers()]
@@ -152,6 +180,7 @@ class Functional(Model):
 
     def __init__(self, inputs, outputs, name: str | None = None, **kwargs):
         super().__init__(name=name, **kwargs)
+        self._input_structure = inputs
         self._output_structure = outputs
         self._model_inputs = flatten(inputs)
         self._model_outputs = flatten(outputs)
@@ -165,6 +194,10 @@ class Functional(Model):
         for layer, *_ in self._calls:
             if all(layer is not seen for seen in self.layers):
                 self.layers.append(layer)
+        # Every layer was built by its symbolic call: the model is built at construction.
+        self.built = True
+        shapes = [t.shape for t in self._model_inputs]
+        self._build_input_shape = shapes[0] if len(shapes) == 1 else shapes
 
     def call(self, inputs, training=None):
         given = flatten(inputs)
@@ -176,27 +209,162 @@ class Functional(Model):
     def _summary_rows(self):
         return [(layer, used[0].shape if used else "?") for layer, _, _, used in self._calls]
 
+    def get_config(self) -> dict:
+        """The inputs, each distinct layer's config, the calls between them (shared layers
+        are called more than once) and the outputs: Keras' functional config, with tensors
+        named by position ({"input": i} or {"call": c, "output": j})."""
+        refs = {id(t): {"input": i} for i, t in enumerate(self._model_inputs)}
+        calls = []
+        for c, (layer, args, kwargs, used) in enumerate(self._calls):
+            for out in used:
+                refs[id(out)] = {"call": c, "output": out.index}
+            calls.append(
+                {
+                    "layer": next(i for i, known in enumerate(self.layers) if known is layer),
+                    "args": _map_tensors(lambda t: refs[id(t)], args),
+                    "kwargs": dict(kwargs),
+                }
+            )
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "inputs": [
+                {"name": t.name, "batch_shape": list(t.shape), "dtype": t.dtype.name} for t in self._model_inputs
+            ],
+            "input_structure": _map_tensors(lambda t: refs[id(t)], self._input_structure),
+            "layers": [serialize(layer) for layer in self.layers],
+            "calls": calls,
+            "outputs": _map_tensors(lambda t: refs[id(t)], self._output_structure),
+        }
+
+    @classmethod
+    def from_config(cls, config: dict):
+        where = f"{cls.__name__}.from_config"
+        try:
+            inputs = [Input(batch_shape=i["batch_shape"], dtype=i["dtype"], name=i["name"]) for i in config["inputs"]]
+            layers = [deserialize(c) for c in config["layers"]]
+            values: dict = {}
+
+            def tensor(ref):
+                if not isinstance(ref, dict):
+                    raise ValueError(f"{where}: a tensor reference must be a dict, got {ref!r}")
+                if "input" in ref:
+                    return inputs[ref["input"]]
+                return values[(ref["call"], ref["output"])]
+
+            for c, call in enumerate(config["calls"]):
+                result = layers[call["layer"]](_map_refs(tensor, call["args"]), **call.get("kwargs", {}))
+                for j, out in enumerate(result if isinstance(result, list) else [result]):
+                    values[(c, j)] = out
+            input_structure = _map_refs(
+                tensor, config.get("input_structure", [{"input": i} for i in range(len(inputs))])
+            )
+            outputs = _map_refs(tensor, config["outputs"])
+        except (KeyError, IndexError, TypeError) as err:
+            raise ValueError(f"{where}: malformed functional config ({type(err).__name__}: {err})") from None
+        return cls(input_structure, outputs, name=config.get("name"), trainable=config.get("trainable", True))
+
+
+def _map_tensors(fn, structure):
+    """fn(tensor) for one symbolic tensor or each in a list, tuple or dict of them."""
+    if isinstance(structure, dict):
+        return {k: fn(v) for k, v in structure.items()}
+    if isinstance(structure, list | tuple):
+        return [fn(v) for v in structure]
+    return fn(structure)
+
+
+def _map_refs(fn, structure):
+    """The inverse of `_map_tensors` over references: a ref is a dict with "input" or "call"."""
+    if isinstance(structure, dict) and ("input" in structure or "call" in structure):
+        return fn(structure)
+    if isinstance(structure, dict):
+        return {k: fn(v) for k, v in structure.items()}
+    if isinstance(structure, list):
+        return [fn(v) for v in structure]
+    raise ValueError(
+        f"Functional.from_config: expected a tensor reference or a list or dict of them, got {structure!r}"
+    )
+
 
 class Sequential(Model):
     """A plain stack of layers, each feeding the next.
 
+    Declare the input first, with `tp.Input(shape)` (or a `tp.layers.InputLayer`, or
+    `input_shape=` on the first layer), and the model is built at construction, as in
+    Keras: its weights exist, so `summary()`, `get_weights()`, `count_params()` and
+    `freeze()` work before any call. Without one, the layers are built on the first call
+    (or by `build(input_shape)`). The input is not listed in `layers`.
+
+    Args:
+        layers: the layers, in order; the first may be a `tp.Input(...)` or an `InputLayer`.
+        name: the model's name.
+        trainable: whether its weights are trained.
+
     >>> import tapeflow as tp
-    >>> model = tp.Sequential([tp.layers.Dense(2)])
+    >>> model = tp.Sequential([tp.Input((3,)), tp.layers.Dense(2)])
     >>> model.add(tp.layers.Activation("softmax"))
-    >>> [type(layer).__name__ for layer in model.layers]
-    ['Dense', 'Activation']
+    >>> [type(layer).__name__ for layer in model.layers], model.count_params()
+    (['Dense', 'Activation'], 8)
     """
 
-    def __init__(self, layers=None, name: str | None = None):
-        super().__init__(name=name)
+    def __init__(self, layers=None, name: str | None = None, trainable: bool = True):
+        super().__init__(name=name, trainable=trainable)
         self.layers: list[Layer] = []
+        self._input_layer: InputLayer | None = None
         for layer in layers or []:
             self.add(layer)
 
     def add(self, layer: Layer) -> None:
+        """Append a layer; a model with a declared input builds the new layer at once.
+
+        The first entry may instead be a `tp.Input(...)` tensor or an `InputLayer`."""
+        if isinstance(layer, SymbolicTensor) and layer.input_layer is not None:
+            layer = layer.input_layer
+        if isinstance(layer, InputLayer):
+            if self.layers or self._input_layer is not None:
+                raise ValueError(
+                    f"Sequential.add: {self.name}: an input ({layer.name}) can only be the first entry; "
+                    f"the model already has {[x.name for x in self.layers] or [self._input_layer.name]}"
+                )
+            self._input_layer = layer
+            return
         if not isinstance(layer, Layer):
-            raise TypeError(f"Sequential.add: expected a tp.layers.Layer, got {type(layer).__name__}")
+            raise TypeError(f"Sequential.add: expected a tp.layers.Layer or a tp.Input, got {type(layer).__name__}")
+        if not self.layers and self._input_layer is None and layer._input_shape_arg is not None:
+            self._input_layer = InputLayer(shape=layer._input_shape_arg)
         self.layers.append(layer)
+        if self._input_layer is not None:
+            self.build(self._input_layer.batch_shape)
+
+    def build(self, input_shape=None):
+        """Build every layer for inputs of `input_shape` (batch axis first) by a symbolic pass;
+        without an argument, for the declared input."""
+        if input_shape is None:
+            if self._input_layer is None:
+                raise ValueError(f"{self.name}.build: give an input_shape; the model declares no input")
+            input_shape = self._input_layer.batch_shape
+        dtype = self._input_layer.dtype if self._input_layer is not None else self.dtype
+        x = SymbolicTensor(input_shape, dtype, "input")
+        for layer in self.layers:
+            x = layer(x)
+        self._input_signature = [TensorSpec((None, *tuple(input_shape)[1:]), dtype)]
+        self._build_input_shape = tuple(input_shape)
+
+    def _call_symbolic(self, inputs, *args, **kwargs):
+        # Called on a symbolic input (inside a functional model): build every layer now.
+        if not self.built and isinstance(inputs, SymbolicTensor) and self._input_layer is None:
+            self._input_layer = InputLayer(batch_shape=inputs.shape, dtype=inputs.dtype)
+            self.build(inputs.shape)
+        return super()._call_symbolic(inputs, *args, **kwargs)
+
+    def _maybe_build(self, input_shape) -> None:
+        # Called on data first: the layers build on their own first calls, inside call().
+        if not self.built:
+            self.built = True
+            if isinstance(input_shape, tuple) and input_shape:
+                input_shape = (None, *input_shape[1:])  # any batch size, as a declared input has
+            self._build_input_shape = input_shape
 
     def call(self, inputs, training=None):
         x = inputs
@@ -213,7 +381,24 @@ class Sequential(Model):
         return rows
 
     def get_config(self) -> dict:
+        """The layers' configs, and the input (Keras' "build_input_shape") if the model is built."""
+        shape = getattr(self, "_build_input_shape", None) if self.built else None
+        dtype = self._input_layer.dtype if self._input_layer is not None else self.dtype
+        if self._input_layer is None and self._input_signature:  # built by a first call: its input's dtype
+            dtype = self._input_signature[0].dtype
         return {
             "name": self.name,
-            "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers],
+            "trainable": self.trainable,
+            "layers": [serialize(layer) for layer in self.layers],
+            "build_input_shape": None if shape is None else list(shape),
+            "input_dtype": dtype.name,
         }
+
+    @classmethod
+    def from_config(cls, config: dict):
+        config = dict(config)
+        layers = [deserialize(c) for c in config.pop("layers", [])]
+        shape, dtype = config.pop("build_input_shape", None), config.pop("input_dtype", "float32")
+        if shape is not None:
+            layers = [InputLayer(batch_shape=shape, dtype=dtype), *layers]
+        return cls(layers, **config)

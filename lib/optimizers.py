@@ -21,7 +21,7 @@ import warnings
 
 import numpy as np
 
-from tapeflow import schedules
+from tapeflow import schedules, serialization
 from tapeflow.autodiff import GradientTape
 from tapeflow.ops.math import cast, clip, maximum, sqrt, square
 from tapeflow.ops.optim import adam_update
@@ -591,7 +591,7 @@ def serialize(optimizer: Optimizer) -> dict:
     >>> serialize(SGD(0.1))["class_name"]
     'SGD'
     """
-    return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}
+    return serialization.serialize(optimizer)
 
 
 def get(identifier) -> Optimizer:
@@ -604,12 +604,9 @@ def get(identifier) -> Optimizer:
     if isinstance(identifier, Optimizer):
         return identifier
     if isinstance(identifier, dict):
-        cls = _BY_NAME.get(str(identifier.get("class_name", "")).lower())
-        if cls is None:
-            raise ValueError(
-                f"optimizers.get: unknown optimizer {identifier.get('class_name')!r}; known: {sorted(_BY_NAME)}"
-            )
-        return cls.from_config(identifier.get("config", {}))
+        return serialization.deserialize(
+            identifier, Optimizer, lambda name: _BY_NAME.get(name.lower()), "optimizers.get"
+        )
     if isinstance(identifier, str):
         cls = _BY_NAME.get(identifier.lower())
         if cls is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from tapeflow import serialization
 from tapeflow.ops.creation import zeros
 from tapeflow.ops.math import abs as tabs
 from tapeflow.ops.math import square
@@ -102,6 +103,10 @@ class L2(L1L2):
 _BY_KEY = {"l1": L1, "l2": L2, "l1l2": L1L2}
 
 
+def _builtin(name: str):
+    return _BY_KEY.get(name.lower().replace("_", ""))
+
+
 def get(identifier):
     """A regularizer from a name ("l1", "l2", "l1_l2"; defaults), a
     {"class_name", "config"} dict, a Regularizer or callable (returned as is),
@@ -112,12 +117,15 @@ def get(identifier):
     """
     if identifier is None or isinstance(identifier, Regularizer):
         return identifier
-    if isinstance(identifier, str | dict):
-        name = identifier if isinstance(identifier, str) else str(identifier.get("class_name", ""))
-        cls = _BY_KEY.get(name.lower().replace("_", ""))
-        if cls is None:
-            raise ValueError(f"regularizers.get: unknown regularizer {name!r}; known names: ['l1', 'l2', 'l1_l2']")
-        return cls() if isinstance(identifier, str) else cls.from_config(dict(identifier.get("config", {})))
+    if isinstance(identifier, dict):
+        return serialization.deserialize(identifier, Regularizer, _builtin, "regularizers.get")
+    if isinstance(identifier, str):
+        found = serialization.lookup(identifier, builtin=_builtin)
+        if found is None:
+            raise ValueError(
+                f"regularizers.get: unknown regularizer {identifier!r}; known names: ['l1', 'l2', 'l1_l2']"
+            )
+        return found() if isinstance(found, type) else found
     if callable(identifier):
         return identifier
     raise TypeError(

@@ -14,6 +14,8 @@ from __future__ import annotations
 import bisect
 import math
 
+from tapeflow import serialization
+
 
 class LearningRateSchedule:
     """Base class: `__call__(step) -> float` and `get_config()`.
@@ -181,7 +183,7 @@ def serialize(schedule: LearningRateSchedule) -> dict:
     >>> serialize(PiecewiseConstantDecay([5], [1.0, 0.1]))["class_name"]
     'PiecewiseConstantDecay'
     """
-    return {"class_name": type(schedule).__name__, "config": schedule.get_config()}
+    return serialization.serialize(schedule)
 
 
 def deserialize(config: dict, custom_objects: dict | None = None) -> LearningRateSchedule:
@@ -190,8 +192,5 @@ def deserialize(config: dict, custom_objects: dict | None = None) -> LearningRat
     >>> deserialize(serialize(ExponentialDecay(0.1, 5, 0.5)))(5)
     0.05
     """
-    known = {**_SCHEDULES, **(custom_objects or {})}
-    name = config.get("class_name") if isinstance(config, dict) else None
-    if name not in known:
-        raise ValueError(f"schedules.deserialize: unknown schedule {name!r}; known: {sorted(known)}")
-    return known[name].from_config(dict(config.get("config", {})))
+    with serialization.custom_object_scope(custom_objects):
+        return serialization.deserialize(config, LearningRateSchedule, _SCHEDULES.get, "schedules.deserialize")

@@ -117,8 +117,6 @@ def test_checkpoint_every_n_batches_counts_across_epochs(tmp_path):
 
 
 def test_checkpoint_errors_and_missing_monitor(tmp_path):
-    with pytest.raises(NotImplementedError, match="save_weights_only=True"):
-        ModelCheckpoint(str(tmp_path / "m.h5"), save_weights_only=False)
     with pytest.raises(ValueError, match="save_freq"):
         ModelCheckpoint(str(tmp_path / "m.h5"), save_freq=0)
     with pytest.raises(ValueError, match="mode"):
@@ -329,3 +327,12 @@ def test_csv_logger_appends_under_the_existing_header(tmp_path):
     # without append, the file starts over
     _fit(model, [CSVLogger(path, separator="\t")], epochs=1)
     assert len(_read_csv(path, "\t")) == 2
+
+
+def test_checkpoint_can_save_the_whole_model(tmp_path):
+    model = _model()
+    _fit(model, [ModelCheckpoint(str(tmp_path / "m{epoch}.keras"), save_weights_only=False)], epochs=2)
+    loaded = tp.models.load_model(tmp_path / "m2.keras")
+    x, _ = _data()
+    np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
+    assert loaded.optimizer.iterations == model.optimizer.iterations

@@ -31,11 +31,11 @@ def test_shared_layer_is_one_set_of_weights():
 
 def test_output_shapes_come_from_the_layer_calls():
     x = tp.layers.Input(shape=(6,))
-    inner = tp.Sequential([tp.layers.Dense(4), tp.layers.Dense(3)])  # its layers build on the first eager call
+    inner = tp.Sequential([tp.layers.Dense(4), tp.layers.Dense(3)])  # built by its symbolic call, as in Keras
     hidden = inner(x)
     model = tp.Model(x, {"logits": tp.layers.Dense(2)(hidden), "hidden": hidden})
     assert model.compute_output_shape((5, 6)) == {"hidden": (5, 3), "logits": (5, 2)}
-    assert not any(layer.built for layer in inner.layers)
+    assert all(layer.built for layer in inner.layers) and model.count_params() == 28 + 15 + 8
     model(np.ones((1, 6)))
     assert model.compute_output_shape((None, 6)) == {"hidden": (None, 3), "logits": (None, 2)}
 

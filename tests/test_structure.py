@@ -14,14 +14,14 @@ from pathlib import Path
 LIB = Path(__file__).resolve().parent.parent / "lib"
 
 STAGES = [
-    {"_kernels", "_compat", "_files", "dtypes", "devices", "elementwise"},
+    {"_kernels", "_compat", "_files", "dtypes", "devices", "elementwise", "serialization"},
     {"backends"},
     {"tensor"},
     {"ops"},
     {"autodiff", "graph"},
     {"data", "io"},
     {"initializers", "regularizers", "schedules", "losses", "metrics", "optimizers", "callbacks", "layers"}
-    | {"training", "functional", "models", "config"},
+    | {"training", "functional", "models", "config", "saving"},
     {"distributed"},
     {"__init__", "cli"},
 ]

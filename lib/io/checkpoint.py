@@ -1,6 +1,7 @@
 """Weights files and training checkpoints: HDF5, written atomically, read without running code.
 
-Weights file (`Model.save_weights`), format "tapeflow-weights", version 1::
+Weights file (`tp.io.save_weights`), format "tapeflow-weights", version 1 (`Model.save_weights`
+writes version 2, keyed by each weight's place in the model: see `tapeflow.saving`)::
 
     /                          attrs: format = "tapeflow-weights" (str), version = 1 (int)
     /<layer name>/<weight>     one dataset per Variable, at the Variable's name ("dense/kernel");
@@ -258,9 +259,10 @@ def _weight_arrays(model, where: str) -> dict[str, np.ndarray]:
     return {name: np.asarray(var.numpy()) for name, var in named.items()}
 
 
-def _match_weights(named: dict, group: h5py.Group, where: str) -> tuple[LoadReport, dict]:
-    """The report, and the matched values cast to each variable's dtype (read only when they fit)."""
-    datasets = hdf5_datasets(group, where)
+def _match_weights(named: dict, group: h5py.Group, where: str, datasets=None) -> tuple[LoadReport, dict]:
+    """The report, and the matched values cast to each variable's dtype (read only when they fit);
+    `datasets` (the group's, by default) are keyed like `named`."""
+    datasets = hdf5_datasets(group, where) if datasets is None else datasets
     matched, mismatched, values = [], [], {}
     for name, var in named.items():
         dataset = datasets.get(name)
@@ -318,7 +320,7 @@ def load_weights(model, path, strict: bool = True) -> LoadReport:
     >>> small = tp.Sequential([tp.layers.Dense(3, name="a")])
     >>> _ = small(tp.ones((1, 2)))
     >>> path = os.path.join(tempfile.mkdtemp(), "w.h5")
-    >>> small.save_weights(path)
+    >>> save_weights(small, path)
     >>> big = tp.Sequential([tp.layers.Dense(3, name="a"), tp.layers.Dense(1, name="b")])
     >>> _ = big(tp.ones((1, 2)))
     >>> load_weights(big, path, strict=False)

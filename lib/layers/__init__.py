@@ -9,7 +9,7 @@ Images are NHWC; sequences are [batch, time, features].
 (None, 1568)
 """
 
-from tapeflow.layers.base import Input, InputSpec, Layer, SymbolicTensor, deserialize, serialize
+from tapeflow.layers.base import Input, InputLayer, InputSpec, Layer, SymbolicTensor, deserialize, serialize
 from tapeflow.layers.conv import Conv2D, Conv2DTranspose
 from tapeflow.layers.core import Activation, Dense, Dropout, Flatten, Reshape, get_activation
 from tapeflow.layers.embedding import Embedding

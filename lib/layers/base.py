@@ -24,14 +24,14 @@ from collections import defaultdict
 
 import numpy as np
 
-from tapeflow import dtypes, initializers, regularizers
+from tapeflow import dtypes, initializers, regularizers, serialization
 from tapeflow.graph.ir import Graph
 from tapeflow.graph.trace import TensorSpec, Tracer
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
 from tapeflow.tensor import Tensor, Variable, eager_scope
 
-_REGISTRY: dict[str, type] = {}  # class name -> Layer subclass, for deserialize()
+_REGISTRY: dict[str, type] = {}  # class name -> tapeflow's own Layer subclasses, for deserialize()
 _NAME_COUNTS: defaultdict = defaultdict(int)
 
 
@@ -72,6 +72,7 @@ class SymbolicTensor:
 
     def __init__(self, shape, dtype="float32", name: str | None = None, history=None, index: int = 0):
         self.shape = _as_shape(shape)
+        self.input_layer = None  # the InputLayer that made this model input, if any
         self.dtype = dtypes.as_dtype(dtype)
         self.name = name
         self.history = history
@@ -85,14 +86,24 @@ class SymbolicTensor:
         return f"<SymbolicTensor shape={self.shape} dtype={self.dtype.name} name={self.name}>"
 
 
-def Input(shape, batch_size: int | None = None, dtype="float32", name: str | None = None) -> SymbolicTensor:
-    """A symbolic model input: `shape` excludes the batch dimension.
+def Input(
+    shape=None, batch_size: int | None = None, dtype="float32", name: str | None = None, batch_shape=None
+) -> SymbolicTensor:
+    """A symbolic model input: `shape` excludes the batch dimension (or give the whole
+    `batch_shape`). The output of an `InputLayer`, as in Keras; also `tp.Input`.
+
+    Args:
+        shape: the shape of one example, a tuple of ints (None for a size known only later).
+        batch_size: a fixed batch size, or None (the default) for any.
+        dtype: the dtype of the values fed (floating or integer, e.g. "int64" ids for Embedding).
+        name: the input's name (by default "input_layer", "input_layer_1", ...).
+        batch_shape: the full shape including the batch axis, instead of shape and batch_size.
 
     >>> import tapeflow as tp
     >>> tp.layers.Input(shape=(28, 28, 1), dtype="float64").shape
     (None, 28, 28, 1)
     """
-    return SymbolicTensor((batch_size, *_as_shape(shape)), dtype, name or unique_name("input_layer"))
+    return InputLayer(shape, batch_size, dtype, batch_shape, name).output
 
 
 def _as_shape(shape) -> tuple:
@@ -198,6 +209,15 @@ class Layer:
     Layers held in attributes (or in lists, tuples and dicts of them) are tracked:
     their weights appear in `weights`, `get_weights()` and `count_params()`.
 
+    Args:
+        name: the layer's name, the prefix of its weights' names (by default the class name
+            in snake case, numbered: "dense", "dense_1", ...).
+        trainable: whether its weights are trained.
+        dtype: the dtype of its weights and computations (floating; floating inputs are cast to it).
+        input_shape: the shape of one input example without the batch axis; on the first layer
+            of a `tp.Sequential`, declares the model's input (Keras' form of `tp.Input`).
+        **kwargs: none other is accepted (a TypeError names them).
+
     >>> import tapeflow as tp
     >>> dense = tp.layers.Dense(3, name="head")
     >>> dense(tp.ones((2, 4))).shape, dense.count_params()
@@ -211,13 +231,21 @@ class Layer:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        _REGISTRY[cls.__name__] = cls
+        if cls.__module__.startswith("tapeflow.") and not cls.__name__.startswith("_"):
+            _REGISTRY[cls.__name__] = cls  # user classes are found through register_serializable
         if "build" in cls.__dict__:  # every build, however it is reached, marks the layer built
             cls.build = _marks_built(cls.__dict__["build"])
 
-    def __init__(self, name: str | None = None, trainable: bool = True, dtype="float32", **kwargs):
+    def __new__(cls, *args, **kwargs):
+        layer = super().__new__(cls)
+        layer._init_arguments = (args, kwargs)  # for the default get_config of a subclass
+        return layer
+
+    def __init__(self, name: str | None = None, trainable: bool = True, dtype="float32", input_shape=None, **kwargs):
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword arguments {sorted(kwargs)}")
+        # Keras' `input_shape=` on the first layer of a Sequential: the model's input, without the batch axis.
+        self._input_shape_arg = None if input_shape is None else _as_shape(input_shape)
         self.name = name or unique_name(snake_case(type(self).__name__))
         self.dtype = dtypes.as_dtype(dtype)
         if self.dtype.kind != "f":
@@ -446,8 +474,48 @@ class Layer:
 
     # ----- config -----
     def get_config(self) -> dict:
-        """The constructor arguments that recreate this layer (without its weights)."""
-        return {"name": self.name, "trainable": self.trainable, "dtype": self.dtype.name}
+        """The constructor arguments that recreate this layer (without its weights).
+
+        A subclass that does not override this method gets, as in Keras 3, the arguments
+        its constructor was called with, if they are plain JSON values (None, bool, int,
+        float, str, and lists and dicts of them), beside the base `name`, `trainable` and
+        `dtype` (those its constructor accepts). Otherwise it must override `get_config`
+        (and `from_config`, if its constructor cannot take the config's entries back).
+
+        >>> import tapeflow as tp
+        >>> class Mlp(tp.Model):
+        ...     def __init__(self, width=4, **kwargs):
+        ...         super().__init__(**kwargs)
+        ...         self.hidden = tp.layers.Dense(width)
+        ...     def call(self, x):
+        ...         return self.hidden(x)
+        >>> Mlp(8, name="mlp").get_config()
+        {'name': 'mlp', 'trainable': True, 'dtype': 'float32', 'width': 8}
+        """
+        config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype.name}
+        cls = type(self)
+        if cls.get_config is not Layer.get_config or cls.__init__ is Layer.__init__:
+            return config  # called by an override through super(), or nothing to add
+        signature = inspect.signature(cls.__init__)
+        args, kwargs = getattr(self, "_init_arguments", ((), {}))
+        try:
+            bound = signature.bind(self, *args, **kwargs).arguments
+        except TypeError as err:
+            raise NotImplementedError(f"{cls.__name__}.get_config: cannot recover the arguments: {err}") from None
+        if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+            config = {k: v for k, v in config.items() if k in signature.parameters}
+        for key, value in list(bound.items())[1:]:
+            kind = signature.parameters[key].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                raise NotImplementedError(f"{cls.__name__}.get_config: *{key} cannot be saved; override get_config")
+            for name, item in (value if kind is inspect.Parameter.VAR_KEYWORD else {key: value}).items():
+                if not _is_plain(item):
+                    raise NotImplementedError(
+                        f"{cls.__name__}: argument {name}={item!r} of __init__ is not a plain JSON value, "
+                        "so override get_config() (and from_config()) to make it serializable"
+                    )
+                config[name] = item
+        return config
 
     @classmethod
     def from_config(cls, config: dict):
@@ -457,6 +525,16 @@ class Layer:
         return f"<{type(self).__name__} name={self.name} built={self.built}>"
 
 
+def _is_plain(value) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return False
+
+
 def _marks_built(build):
     @functools.wraps(build)
     def wrapped(self, input_shape):
@@ -464,12 +542,51 @@ def _marks_built(build):
             input_shape = _as_shapes(input_shape)
         build(self, input_shape)
         self.built = True
-        self._build_input_shape = input_shape
+        if input_shape is not None or not hasattr(self, "_build_input_shape"):
+            self._build_input_shape = input_shape
 
     return wrapped
 
 
 Layer.build = _marks_built(Layer.build)
+
+
+class InputLayer(Layer):
+    """The entry point of a model: holds the symbolic tensor `output` that `Input` returns.
+
+    As the first entry of a `tp.Sequential` it declares the model's input, so the model is
+    built (its weights made) at construction. Calling it passes its input through.
+
+    Args:
+        shape: the shape of one example, without the batch axis (None for sizes known later).
+        batch_size: a fixed batch size, or None (the default) for any.
+        dtype: the dtype of the values fed: floating, or integer (for ids).
+        batch_shape: the full shape including the batch axis, instead of `shape` and `batch_size`.
+        name: the input's name (by default "input_layer", "input_layer_1", ...).
+
+    >>> import tapeflow as tp
+    >>> layer = tp.layers.InputLayer(shape=(3,), dtype="int64")
+    >>> layer.output.shape, layer.output.dtype.name, layer.get_config()["batch_shape"]
+    ((None, 3), 'int64', (None, 3))
+    """
+
+    def __init__(self, shape=None, batch_size=None, dtype="float32", batch_shape=None, name=None):
+        super().__init__(name=name or unique_name("input_layer"))
+        if (shape is None) == (batch_shape is None):
+            raise ValueError(f"{self.name}: give exactly one of shape and batch_shape, got {shape!r}, {batch_shape!r}")
+        if batch_shape is not None and batch_size is not None:
+            raise ValueError(f"{self.name}: batch_size cannot be combined with batch_shape {batch_shape!r}")
+        self.batch_shape = _as_shape(batch_shape) if batch_shape is not None else (batch_size, *_as_shape(shape))
+        self.dtype = dtypes.as_dtype(dtype or "float32")  # integer inputs are allowed here
+        self.output = SymbolicTensor(self.batch_shape, self.dtype, self.name)
+        self.output.input_layer = self
+        self.built = True
+
+    def call(self, inputs):
+        return inputs
+
+    def get_config(self) -> dict:
+        return {"batch_shape": self.batch_shape, "dtype": self.dtype.name, "name": self.name}
 
 
 def _map_shapes(fn, shapes):
@@ -504,41 +621,45 @@ def _layers_in(values):
 
 
 # ------------------------------------------------------------ serialization
+def _builtin_layer(name: str):
+    return serialization.builtin_class(_REGISTRY, name)
+
+
 def serialize(layer: Layer) -> dict:
-    """{'class_name': ..., 'config': ...}, the form `deserialize` reads.
+    """{'class_name': ..., 'config': ...} (plus 'registered_name' for a registered class),
+    the form `deserialize` reads.
 
     >>> import tapeflow as tp
     >>> config = serialize(tp.layers.Dropout(0.5, name="drop"))
     >>> config["class_name"], type(deserialize(config)).__name__
     ('Dropout', 'Dropout')
     """
-    return {"class_name": type(layer).__name__, "config": layer.get_config()}
+    return serialization.serialize(layer)
 
 
-def deserialize(config: dict) -> Layer:
-    """The layer described by a `serialize` dict (any Layer subclass defined so far)."""
-    name = config.get("class_name")
-    if name not in _REGISTRY:
-        raise ValueError(f"deserialize: unknown layer class {name!r}")
-    return _REGISTRY[name].from_config(config["config"])
+def deserialize(config: dict, custom_objects: dict | None = None) -> Layer:
+    """The layer (or model) a `serialize` dict describes: tapeflow's own classes, classes
+    registered with `tp.saving.register_serializable`, or those in `custom_objects`."""
+    with serialization.custom_object_scope(custom_objects):
+        return serialization.deserialize(config, Layer, _builtin_layer, "layers.deserialize")
 
 
-def _serialize_object(module, identifier):
+def _serialize_object(identifier):
+    """A config entry: names stay names, registered functions become their registered
+    names, objects with get_config become {"class_name", "config"} dicts; any other
+    callable is kept as is (it cannot be saved)."""
     if identifier is None or isinstance(identifier, str | dict):
         return identifier
-    to_config = getattr(module, "serialize", None)
-    if to_config is not None:
-        return to_config(identifier)
-    if hasattr(identifier, "get_config"):  # the {"class_name", "config"} form that `get` reads
-        return {"class_name": type(identifier).__name__, "config": identifier.get_config()}
-    return identifier  # a plain function: kept as is (not JSON-serializable)
+    if hasattr(identifier, "get_config"):
+        return serialization.serialize(identifier)
+    return serialization.registered_name(identifier) or identifier
 
 
 def serialize_initializer(identifier):
     """A config entry for an initializer: names stay names; objects are serialized."""
-    return _serialize_object(initializers, identifier)
+    return _serialize_object(identifier)
 
 
 def serialize_regularizer(identifier):
     """A config entry for a regularizer: names stay names; objects are serialized."""
-    return _serialize_object(regularizers, identifier)
+    return _serialize_object(identifier)

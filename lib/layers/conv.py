@@ -105,10 +105,30 @@ class _Conv(Layer):
 
 
 class Conv2D(_Conv):
-    """2-D convolution; the kernel is [kh, kw, in_channels / groups, filters].
+    """2-D convolution of NHWC images ([batch, height, width, channels] in, [batch, out_height,
+    out_width, filters] out); the kernel is [kh, kw, in_channels / groups, filters].
 
     With `groups` > 1, the channels are split into groups convolved separately
     and the results concatenated.
+
+    Args:
+        filters: the number of output channels.
+        kernel_size: the window's height and width (an int or a pair).
+        strides: the step between windows (an int or a pair). Default 1.
+        padding: "valid" (no padding: the output shrinks) or "same" (zero padding so that the
+            output is ceil(input / strides)); either case.
+        dilation_rate: the spacing between kernel taps (an int or a pair). Default 1.
+        groups: split the channels into this many groups convolved separately; divides `filters`
+            and the input channels.
+        activation: applied to the output (a name, a callable, or None for linear).
+        use_bias: whether to add a bias [filters].
+        kernel_initializer: initializer of the kernel (a name or an initializer). Default "glorot_uniform".
+        bias_initializer: initializer of the bias. Default "zeros".
+        kernel_regularizer: regularizer of the kernel (a name, a regularizer, or None).
+        bias_regularizer: regularizer of the bias.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> conv = tp.layers.Conv2D(4, (3, 3), strides=2, groups=2)
@@ -117,9 +137,35 @@ class Conv2D(_Conv):
     """
 
     def __init__(
-        self, filters: int, kernel_size, strides=(1, 1), padding="valid", dilation_rate=(1, 1), groups=1, **kw
+        self,
+        filters: int,
+        kernel_size,
+        strides=(1, 1),
+        padding: str = "valid",
+        dilation_rate=(1, 1),
+        groups: int = 1,
+        activation=None,
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
     ):
-        super().__init__(filters, kernel_size, strides, padding, dilation_rate, **kw)
+        super().__init__(
+            filters,
+            kernel_size,
+            strides,
+            padding,
+            dilation_rate,
+            activation,
+            use_bias,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            bias_regularizer,
+            **kwargs,
+        )
         if not isinstance(groups, int | np.integer) or groups < 1 or self.filters % groups:
             raise ValueError(
                 f"{self.name}: groups must be a positive divisor of filters={self.filters}, got {groups!r}"
@@ -154,15 +200,63 @@ class Conv2D(_Conv):
 
 class Conv2DTranspose(_Conv):
     """Transposed convolution (the gradient of Conv2D with respect to its input), for
-    upsampling; the kernel is [kh, kw, filters, in_channels].
+    upsampling, on NHWC images ([batch, height, width, channels]); the kernel is
+    [kh, kw, filters, in_channels].
+
+    Args:
+        filters: the number of output channels.
+        kernel_size: the window's height and width (an int or a pair).
+        strides: the upsampling factor (an int or a pair). Default 1.
+        padding: "valid" or "same" (either case): the padding of the convolution this one transposes;
+            with "same" the output is input * strides.
+        output_padding: extra rows and columns added to one side of the output (an int or a pair,
+            each below the stride), to pick among the output sizes a stride allows; None infers it.
+        dilation_rate: the spacing between kernel taps (an int or a pair). Default 1.
+        activation: applied to the output (a name, a callable, or None for linear).
+        use_bias: whether to add a bias [filters].
+        kernel_initializer: initializer of the kernel (a name or an initializer). Default "glorot_uniform".
+        bias_initializer: initializer of the bias. Default "zeros".
+        kernel_regularizer: regularizer of the kernel (a name, a regularizer, or None).
+        bias_regularizer: regularizer of the bias.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> tp.layers.Conv2DTranspose(3, 3, strides=2, padding="same")(tp.ones((1, 4, 4, 2))).shape
     (1, 8, 8, 3)
     """
 
-    def __init__(self, filters: int, kernel_size, strides=(1, 1), padding="valid", output_padding=None, **kwargs):
-        super().__init__(filters, kernel_size, strides, padding, **kwargs)
+    def __init__(
+        self,
+        filters: int,
+        kernel_size,
+        strides=(1, 1),
+        padding: str = "valid",
+        output_padding=None,
+        dilation_rate=(1, 1),
+        activation=None,
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(
+            filters,
+            kernel_size,
+            strides,
+            padding,
+            dilation_rate,
+            activation,
+            use_bias,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            bias_regularizer,
+            **kwargs,
+        )
         self.output_padding = None
         if output_padding is not None:
             values = (output_padding,) * 2 if isinstance(output_padding, int | np.integer) else tuple(output_padding)

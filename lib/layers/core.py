@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from tapeflow import serialization
 from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
 from tapeflow.ops import nn
 from tapeflow.ops.array import reshape
@@ -46,17 +47,20 @@ def get_activation(identifier):
     if identifier is None:
         return linear
     if isinstance(identifier, str):
-        try:
-            return ACTIVATIONS[identifier]
-        except KeyError:
-            raise ValueError(f"unknown activation {identifier!r}; known: {sorted(ACTIVATIONS)}") from None
+        found = ACTIVATIONS.get(identifier) or serialization.lookup(identifier)
+        if not callable(found):
+            raise ValueError(
+                f"unknown activation {identifier!r}; known: {sorted(ACTIVATIONS)} and registered functions"
+            )
+        return found
     if callable(identifier):
         return identifier
     raise TypeError(f"activation must be a name or a callable, got {identifier!r}")
 
 
 def serialize_activation(fn):
-    """The name of a built-in activation (the callable itself otherwise).
+    """The name of a built-in activation, the registered name of a function registered with
+    `tp.saving.register_serializable`, or the callable itself otherwise.
 
     >>> serialize_activation(get_activation(None))
     'linear'
@@ -64,7 +68,7 @@ def serialize_activation(fn):
     for name, known in ACTIVATIONS.items():
         if fn is known:
             return name
-    return fn
+    return serialization.registered_name(fn) or fn
 
 
 def _check_positive(layer: str, label: str, value) -> int:
@@ -76,6 +80,19 @@ def _check_positive(layer: str, label: str, value) -> int:
 # -------------------------------------------------------------------- Dense
 class Dense(Layer):
     """activation(inputs @ kernel + bias) on the last axis; the kernel is [in, units].
+
+    Args:
+        units: the size of the output's last axis.
+        activation: applied to the output (a name such as "relu", a callable, or None for linear).
+        use_bias: whether to add a bias.
+        kernel_initializer: initializer of the kernel [in, units] (a name or an initializer).
+            Default "glorot_uniform".
+        bias_initializer: initializer of the bias [units]. Default "zeros".
+        kernel_regularizer: regularizer of the kernel (a name such as "l2", a regularizer, or None).
+        bias_regularizer: regularizer of the bias.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> dense = tp.layers.Dense(2, kernel_initializer="ones", use_bias=False)
@@ -137,6 +154,13 @@ class Dense(Layer):
 class Activation(Layer):
     """Apply an activation given by name or as a callable.
 
+    Args:
+        activation: a name ("relu", "sigmoid", "tanh", "softmax", "gelu", "elu", "leaky_relu",
+            "softplus", "linear"), a registered function, or a callable.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
     >>> import tapeflow as tp
     >>> tp.layers.Activation("relu")(tp.tensor([[-1.0, 2.0]])).numpy().tolist()
     [[0.0, 2.0]]
@@ -159,6 +183,16 @@ class Activation(Layer):
 class Dropout(Layer):
     """In training, zero each input with probability `rate` and scale the rest by 1/(1 - rate);
     at inference, pass inputs through. The layer owns its random stream (`seed`).
+
+    Args:
+        rate: the fraction of inputs to zero, in [0, 1).
+        noise_shape: the shape of the keep/drop mask (None entries take the input's size), to drop
+            whole rows or channels; None drops each value independently.
+        seed: the seed of the layer's own random stream (None draws one from `tp.random`'s global
+            stream).
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> drop = tp.layers.Dropout(0.5, seed=0)
@@ -199,6 +233,11 @@ class Dropout(Layer):
 class Flatten(Layer):
     """Flatten every axis but the batch axis.
 
+    Args:
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
     >>> import tapeflow as tp
     >>> tp.layers.Flatten()(tp.ones((2, 3, 4))).shape
     (2, 12)
@@ -215,6 +254,12 @@ class Flatten(Layer):
 
 class Reshape(Layer):
     """Reshape every axis but the batch axis to `target_shape` (one entry may be -1).
+
+    Args:
+        target_shape: the new shape of each example (without the batch axis); one entry may be -1.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> tp.layers.Reshape((3, -1))(tp.ones((2, 12))).shape

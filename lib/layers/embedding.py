@@ -23,6 +23,16 @@ class Embedding(Layer):
     With mask_zero=True, id 0 is padding: `compute_mask(ids)` is `ids != 0`, to pass to
     a recurrent layer as `mask=`.
 
+    Args:
+        input_dim: the number of ids (the table's rows): ids lie in [0, input_dim).
+        output_dim: the size of each vector.
+        embeddings_initializer: initializer of the table (a name or an initializer). Default "uniform".
+        embeddings_regularizer: regularizer of the table (a name, a regularizer, or None).
+        mask_zero: treat id 0 as padding and produce a mask (see above).
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
     >>> import tapeflow as tp
     >>> emb = tp.layers.Embedding(5, 2, mask_zero=True, name="words")
     >>> ids = tp.tensor([[3, 1, 0, 0]])

@@ -20,6 +20,9 @@ class _Merge(Layer):
 
     _min_inputs, _max_inputs = 2, None
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
     def _check_count(self, input_shape) -> list:
         if not isinstance(input_shape, list | tuple) or not input_shape or not isinstance(input_shape[0], tuple):
             raise ValueError(f"{self.name}: expected a list of input tensors, got one of shape {input_shape}")
@@ -50,6 +53,11 @@ class _Merge(Layer):
 class Add(_Merge):
     """The sum of the inputs.
 
+    Args:
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
     >>> import tapeflow as tp
     >>> tp.layers.Add()([tp.ones((1, 2)), tp.ones((1, 2)), tp.ones((1, 2))]).numpy().tolist()
     [[3.0, 3.0]]
@@ -60,6 +68,11 @@ class Add(_Merge):
 
 class Subtract(_Merge):
     """inputs[0] - inputs[1] (exactly two inputs).
+
+    Args:
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> tp.layers.Subtract()([tp.ones((1, 2)), tp.ones((1, 2))]).numpy().tolist()
@@ -73,6 +86,11 @@ class Subtract(_Merge):
 class Multiply(_Merge):
     """The elementwise product of the inputs.
 
+    Args:
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
     >>> import tapeflow as tp
     >>> tp.layers.Multiply()([tp.full((1, 2), 3.0), tp.full((1, 2), 2.0)]).numpy().tolist()
     [[6.0, 6.0]]
@@ -83,6 +101,11 @@ class Multiply(_Merge):
 
 class Average(_Merge):
     """The elementwise mean of the inputs.
+
+    Args:
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> tp.layers.Average()([tp.full((1, 2), 3.0), tp.full((1, 2), 1.0)]).numpy().tolist()
@@ -98,6 +121,11 @@ class Average(_Merge):
 class Maximum(_Merge):
     """The elementwise maximum of the inputs.
 
+    Args:
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
     >>> import tapeflow as tp
     >>> tp.layers.Maximum()([tp.tensor([[1.0, 5.0]]), tp.tensor([[3.0, 2.0]])]).numpy().tolist()
     [[3.0, 5.0]]
@@ -109,6 +137,11 @@ class Maximum(_Merge):
 class Minimum(_Merge):
     """The elementwise minimum of the inputs.
 
+    Args:
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
     >>> import tapeflow as tp
     >>> tp.layers.Minimum()([tp.tensor([[1.0, 5.0]]), tp.tensor([[3.0, 2.0]])]).numpy().tolist()
     [[1.0, 2.0]]
@@ -119,6 +152,12 @@ class Minimum(_Merge):
 
 class Concatenate(_Merge):
     """Join the inputs along `axis`; every other axis must match.
+
+    Args:
+        axis: the axis to join along.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> tp.layers.Concatenate()([tp.ones((2, 3)), tp.ones((2, 5))]).shape

@@ -94,6 +94,22 @@ class BatchNormalization(_Normalization):
     weights) by `moving = moving * momentum + batch * (1 - momentum)`, assigning new
     values. The batch variance is the population one, as in Keras.
 
+    Args:
+        axis: the features axis (one int; -1, the channels of NHWC images, by default).
+        momentum: the moving averages' decay per training step.
+        epsilon: added to the variance before its square root.
+        center: whether to add the learned offset beta.
+        scale: whether to multiply by the learned scale gamma.
+        beta_initializer: initializer of beta (a name or an initializer). Default "zeros".
+        gamma_initializer: initializer of gamma. Default "ones".
+        moving_mean_initializer: initializer of the moving mean. Default "zeros".
+        moving_variance_initializer: initializer of the moving variance. Default "ones".
+        beta_regularizer: regularizer of beta (a name, a regularizer, or None).
+        gamma_regularizer: regularizer of gamma.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
     >>> import tapeflow as tp
     >>> bn = tp.layers.BatchNormalization(momentum=0.5)
     >>> x = tp.tensor([[0.0], [2.0]])
@@ -167,6 +183,19 @@ class BatchNormalization(_Normalization):
 class LayerNormalization(_Normalization):
     """Normalize each example over `axis` (an int or a list of axes) with its own mean
     and variance, then scale by gamma and shift by beta (shaped like those axes).
+
+    Args:
+        axis: the axis, or list of axes, normalized over (the last by default).
+        epsilon: added to the variance before its square root.
+        center: whether to add the learned offset beta.
+        scale: whether to multiply by the learned scale gamma.
+        beta_initializer: initializer of beta (a name or an initializer). Default "zeros".
+        gamma_initializer: initializer of gamma. Default "ones".
+        beta_regularizer: regularizer of beta (a name, a regularizer, or None).
+        gamma_regularizer: regularizer of gamma.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> ln = tp.layers.LayerNormalization(axis=[1, 2])

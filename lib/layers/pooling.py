@@ -37,7 +37,17 @@ class _Pooling2D(Layer):
 
 
 class MaxPooling2D(_Pooling2D):
-    """The maximum of each pool_size window (strides default to pool_size).
+    """The maximum of each pool_size window of NHWC images ([batch, height, width, channels];
+    channels are pooled separately).
+
+    Args:
+        pool_size: the window's height and width (an int or a pair). Default 2.
+        strides: the step between windows (an int or a pair); None (the default) uses pool_size.
+        padding: "valid" (windows inside the image only) or "same" (zero-padded edges, output
+            ceil(input / strides)); either case.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> x = tp.reshape(tp.arange(16, dtype="float32"), (1, 4, 4, 1))
@@ -49,7 +59,17 @@ class MaxPooling2D(_Pooling2D):
 
 
 class AveragePooling2D(_Pooling2D):
-    """The mean of each pool_size window; with 'same' padding, padded cells are not counted.
+    """The mean of each pool_size window of NHWC images ([batch, height, width, channels]);
+    with "same" padding, padded cells are not counted.
+
+    Args:
+        pool_size: the window's height and width (an int or a pair). Default 2.
+        strides: the step between windows (an int or a pair); None (the default) uses pool_size.
+        padding: "valid" (windows inside the image only) or "same" (zero-padded edges, output
+            ceil(input / strides)); either case.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> x = tp.reshape(tp.arange(16, dtype="float32"), (1, 4, 4, 1))
@@ -78,6 +98,12 @@ class _GlobalPooling2D(Layer):
 class GlobalAveragePooling2D(_GlobalPooling2D):
     """The mean over height and width: [N, H, W, C] -> [N, C].
 
+    Args:
+        keepdims: keep the height and width axes, with size 1 ([N, 1, 1, C]).
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
     >>> import tapeflow as tp
     >>> tp.layers.GlobalAveragePooling2D()(tp.ones((2, 3, 3, 4))).shape
     (2, 4)
@@ -88,6 +114,12 @@ class GlobalAveragePooling2D(_GlobalPooling2D):
 
 class GlobalMaxPooling2D(_GlobalPooling2D):
     """The maximum over height and width: [N, H, W, C] -> [N, C].
+
+    Args:
+        keepdims: keep the height and width axes, with size 1 ([N, 1, 1, C]).
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
 
     >>> import tapeflow as tp
     >>> tp.layers.GlobalMaxPooling2D(keepdims=True)(tp.ones((2, 3, 3, 4))).shape

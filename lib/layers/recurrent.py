@@ -122,7 +122,21 @@ class _Cell(Layer):
 
 
 class SimpleRNNCell(_Cell):
-    """h = activation(x @ kernel + h @ recurrent_kernel + bias).
+    """One step of a fully connected RNN: h = activation(x @ kernel + h @ recurrent_kernel + bias).
+    `call(inputs, states)` returns (output, new_states).
+
+    Args:
+        units: the size of the output and of each state.
+        activation: the output activation (a name or a callable; None is linear). Default "tanh".
+        use_bias: whether the cell adds a bias.
+        kernel_initializer: initializer of the input kernel [features, units] (a name or an
+            initializer). Default "glorot_uniform".
+        recurrent_initializer: initializer of the recurrent kernel [units, units]. Default "orthogonal".
+        bias_initializer: initializer of the bias. Default "zeros".
+        kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
+        recurrent_regularizer: regularizer of the recurrent kernel.
+        bias_regularizer: regularizer of the bias.
+        **kwargs: the base layer's arguments: `name`, `trainable` and `dtype` (floating, "float32" by default).
 
     >>> import tapeflow as tp
     >>> cell = tp.layers.SimpleRNNCell(4)
@@ -137,7 +151,7 @@ class SimpleRNNCell(_Cell):
 
 
 class _GatedCell(_Cell):
-    def __init__(self, units: int, activation="tanh", recurrent_activation="sigmoid", **kwargs):
+    def __init__(self, units: int, activation, recurrent_activation, **kwargs):
         super().__init__(units, activation, **kwargs)
         self.recurrent_activation = get_activation(recurrent_activation)
 
@@ -148,6 +162,22 @@ class _GatedCell(_Cell):
 class LSTMCell(_GatedCell):
     """Long short-term memory step; gates i, f, c, o in that order along the kernel's
     columns. With unit_forget_bias (default) the forget-gate bias starts at one.
+    `call(inputs, [h, c])` returns (output, [h, c]).
+
+    Args:
+        units: the size of the output and of each state.
+        activation: the output activation (a name or a callable; None is linear). Default "tanh".
+        recurrent_activation: the gates' activation. Default "sigmoid".
+        use_bias: whether the cell adds a bias.
+        kernel_initializer: initializer of the input kernel [features, 4 * units] (a name or an
+            initializer). Default "glorot_uniform".
+        recurrent_initializer: initializer of the recurrent kernel [units, 4 * units]. Default "orthogonal".
+        bias_initializer: initializer of the bias. Default "zeros".
+        unit_forget_bias: start the forget gate's bias at one (added to bias_initializer's values).
+        kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
+        recurrent_regularizer: regularizer of the recurrent kernel.
+        bias_regularizer: regularizer of the bias.
+        **kwargs: the base layer's arguments: `name`, `trainable` and `dtype` (floating, "float32" by default).
 
     >>> import tapeflow as tp
     >>> cell = tp.layers.LSTMCell(4)
@@ -158,8 +188,34 @@ class LSTMCell(_GatedCell):
 
     _gates = 4
 
-    def __init__(self, units: int, activation="tanh", recurrent_activation="sigmoid", unit_forget_bias=True, **kwargs):
-        super().__init__(units, activation, recurrent_activation, **kwargs)
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        unit_forget_bias: bool = True,
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            activation,
+            recurrent_activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            **kwargs,
+        )
         self.unit_forget_bias = bool(unit_forget_bias)
 
     @property
@@ -196,6 +252,24 @@ class GRUCell(_GatedCell):
     reset_after=True (the Keras and cuDNN form) applies the reset gate after the
     recurrent matmul and keeps separate input and recurrent biases: bias is
     [2, 3 * units]. reset_after=False applies it before, with one bias [3 * units].
+    `call(inputs, [h])` returns (output, [h]).
+
+    Args:
+        units: the size of the output and of each state.
+        activation: the output activation (a name or a callable; None is linear). Default "tanh".
+        recurrent_activation: the gates' activation. Default "sigmoid".
+        use_bias: whether the cell adds a bias.
+        kernel_initializer: initializer of the input kernel [features, 3 * units] (a name or an
+            initializer). Default "glorot_uniform".
+        recurrent_initializer: initializer of the recurrent kernel [units, 3 * units]. Default "orthogonal".
+        bias_initializer: initializer of the bias. Default "zeros".
+        kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
+        recurrent_regularizer: regularizer of the recurrent kernel.
+        bias_regularizer: regularizer of the bias.
+        reset_after: apply the reset gate after the recurrent matmul (Keras' and cuDNN's form, with
+            separate input and recurrent biases, bias [2, 3 * units]); False applies it before (bias
+            [3 * units]).
+        **kwargs: the base layer's arguments: `name`, `trainable` and `dtype` (floating, "float32" by default).
 
     >>> import tapeflow as tp
     >>> cell = tp.layers.GRUCell(4)
@@ -206,8 +280,34 @@ class GRUCell(_GatedCell):
 
     _gates = 3
 
-    def __init__(self, units: int, activation="tanh", recurrent_activation="sigmoid", reset_after=True, **kwargs):
-        super().__init__(units, activation, recurrent_activation, **kwargs)
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        reset_after: bool = True,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            activation,
+            recurrent_activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            **kwargs,
+        )
         self.reset_after = bool(reset_after)
 
     def _bias_shape(self) -> tuple:
@@ -252,6 +352,14 @@ class RNN(Layer):
     output) and `initial_state` (a list of [batch, size] tensors, zeros by default).
     Any layer with `state_size` and `call(inputs, states) -> (output, new_states)`
     can be the cell.
+
+    Args:
+        cell: the cell run at each step (SimpleRNNCell, LSTMCell, GRUCell or your own).
+        return_sequences: return the output of every step ([batch, time, units]) instead of the last.
+        return_state: also return the final states: a list [output, *states].
+        go_backwards: run over the time axis in reverse (outputs come in reversed order).
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (as the first layer of a Sequential).
 
     >>> import tapeflow as tp
     >>> rnn = tp.layers.RNN(tp.layers.GRUCell(4), return_state=True)
@@ -384,10 +492,18 @@ class _CellRNN(RNN):
         name: str | None = None,
         trainable: bool = True,
         dtype="float32",
+        input_shape=None,
         **cell_kwargs,
     ):
         super().__init__(
-            None, return_sequences, return_state, go_backwards, name=name, trainable=trainable, dtype=dtype
+            None,
+            return_sequences,
+            return_state,
+            go_backwards,
+            name=name,
+            trainable=trainable,
+            dtype=dtype,
+            input_shape=input_shape,
         )
         cell_name = f"{self.name}/{snake_case(self._cell_class.__name__)}"
         self.cell = self._cell_class(units, name=cell_name, trainable=trainable, dtype=self.dtype, **cell_kwargs)
@@ -406,9 +522,27 @@ class _CellRNN(RNN):
 
 
 class SimpleRNN(_CellRNN):
-    """A fully connected RNN: h_t = activation(x_t @ kernel + h_{t-1} @ recurrent_kernel + bias).
+    """A fully connected RNN over [batch, time, features] inputs:
+    h_t = activation(x_t @ kernel + h_{t-1} @ recurrent_kernel + bias).
 
-    Cell arguments (activation, use_bias, initializers, regularizers) are keywords.
+    `call(inputs, mask=None, initial_state=None, training=None)`: see `RNN`.
+
+    Args:
+        units: the size of the output and of each state.
+        activation: the output activation (a name or a callable; None is linear). Default "tanh".
+        use_bias: whether the cell adds a bias.
+        kernel_initializer: initializer of the input kernel [features, units] (a name or an
+            initializer). Default "glorot_uniform".
+        recurrent_initializer: initializer of the recurrent kernel [units, units]. Default "orthogonal".
+        bias_initializer: initializer of the bias. Default "zeros".
+        kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
+        recurrent_regularizer: regularizer of the recurrent kernel.
+        bias_regularizer: regularizer of the bias.
+        return_sequences: return the output of every step ([batch, time, units]) instead of the last.
+        return_state: also return the final states: a list [output, *states].
+        go_backwards: run over the time axis in reverse (outputs come in reversed order).
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (as the first layer of a Sequential).
 
     >>> import tapeflow as tp
     >>> tp.layers.SimpleRNN(4, activation="relu")(tp.ones((2, 5, 3))).shape
@@ -417,10 +551,63 @@ class SimpleRNN(_CellRNN):
 
     _cell_class = SimpleRNNCell
 
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            activation=activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            **kwargs,
+        )
+
 
 class LSTM(_CellRNN):
-    """Long short-term memory over a sequence; states are [h, c]. See LSTMCell for the
-    keyword arguments (activation, recurrent_activation, unit_forget_bias, ...).
+    """Long short-term memory over [batch, time, features] inputs; the states are [h, c]
+    and the gates i, f, c, o lie in that order along the kernels' columns.
+
+    `call(inputs, mask=None, initial_state=None, training=None)`: see `RNN`.
+
+    Args:
+        units: the size of the output and of each state.
+        activation: the output activation (a name or a callable; None is linear). Default "tanh".
+        recurrent_activation: the gates' activation. Default "sigmoid".
+        use_bias: whether the cell adds a bias.
+        kernel_initializer: initializer of the input kernel [features, 4 * units] (a name or an
+            initializer). Default "glorot_uniform".
+        recurrent_initializer: initializer of the recurrent kernel [units, 4 * units]. Default "orthogonal".
+        bias_initializer: initializer of the bias. Default "zeros".
+        unit_forget_bias: start the forget gate's bias at one (added to bias_initializer's values).
+        kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
+        recurrent_regularizer: regularizer of the recurrent kernel.
+        bias_regularizer: regularizer of the bias.
+        return_sequences: return the output of every step ([batch, time, units]) instead of the last.
+        return_state: also return the final states: a list [output, *states].
+        go_backwards: run over the time axis in reverse (outputs come in reversed order).
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (as the first layer of a Sequential).
 
     >>> import tapeflow as tp
     >>> out, h, c = tp.layers.LSTM(4, return_state=True)(tp.ones((2, 5, 3)))
@@ -430,10 +617,69 @@ class LSTM(_CellRNN):
 
     _cell_class = LSTMCell
 
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        unit_forget_bias: bool = True,
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            activation=activation,
+            recurrent_activation=recurrent_activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            unit_forget_bias=unit_forget_bias,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            **kwargs,
+        )
+
 
 class GRU(_CellRNN):
-    """Gated recurrent unit over a sequence (reset_after=True by default, as Keras).
-    See GRUCell for the keyword arguments.
+    """Gated recurrent unit over [batch, time, features] inputs (reset_after=True by
+    default, as Keras); the gates z, r, h lie in that order along the kernels' columns.
+
+    `call(inputs, mask=None, initial_state=None, training=None)`: see `RNN`.
+
+    Args:
+        units: the size of the output and of each state.
+        activation: the output activation (a name or a callable; None is linear). Default "tanh".
+        recurrent_activation: the gates' activation. Default "sigmoid".
+        use_bias: whether the cell adds a bias.
+        kernel_initializer: initializer of the input kernel [features, 3 * units] (a name or an
+            initializer). Default "glorot_uniform".
+        recurrent_initializer: initializer of the recurrent kernel [units, 3 * units]. Default "orthogonal".
+        bias_initializer: initializer of the bias. Default "zeros".
+        kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
+        recurrent_regularizer: regularizer of the recurrent kernel.
+        bias_regularizer: regularizer of the bias.
+        reset_after: apply the reset gate after the recurrent matmul (Keras' and cuDNN's form, with
+            separate input and recurrent biases, bias [2, 3 * units]); False applies it before (bias
+            [3 * units]).
+        return_sequences: return the output of every step ([batch, time, units]) instead of the last.
+        return_state: also return the final states: a list [output, *states].
+        go_backwards: run over the time axis in reverse (outputs come in reversed order).
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (as the first layer of a Sequential).
 
     >>> import tapeflow as tp
     >>> tp.layers.GRU(4, return_sequences=True, go_backwards=True)(tp.ones((2, 5, 3))).shape
@@ -441,3 +687,39 @@ class GRU(_CellRNN):
     """
 
     _cell_class = GRUCell
+
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        reset_after: bool = True,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            activation=activation,
+            recurrent_activation=recurrent_activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            reset_after=reset_after,
+            **kwargs,
+        )

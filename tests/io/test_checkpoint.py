@@ -65,7 +65,7 @@ def _assert_same_weights(a, b):
 def test_weights_round_trip_with_documented_layout(tmp_path):
     path = tmp_path / "w.h5"
     source = _built(_net())
-    source.save_weights(path)
+    tp.io.save_weights(source, path)
     with h5py.File(path, "r") as f:
         assert f.attrs["format"] == "tapeflow-weights" and f.attrs["version"] == 1
         stored = []
@@ -74,7 +74,7 @@ def test_weights_round_trip_with_documented_layout(tmp_path):
     assert "norm/moving_mean" in stored  # non-trainable weights travel too
 
     target = _built(_net())
-    report = target.load_weights(path)
+    report = tp.io.load_weights(target, path)
     assert report.ok and set(report.matched) == set(stored)
     _assert_same_weights(target.get_weights(), source.get_weights())
     assert os.listdir(tmp_path) == ["w.h5"]  # no temp file left behind
@@ -91,11 +91,11 @@ def test_nested_layers_use_their_variable_names_and_values_are_cast(tmp_path):
             return self.head(self.block(x))
 
     source = _built(Nested("float64"), 3)
-    source.save_weights(tmp_path / "w.h5")
+    tp.io.save_weights(source, tmp_path / "w.h5")
     with h5py.File(tmp_path / "w.h5", "r") as f:
         assert f["inner/kernel"].dtype == np.float64 and f["head/bias"].shape == (2,)
     target = _built(Nested("float32"), 3)
-    target.load_weights(tmp_path / "w.h5")
+    tp.io.load_weights(target, tmp_path / "w.h5")
     for got, want in zip(target.get_weights(), source.get_weights(), strict=True):
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, want.astype(np.float32))
@@ -106,7 +106,7 @@ def _mismatched_pair(tmp_path):
     saved = tp.Sequential(
         [tp.layers.Dense(4, name="a"), tp.layers.Dense(3, name="b"), tp.layers.Dense(2, name="d")], name="saved"
     )
-    _built(saved, 2).save_weights(tmp_path / "w.h5")
+    tp.io.save_weights(_built(saved, 2), tmp_path / "w.h5")
     model = tp.Sequential(
         [tp.layers.Dense(4, name="a"), tp.layers.Dense(5, name="b"), tp.layers.Dense(2, name="c")], name="model"
     )
@@ -117,7 +117,7 @@ def test_strict_load_names_every_offending_weight_and_changes_nothing(tmp_path):
     model, _ = _mismatched_pair(tmp_path)
     before = model.get_weights()
     with pytest.raises(WeightsMismatchError) as caught:
-        model.load_weights(tmp_path / "w.h5")
+        tp.io.load_weights(model, tmp_path / "w.h5")
     message = str(caught.value)
     for name in ("c/kernel", "c/bias", "d/kernel", "d/bias", "b/kernel", "b/bias", "(4, 3)", "(4, 5)"):
         assert name in message
@@ -132,7 +132,7 @@ def test_strict_load_names_every_offending_weight_and_changes_nothing(tmp_path):
 def test_non_strict_load_takes_what_matches(tmp_path):
     model, saved = _mismatched_pair(tmp_path)
     before = model.get_weights()
-    report = model.load_weights(tmp_path / "w.h5", strict=False)
+    report = tp.io.load_weights(model, tmp_path / "w.h5", strict=False)
     assert report.matched == ("a/kernel", "a/bias") and not report.ok
     assert repr(report) == (
         "LoadReport(matched=2, missing=['c/kernel', 'c/bias'], unexpected=['d/bias', 'd/kernel'], "
@@ -146,32 +146,32 @@ def test_non_strict_load_takes_what_matches(tmp_path):
 def test_newer_version_wrong_format_and_non_hdf5_files_are_refused(tmp_path):
     model = _built(_net())
     path = tmp_path / "w.h5"
-    model.save_weights(path)
+    tp.io.save_weights(model, path)
     with h5py.File(path, "a") as f:
         f.attrs["version"] = 2
     with pytest.raises(ValueError, match="version 2, written by a newer tapeflow"):
-        model.load_weights(path)
+        tp.io.load_weights(model, path)
     with h5py.File(path, "a") as f:
         f.attrs["version"] = 1
         f.attrs["format"] = "keras"
     with pytest.raises(ValueError, match="is not a tapeflow-weights or tapeflow-checkpoint file.*'keras'"):
-        model.load_weights(path)
+        tp.io.load_weights(model, path)
     (tmp_path / "text.h5").write_text("not hdf5")
     with pytest.raises(ValueError, match="not an HDF5 file"):
-        model.load_weights(tmp_path / "text.h5")
+        tp.io.load_weights(model, tmp_path / "text.h5")
     with pytest.raises(FileNotFoundError):
-        model.load_weights(tmp_path / "absent.h5")
-    model.save_weights(path)
+        tp.io.load_weights(model, tmp_path / "absent.h5")
+    tp.io.save_weights(model, path)
     with pytest.raises(ValueError, match="is not a tapeflow-checkpoint file"):
         tp.io.load_checkpoint(path, model, None)
 
 
 def test_unbuilt_models_and_duplicate_weight_names_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not built yet"):
-        _net().save_weights(tmp_path / "w.h5")
+        tp.io.save_weights(_net(), tmp_path / "w.h5")
     twins = _built(tp.Sequential([tp.layers.Dense(6, name="same"), tp.layers.Dense(6, name="same")]))
     with pytest.raises(ValueError, match="both named 'same/kernel'; give the layers unique names"):
-        twins.save_weights(tmp_path / "w.h5")
+        tp.io.save_weights(twins, tmp_path / "w.h5")
     assert os.listdir(tmp_path) == []
 
 
@@ -220,13 +220,13 @@ def _plant(kind):
 def test_hostile_files_are_refused_before_anything_is_read(tmp_path, kind):
     model = _built(_net())
     path = tmp_path / "w.h5"
-    model.save_weights(path)
+    tp.io.save_weights(model, path)
     with h5py.File(path, "a") as f:
         _plant(kind)(f)
     before = model.get_weights()
     for strict in (True, False):
         with pytest.raises(ValueError, match="refused|only plain groups|only a plain tree"):
-            model.load_weights(path, strict=strict)
+            tp.io.load_weights(model, path, strict=strict)
     _assert_same_weights(model.get_weights(), before)
     assert not TRIGGERED
 
@@ -235,10 +235,10 @@ def test_pickled_bytes_in_a_numeric_dataset_are_only_numbers(tmp_path):
     model = tp.Sequential([tp.layers.Dense(len(PICKLED), name="d")])
     _built(model, 1)
     path = tmp_path / "w.h5"
-    model.save_weights(path)
+    tp.io.save_weights(model, path)
     with h5py.File(path, "a") as f:
         f["d/bias"][...] = np.frombuffer(PICKLED, dtype=np.uint8)
-    model.load_weights(path)
+    tp.io.load_weights(model, path)
     np.testing.assert_array_equal(model.weights[1].numpy(), np.frombuffer(PICKLED, np.uint8).astype("float32"))
     assert not TRIGGERED
 

@@ -12,6 +12,7 @@ import tapeflow as tp
 L = tp.layers
 
 
+@tp.saving.register_serializable(package="tests")
 class ProbeLayer(L.Layer):
     """A layer with one weight of each kind, to watch the base class at work."""
 

@@ -59,6 +59,7 @@ CASES = [
     ("maximum", L.Maximum, [(2, 3), (2, 3)], {}),
     ("minimum", L.Minimum, [(2, 3), (2, 3)], {}),
     ("concatenate", L.Concatenate, [(2, 3), (2, 4)], {}),
+    ("input_layer", lambda dtype: L.InputLayer(shape=(5,), dtype=dtype), (3, 5), {}),
     ("concatenate_axis1", partial(L.Concatenate, axis=1), [(2, 1, 3), (2, 2, 3)], {}),
 ]
 

@@ -67,8 +67,8 @@ FULL = {
 
 
 # ------------------------------------------------------------------ models
-# Layers get explicit names: save_weights keys each weight by '<layer name>/<weight name>',
-# and automatic names (dense_3, ...) would differ in a model built later.
+# Layers get explicit names, which read well in summaries and graphs. save_weights keys each
+# weight by its place in the model, so a model built later loads it whatever its layers' names.
 def mlp() -> tp.Sequential:
     """784-256-256-10, ReLU, with a little dropout."""
     layers = tp.layers
