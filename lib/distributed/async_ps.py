@@ -82,7 +82,7 @@ from tapeflow.distributed.data_parallel import (
 )
 from tapeflow.distributed.deployment import launch_replicas
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
-from tapeflow.distributed.inference import predict_on_cluster
+from tapeflow.distributed.inference import ClusterInference
 from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
 from tapeflow.distributed.placement import place_variables
 from tapeflow.distributed.stragglers import checked_stragglers
@@ -111,7 +111,7 @@ class AsyncStep:
         return self.step is not None
 
 
-class AsyncParameterServer:
+class AsyncParameterServer(ClusterInference):
     """Asynchronous training over `replicas` replicas, one per worker of `cluster`; pass it
     to `model.fit(..., distribute=...)`.
 
@@ -177,10 +177,6 @@ class AsyncParameterServer:
                 "or pass the arrays"
             )
         return AsyncSession(self, model, x, y, batch_size)
-
-    def predict(self, model, x, batch_size: int):
-        """`model.predict(x, distribute=self)`: the rows split over the replicas' workers."""
-        return predict_on_cluster(self, model, x, batch_size)
 
     def __repr__(self) -> str:
         return f"AsyncParameterServer(replicas={self.replicas}, staleness_bound={self.staleness_bound})"
