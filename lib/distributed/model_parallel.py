@@ -166,7 +166,7 @@ class StageWorker:
     async def run_step(self, step: int, micro_rows: list, rows: int) -> dict:
         """Run `step` over the micro-batches of row numbers `micro_rows` (of a batch of `rows`
         rows), then apply the update; returns the loss and predictions (on the device that
-        computes them), the seconds spent computing and the bytes sent."""
+        computes them), the seconds spent computing (partitions and update) and the bytes sent."""
         return await asyncio.to_thread(self._step, step, micro_rows, rows)
 
     def _step(self, step: int, micro_rows: list, rows: int) -> dict:
@@ -198,7 +198,9 @@ class StageWorker:
             result["loss"] = float(sum(w * float(s[self.spec.loss]) for w, s in zip(weights, stores, strict=True)))
         if self.spec.predictions is not None:
             result["predictions"] = np.concatenate([s[self.spec.predictions] for s in stores])
+        begun = time.perf_counter()
         self._apply([[s[g] for s in stores] for g in self.spec.gradients], weights)
+        result["busy"] += time.perf_counter() - begun
         result["seconds"] = time.perf_counter() - started
         return result
 

@@ -66,8 +66,8 @@ _STOP_WAIT = 2.0  # seconds to release the stages of a failed step
 
 @dataclass(frozen=True)
 class PipelineStep:
-    """One step: its loss, wall seconds, the seconds each stage computed, the bytes all
-    transfers sent and the bytes that crossed between workers."""
+    """One step: its loss, wall seconds, the seconds each stage computed (its partitions and
+    its update), the bytes all transfers sent and the bytes that crossed between workers."""
 
     step: int
     loss: float
