@@ -2,8 +2,9 @@
 white paper, section 5.5): converted to 16 bits before sending, back to float32 after
 receiving. Other dtypes, and `compression=None`, pass unchanged.
 
-- "float16": IEEE half precision (10 mantissa bits, values up to 65504; smaller
-  magnitudes than about 6e-8 become 0). Relative error at most 2**-11.
+- "float16": IEEE half precision (10 mantissa bits, values up to 65504). Relative
+  error at most 2**-11 from 6.1e-5 to 65504; below, an absolute error of at most
+  2**-25 (magnitudes under about 3e-8 become 0).
 - "bfloat16": the upper 16 bits of the float32, rounded to nearest even (7 mantissa
   bits, float32's range). Relative error at most 2**-8.
 

@@ -100,7 +100,7 @@ class Pipeline:
     ):
         _count("stages", stages, minimum=1, owner="Pipeline")
         _count("micro_batches", micro_batches, minimum=1, owner="Pipeline")
-        _seconds("timeout", timeout)
+        _seconds("timeout", timeout, owner="Pipeline")
         self.cluster = cluster
         self.stages = stages
         self.micro_batches = micro_batches
