@@ -21,6 +21,11 @@ transfers may be compressed to 16 bits (`tapeflow.distributed.compression`).
 Every wait is bounded by `timeout`: a recv whose sender died raises a TimeoutError
 naming the value, the device it comes from and the step, and `stop` releases a step
 waiting on a dead peer at once.
+
+On the client, `stage_specs` turns the partitioned graphs into one `StageSpec` per
+device, and `StageGroup` starts the actors, runs the steps with bounded waits while
+watching for workers that leave, and releases them. Partitions run on the worker's CPU
+backend whatever device family their names give.
 """
 
 from __future__ import annotations
@@ -29,18 +34,23 @@ import asyncio
 import io
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tapeflow import optimizers
 from tapeflow.devices import WorkerDevice
 from tapeflow.distributed.compression import decode, encode
+from tapeflow.distributed.deployment import watched_result
+from tapeflow.distributed.gradient_graph import graph_bytes
+from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
 from tapeflow.distributed.local_actor import in_process
 from tapeflow.distributed.replica import actor_answer
-from tapeflow.graph.partition import Transfer
+from tapeflow.graph.partition import Transfer, partition
 from tapeflow.graph.runnable import load_graph
 from tapeflow.ops.registry import as_tensor
+
+_STOP_WAIT = 2.0  # seconds to release the stages of a failed step
 
 
 @dataclass(frozen=True)
@@ -54,22 +64,82 @@ class StagePartition:
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What the actor of `device` runs: its partitions by micro-batch size (in rank order),
-    the graph inputs it reads, the variables it holds (state names) with the values of
-    their gradients and whether weight decay applies, the loss and predictions values it
-    computes (or None), the optimizer, the compression and the timeout of every wait."""
+    """What the actor of `device` runs: its partitions by micro-batch size (in rank order;
+    key None for a graph of any batch size), the graph inputs it reads, the variables it
+    trains (state names) with the values of their gradients and whether weight decay
+    applies, the loss and predictions values it computes (or None), the optimizer (None
+    when it only runs forward), the compression and the timeout of every wait."""
 
     device: str
     partitions: dict
     feeds: tuple[str, ...]
-    variables: tuple[str, ...]
-    gradients: tuple[str, ...]
-    decays: tuple[bool, ...]
-    loss: str | None
-    predictions: str | None
-    optimizer_config: dict
-    compression: str | None
-    timeout: float
+    variables: tuple[str, ...] = ()
+    gradients: tuple[str, ...] = ()
+    decays: tuple[bool, ...] = ()
+    loss: str | None = None
+    predictions: str | None = None
+    optimizer_config: dict | None = None
+    compression: str | None = None
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Roles:
+    """What the graphs' outputs mean: by position, the loss (or None), the gradient of each
+    variable of `variables` (state names, with whether weight decay applies), then the
+    predictions (or None)."""
+
+    loss: int | None = None
+    variables: tuple[str, ...] = ()
+    decays: tuple[bool, ...] = ()
+    predictions: int | None = None
+    optimizer_config: dict | None = None
+
+
+def stage_specs(graphs: dict, devices: list[str], roles: Roles, compression, timeout: float) -> list[StageSpec]:
+    """One StageSpec per device of `devices`, from the partitions of each graph of `graphs`
+    (by micro-batch size); the variables of `roles` are trained where they live."""
+    by_device: dict[str, dict] = {d: {} for d in devices}
+    for size, graph in graphs.items():
+        for part in partition(graph, devices).partitions:
+            by_device[part.device].setdefault(size, []).append(part)
+    graph = next(iter(graphs.values()))
+    outputs = [v.name for v in graph.outputs]
+    first = 0 if roles.loss is None else roles.loss + 1
+    gradient_of = dict(zip(roles.variables, outputs[first : first + len(roles.variables)], strict=True))
+    decays = dict(zip(roles.variables, roles.decays, strict=True))
+    specs = []
+    for where in devices:
+        by_size = by_device[where]
+        if not by_size or len({len(parts) for parts in by_size.values()}) > 1:
+            raise ValueError(f"model parallel: the stage on {where} has no partitions, or different ones per size")
+        parts = next(iter(by_size.values()))
+        made = {name for p in parts for name in p.output_names}
+        read = {name for p in parts for name in p.input_names}
+        held = [name for name in roles.variables if any(name in p.graph.state for p in parts)]
+        for name in held:
+            if gradient_of[name] not in made:
+                raise ValueError(f"model parallel: the gradient of '{name}' is not computed on {where}, which holds it")
+        loss, predictions = (_made_here(outputs, i, made) for i in (roles.loss, roles.predictions))
+        specs.append(
+            StageSpec(
+                device=where,
+                partitions={
+                    size: tuple(StagePartition(graph_bytes(p.graph), tuple(p.recvs), tuple(p.sends)) for p in ps)
+                    for size, ps in by_size.items()
+                },
+                feeds=tuple(v.name for v in graph.inputs if v.name in read),
+                variables=tuple(held),
+                gradients=tuple(gradient_of[name] for name in held),
+                decays=tuple(decays[name] for name in held),
+                loss=loss,
+                predictions=predictions,
+                optimizer_config=roles.optimizer_config,
+                compression=compression,
+                timeout=timeout,
+            )
+        )
+    return specs
 
 
 class StageWorker:
@@ -88,11 +158,13 @@ class StageWorker:
         if missing:
             raise ValueError(f"StageWorker {spec.device}: its partitions do not hold the variables {missing}")
         self.trainable = [self.variables[n] for n in spec.variables]
-        self.optimizer = optimizers.get(spec.optimizer_config)
-        self.optimizer.build(self.trainable)
-        self.optimizer.exclude_from_weight_decay(
-            var_list=[v for v, d in zip(self.trainable, spec.decays, strict=True) if not d]
-        )
+        self.optimizer = None
+        if spec.optimizer_config is not None:
+            self.optimizer = optimizers.get(spec.optimizer_config)
+            self.optimizer.build(self.trainable)
+            self.optimizer.exclude_from_weight_decay(
+                var_list=[v for v, d in zip(self.trainable, spec.decays, strict=True) if not d]
+            )
         self.data: dict[str, np.ndarray] = {}
         self.peers: dict = {}
         self.inbox: dict[tuple, np.ndarray] = {}
@@ -163,6 +235,13 @@ class StageWorker:
         return self.spec.compression if _crosses(transfer) else None
 
     # ------------------------------------------------------------ steps
+    def _partitions(self, rows: int) -> list:
+        """The partitions for micro-batches of `rows` rows (those of a dynamic batch size: key None)."""
+        found = self.partitions.get(rows, self.partitions.get(None))
+        if found is None:
+            raise ValueError(f"{self.spec.device}: no partitions for micro-batches of {rows} rows")
+        return found
+
     async def run_step(self, step: int, micro_rows: list, rows: int) -> dict:
         """Run `step` over the micro-batches of row numbers `micro_rows` (of a batch of `rows`
         rows), then apply the update; returns the loss and predictions (on the device that
@@ -176,9 +255,9 @@ class StageWorker:
         stores = [{name: self.data[name][r] for name in self.spec.feeds} for r in micro_rows]
         peers = {device: in_process(actor) for device, actor in self.peers.items()}
         calls, busy, sent, between = [], 0.0, 0, 0
-        for index in range(len(self.partitions[len(micro_rows[0])])):
+        for index in range(len(self._partitions(len(micro_rows[0])))):
             for mb, store in enumerate(stores):
-                graph, part = self.partitions[len(micro_rows[mb])][index]
+                graph, part = self._partitions(len(micro_rows[mb]))[index]
                 for t in part.recvs:
                     store[t.value] = self._take(step, mb, t)
                 begun = time.perf_counter()
@@ -206,6 +285,8 @@ class StageWorker:
 
     def _apply(self, gradients: list, weights: list) -> None:
         """Apply the rows-weighted sum of each variable's micro-batch gradients."""
+        if self.optimizer is None:
+            return
         if not self.trainable:
             self.optimizer.iterations += 1
             return
@@ -222,3 +303,113 @@ class StageWorker:
 def _crosses(transfer: Transfer) -> bool:
     """Whether `transfer` goes from one worker to another."""
     return WorkerDevice.parse(transfer.source).worker != WorkerDevice.parse(transfer.destination).worker
+
+
+def _made_here(outputs: list[str], index: int | None, made: set) -> str | None:
+    """The name of output `index` if this stage computes it, else None."""
+    return outputs[index] if index is not None and outputs[index] in made else None
+
+
+@dataclass
+class StepAnswers:
+    """What the stages answered for one step: the loss and predictions (None where no stage
+    computes them), the seconds each stage computed, and the bytes sent."""
+
+    loss: float | None
+    predictions: np.ndarray | None
+    busy: tuple[float, ...]
+    bytes_sent: int
+    bytes_between_workers: int
+    seconds: float = field(default=0.0)
+
+
+class StageGroup:
+    """The client's handle on the StageWorkers of one partitioned graph: starts them on
+    `workers` (one per spec, `workers[i]` for `specs[i]`), connects them and gives each
+    the data `columns` it reads; every call waits at most `timeout` seconds and asks the
+    scheduler every half second whether a worker holding a stage left (then the wait
+    raises WorkerLost). `close` releases the actors."""
+
+    def __init__(self, cluster, specs: list[StageSpec], workers: list[str], columns: dict, timeout: float):
+        self.cluster, self.specs, self.workers, self.timeout = cluster, specs, list(workers), float(timeout)
+        self.devices = [spec.device for spec in specs]
+        self.actors, self._held = [], []
+        try:
+            self._start(columns)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, columns: dict) -> None:
+        client = self.cluster.client
+        self._held = [
+            client.submit(StageWorker, spec, actor=True, workers=[w], allow_other_workers=False, pure=False)
+            for spec, w in zip(self.specs, self.workers, strict=True)
+        ]
+        self.actors = self.answers(self._held, "start")
+        peers = dict(zip(self.devices, self.actors, strict=True))
+        self.answers([a.connect(peers) for a in self.actors], "connect")
+        data = [{n: columns[n] for n in spec.feeds} for spec in self.specs]
+        self.answers([a.load_data(d) for a, d in zip(self.actors, data, strict=True)], "data")
+
+    def answers(self, calls, what: str) -> list:
+        """The answers of one call per stage (together at most `timeout` seconds)."""
+        deadline = time.monotonic() + self.timeout
+        return [
+            watched_result(call, f"the stage {d} on {w} ({what})", self.timeout, self._watch, deadline)
+            for call, d, w in zip(calls, self.devices, self.workers, strict=True)
+        ]
+
+    def step(self, step: int, micro_rows: list, rows: int) -> StepAnswers:
+        """Run `step` on every stage over the micro-batches of row numbers `micro_rows`."""
+        started = time.perf_counter()
+        answers = self.answers([a.run_step(step, micro_rows, rows) for a in self.actors], f"step {step}")
+        return StepAnswers(
+            loss=next((a["loss"] for a in answers if "loss" in a), None),
+            predictions=next((a["predictions"] for a in answers if "predictions" in a), None),
+            busy=tuple(a["busy"] for a in answers),
+            bytes_sent=sum(a["bytes"] for a in answers),
+            bytes_between_workers=sum(a["bytes_between_workers"] for a in answers),
+            seconds=time.perf_counter() - started,
+        )
+
+    def _watch(self) -> None:
+        lost = lost_workers(self.workers, self.cluster.workers)
+        if lost:
+            raise WorkerLost(lost)
+
+    def failure(self, error: BaseException, during: str) -> BaseException:
+        """What to raise for `error`: after releasing the stages still waiting, a RuntimeError
+        naming the workers that left and their stages, or `error` itself if none left."""
+        self._stop()
+        lost = find_lost(self.cluster, self.workers, error)
+        if not lost:
+            return error
+        stages = [d for d, w in zip(self.devices, self.workers, strict=True) if w in lost]
+        return RuntimeError(f"workers {lost} holding pipeline stages {stages} left the cluster during {during}")
+
+    def _stop(self) -> None:
+        """Release the stages still alive from a failed step (best effort, a few seconds)."""
+        try:
+            alive = set(self.cluster.workers)
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer: nothing to release
+            return
+        calls = []
+        for actor, w in zip(self.actors, self.workers, strict=True):
+            if w in alive:
+                try:
+                    calls.append(actor.stop())
+                except Exception:  # noqa: BLE001 - an actor already gone has nothing to release
+                    pass
+        deadline = time.monotonic() + _STOP_WAIT
+        for call in calls:
+            try:
+                call.result(timeout=max(deadline - time.monotonic(), 0.01))
+            except Exception:  # noqa: BLE001 - as above
+                pass
+
+    def close(self) -> None:
+        """Release the stage actors (safe to call twice)."""
+        if self._held:
+            self.cluster.client.cancel(self._held, force=True)
+        self._held, self.actors = [], []

@@ -32,6 +32,10 @@ Between epochs the client's model is the master copy: its weights, optimizer slo
 step counter and learning rate go to the stages at the start of each epoch and come
 back at its end (so callbacks and checkpoints work as in one process).
 
+`model.predict(x, distribute=...)` runs the inference forward pass (one graph for any
+batch size) through the stages the same way, and `model.evaluate` takes its
+predictions and computes the loss and metrics on the client, batch by batch.
+
 Failures. Every wait is bounded by `timeout`, and the client asks the scheduler every
 half second whether a worker holding a stage left. A worker that dies mid-step ends
 `fit` with a RuntimeError naming it and the step, within seconds; there is no
@@ -44,7 +48,6 @@ recovery, and the model keeps the weights it had at the start of the epoch.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,14 +57,11 @@ from tapeflow.devices import WorkerDevice, device
 from tapeflow.distributed import master_copy
 from tapeflow.distributed.compression import check_compression
 from tapeflow.distributed.data_parallel import _check_loss, _check_optimizer, _count, _seconds, _shard_sizes
-from tapeflow.distributed.deployment import watched_result
-from tapeflow.distributed.gradient_graph import graph_bytes, trace_gradient_steps
-from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
-from tapeflow.distributed.model_parallel import StagePartition, StageSpec, StageWorker
-from tapeflow.graph.partition import partition
+from tapeflow.distributed.gradient_graph import trace_gradient_steps
+from tapeflow.distributed.model_parallel import Roles, StageGroup, stage_specs
+from tapeflow.graph.structure import TensorSpec
+from tapeflow.graph.trace import freeze
 from tapeflow.ops.registry import as_tensor
-
-_STOP_WAIT = 2.0  # seconds to release the stages of a failed step
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,25 @@ class Pipeline:
             raise ValueError("Pipeline: the cluster has no workers")
         return workers[: self.stages]
 
+    def predict(self, model, x, batch_size: int) -> np.ndarray:
+        """`model.predict(x, distribute=self)`: the forward pass partitioned over the stages."""
+        return predict_on_pipeline(self, model, x, batch_size)
+
+    def evaluate(self, model, x, y, batch_size: int) -> dict:
+        """`model.evaluate(x, y, distribute=self)`: each batch's predictions come through the
+        stages, and the loss and metrics are computed here, batch by batch as `evaluate` does."""
+        predictions = self.predict(model, x, batch_size)
+        model._reset_metrics()
+        logs = {}
+        y = np.asarray(y)
+        for start in range(0, len(y), batch_size):
+            y_true, y_pred = (
+                as_tensor(y[start : start + batch_size]),
+                as_tensor(predictions[start : start + batch_size]),
+            )
+            logs = model._update_metrics(y_true, y_pred, model._total_loss(y_true, y_pred))
+        return {k: float(v) for k, v in logs.items()}
+
     def start(self, model, x, y, batch_size: int) -> PipelineSession:
         """Set up training of `model` on arrays `x` and `y`: `Model.fit` calls this, then
         `run_epoch` per epoch and `close` at the end."""
@@ -161,6 +180,31 @@ def micro_batches(rows: np.ndarray, m: int) -> list[np.ndarray]:
     return np.array_split(np.asarray(rows), m)
 
 
+def _check_model(model) -> None:
+    if type(model).__name__ != "Sequential":
+        raise ValueError(f"Pipeline: stages are cut from a Sequential model's layers, got {type(model).__name__}")
+
+
+class _Stages:
+    """A Sequential model's layers cut into the strategy's stages, and their devices."""
+
+    def __init__(self, strategy: Pipeline, model):
+        _check_model(model)
+        self.workers = strategy.workers()
+        self.devices = stage_devices(strategy.stages, len(self.workers))
+        self.groups = split_layers(list(model.layers), strategy.stages)
+        self.stage_workers = [self.workers[WorkerDevice.parse(d).worker] for d in self.devices]
+
+    def forward(self, inputs, training=None):
+        """The model's forward pass with each stage's layers traced on its device."""
+        h = inputs
+        for where, group in zip(self.devices, self.groups, strict=True):
+            with device(where):
+                for layer in group:
+                    h = layer(h, training=training)
+        return h
+
+
 class PipelineSession:
     """One `fit` on the stages: the actors, and the steps' coordination (see the module
     docstring); released by `close`."""
@@ -168,8 +212,7 @@ class PipelineSession:
     def __init__(self, strategy: Pipeline, model, x, y, batch_size: int):
         if isinstance(x, Dataset) or isinstance(x, tuple):
             raise ValueError("Pipeline: fit(distribute=Pipeline(...)) takes one input array x and labels y")
-        if not hasattr(model, "layers") or type(model).__name__ != "Sequential":
-            raise ValueError(f"Pipeline: stages are cut from a Sequential model's layers, got {type(model).__name__}")
+        _check_model(model)
         m = strategy.micro_batches
         if batch_size < m:
             raise ValueError(f"Pipeline: a batch of {batch_size} rows does not split into {m} micro-batches")
@@ -177,108 +220,31 @@ class PipelineSession:
         _check_loss(model.loss)
         self.strategy, self.model, self.x, self.y = strategy, model, np.asarray(x), np.asarray(y)
         strategy.steps = []
-        workers = strategy.workers()
-        devices = stage_devices(strategy.stages, len(workers))
-        groups = split_layers(list(model.layers), strategy.stages)
+        stages = _Stages(strategy, model)
         self.with_predictions = bool(model.compiled_metrics)
         sizes = _shard_sizes({batch_size, len(self.y) % batch_size} - {0}, m)
-
-        def staged_forward(inputs, training=None):
-            h = inputs
-            for where, group in zip(devices, groups, strict=True):
-                with device(where):
-                    for layer in group:
-                        h = layer(h, training=training)
-            return h
-
-        graphs, layout, self.variables = trace_gradient_steps(
-            model, self.x, self.y, sizes, self.with_predictions, forward=staged_forward
+        graphs, self.layout, self.variables = trace_gradient_steps(
+            model, self.x, self.y, sizes, self.with_predictions, forward=stages.forward
         )
-        if len(layout.state_names) != layout.n_trainable:
+        n = self.layout.n_trainable
+        if len(self.layout.state_names) != n:
             raise ValueError(
                 "Pipeline: the model writes variables while training (batch normalization); pipelined "
                 "training supports layers without such state"
             )
-        self.layout = layout
         self.optimizer = model.optimizer
         self.optimizer.build(self.variables)
-        specs = self._stage_specs(graphs, devices)
-        self.devices, self.workers = devices, [workers[WorkerDevice.parse(d).worker] for d in devices]
-        self.actors, self._held = [], []
-        try:
-            self._start(specs)
-        except BaseException:
-            self.close()
-            raise
-
-    # ------------------------------------------------------------ setup
-    def _stage_specs(self, graphs: dict, devices: list[str]) -> list[StageSpec]:
-        """One StageSpec per device, from the partitions of each micro-batch size's graph."""
-        by_device: dict[str, dict[int, list]] = {d: {} for d in devices}
-        for size, graph in graphs.items():
-            cut = partition(graph, devices)
-            for part in cut.partitions:
-                by_device[part.device].setdefault(size, []).append(part)
-        graph = next(iter(graphs.values()))
-        outputs = [v.name for v in graph.outputs]
-        n = self.layout.n_trainable
-        gradient_of = dict(zip(self.layout.state_names, outputs[1 : 1 + n], strict=True))
-        config = master_copy.optimizer_config(self.optimizer)
-        specs = []
-        for where in devices:
-            by_size = by_device[where]
-            if not by_size or len({len(parts) for parts in by_size.values()}) > 1:
-                raise ValueError(f"Pipeline: the stage on {where} has no partitions, or different ones per size")
-            parts = next(iter(by_size.values()))
-            made = {name for p in parts for name in p.output_names}
-            read = {name for p in parts for name in p.input_names}
-            held = [name for name in self.layout.state_names if any(name in p.graph.state for p in parts)]
-            for name in held:
-                if gradient_of[name] not in made:
-                    raise ValueError(f"Pipeline: the gradient of '{name}' is not computed on {where}, which holds it")
-            decays = {
-                name: self.optimizer._decays(v) for name, v in zip(self.layout.state_names, self.variables, strict=True)
-            }
-            specs.append(
-                StageSpec(
-                    device=where,
-                    partitions={
-                        size: tuple(StagePartition(graph_bytes(p.graph), tuple(p.recvs), tuple(p.sends)) for p in ps)
-                        for size, ps in by_size.items()
-                    },
-                    feeds=tuple(v.name for v in graph.inputs if v.name in read),
-                    variables=tuple(held),
-                    gradients=tuple(gradient_of[name] for name in held),
-                    decays=tuple(decays[name] for name in held),
-                    loss=outputs[0] if outputs[0] in made else None,
-                    predictions=outputs[1 + n] if self.with_predictions and outputs[1 + n] in made else None,
-                    optimizer_config=config,
-                    compression=self.strategy.compression,
-                    timeout=self.strategy.timeout,
-                )
-            )
-        return specs
-
-    def _start(self, specs: list[StageSpec]) -> None:
-        client, timeout = self.strategy.cluster.client, self.strategy.timeout
-        futures = [
-            client.submit(StageWorker, spec, actor=True, workers=[w], allow_other_workers=False, pure=False)
-            for spec, w in zip(specs, self.workers, strict=True)
-        ]
-        self._held = futures
-        self.actors = [self._wait(f, f"starting the stage on {w}") for f, w in zip(futures, self.workers, strict=True)]
-        peers = dict(zip(self.devices, self.actors, strict=True))
+        roles = Roles(
+            loss=0,
+            variables=self.layout.state_names,
+            decays=tuple(self.optimizer._decays(v) for v in self.variables),
+            predictions=1 + n if self.with_predictions else None,
+            optimizer_config=master_copy.optimizer_config(self.optimizer),
+        )
+        specs = stage_specs(graphs, stages.devices, roles, strategy.compression, strategy.timeout)
         columns = {"inputs": self.x, "labels": self.y}
-        calls = [
-            (actor.connect(peers), actor.load_data({n: columns[n] for n in spec.feeds}))
-            for actor, spec in zip(self.actors, specs, strict=True)
-        ]
-        deadline = time.monotonic() + timeout
-        for (a, b), w in zip(calls, self.workers, strict=True):
-            self._wait(a, f"the stage on {w} (connect)", deadline)
-            self._wait(b, f"the stage on {w} (data)", deadline)
+        self.group = StageGroup(strategy.cluster, specs, stages.stage_workers, columns, strategy.timeout)
 
-    # ------------------------------------------------------------ epochs
     def run_epoch(self, batches, callbacks) -> dict:
         """Train one epoch on `batches` (arrays of row numbers, in step order), calling the
         batch callbacks after each step; returns the epoch's logs."""
@@ -289,99 +255,81 @@ class PipelineSession:
                 rows = np.asarray(rows)
                 step = self.optimizer.iterations + index
                 callbacks.on_train_batch_begin(index)
-                record, predictions = self._step(step, rows)
-                strategy.steps.append(record)
+                answers = self.group.step(step, micro_batches(rows, strategy.micro_batches), len(rows))
+                strategy.steps.append(
+                    PipelineStep(
+                        step,
+                        answers.loss,
+                        answers.seconds,
+                        answers.busy,
+                        answers.bytes_sent,
+                        answers.bytes_between_workers,
+                    )
+                )
                 y_true = as_tensor(self.y[rows]) if self.with_predictions else None
-                y_pred = as_tensor(predictions) if self.with_predictions else None
-                logs = self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(record.loss)))
+                y_pred = as_tensor(answers.predictions) if self.with_predictions else None
+                logs = self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(answers.loss)))
                 callbacks.on_train_batch_end(index, logs)
             self._end()
         except Exception as error:
-            self._stop()
-            lost = find_lost(strategy.cluster, self.workers, error)
-            if lost:
-                stages = [d for d, w in zip(self.devices, self.workers, strict=True) if w in lost]
-                raise RuntimeError(
-                    f"fit: workers {lost} holding pipeline stages {stages} left the cluster during step "
-                    f"{len(strategy.steps)}; training stopped (the model keeps the weights of the epoch's start)"
-                ) from error
-            raise
+            failure = self.group.failure(error, f"step {len(strategy.steps)}")
+            if failure is error:
+                raise
+            raise RuntimeError(
+                f"fit: {failure}; training stopped (the model keeps the weights of the epoch's start)"
+            ) from error
         return logs
 
     def _begin(self) -> None:
+        """Send the client's weights, slots, step counter and learning rate to the stages."""
         values, slots = master_copy.whole_state(self.variables, self.optimizer, self.layout.n_trainable)
         values = dict(zip(self.layout.state_names, values, strict=True))
         slots = dict(zip(self.layout.state_names, slots, strict=True))
         lr = master_copy.learning_rate(self.optimizer)
-        calls = [a.begin(values, slots, self.optimizer.iterations, lr) for a in self.actors]
-        self._answers(calls, "begin the epoch")
-
-    def _step(self, step: int, rows: np.ndarray):
-        parts = micro_batches(rows, self.strategy.micro_batches)
-        started = time.perf_counter()
-        answers = self._answers([a.run_step(step, parts, len(rows)) for a in self.actors], f"step {step}")
-        seconds = time.perf_counter() - started
-        last = next(a for a in answers if "loss" in a)
-        record = PipelineStep(
-            step=step,
-            loss=last["loss"],
-            seconds=seconds,
-            busy=tuple(a["busy"] for a in answers),
-            bytes_sent=sum(a["bytes"] for a in answers),
-            bytes_between_workers=sum(a["bytes_between_workers"] for a in answers),
+        self.group.answers(
+            [a.begin(values, slots, self.optimizer.iterations, lr) for a in self.group.actors], "begin the epoch"
         )
-        return record, next((a["predictions"] for a in answers if "predictions" in a), None)
 
     def _end(self) -> None:
-        states = self._answers([a.state() for a in self.actors], "read the state")
-        values, slots, iterations = {}, {}, states[0][2]
+        """Take the stages' weights, slots and step counter into the client's model."""
+        states = self.group.answers([a.state() for a in self.group.actors], "read the state")
+        values, slots = {}, {}
         for stage_values, stage_slots, _ in states:
             values.update(stage_values)
             slots.update(stage_slots)
         names = self.layout.state_names
         master_copy.take_state(
-            self.variables, self.optimizer, [values[n] for n in names], [slots[n] for n in names], iterations
+            self.variables, self.optimizer, [values[n] for n in names], [slots[n] for n in names], states[0][2]
         )
-
-    # ------------------------------------------------------------ waits
-    def _watch(self) -> None:
-        lost = lost_workers(self.workers, self.strategy.cluster.workers)
-        if lost:
-            raise WorkerLost(lost)
-
-    def _wait(self, future, what: str, deadline: float | None = None):
-        return watched_result(future, what, self.strategy.timeout, self._watch, deadline)
-
-    def _answers(self, calls, what: str) -> list:
-        deadline = time.monotonic() + self.strategy.timeout
-        return [
-            self._wait(call, f"the stage on {w} ({what})", deadline)
-            for call, w in zip(calls, self.workers, strict=True)
-        ]
-
-    # ------------------------------------------------------------ teardown
-    def _stop(self) -> None:
-        """Release the stages still alive from a failed step (best effort, a few seconds)."""
-        try:
-            alive = set(self.strategy.cluster.workers)
-        except Exception:  # noqa: BLE001 - a scheduler that does not answer: nothing to release
-            return
-        calls = []
-        for actor, w in zip(self.actors, self.workers, strict=True):
-            if w in alive:
-                try:
-                    calls.append(actor.stop())
-                except Exception:  # noqa: BLE001 - an actor already gone has nothing to release
-                    pass
-        deadline = time.monotonic() + _STOP_WAIT
-        for call in calls:
-            try:
-                call.result(timeout=max(deadline - time.monotonic(), 0.01))
-            except Exception:  # noqa: BLE001 - as above
-                pass
 
     def close(self) -> None:
         """Release the stage actors (safe to call twice)."""
-        if self._held:
-            self.strategy.cluster.client.cancel(self._held, force=True)
-        self._held, self.actors = [], []
+        self.group.close()
+
+
+def predict_on_pipeline(strategy: Pipeline, model, x, batch_size: int) -> np.ndarray:
+    """`model.predict(x, batch_size)` with the forward pass partitioned over the stages:
+    each batch is cut into micro-batches that flow through them."""
+    x = np.asarray(x)
+    if not model.built:
+        model(x[:1], training=False)
+    stages = _Stages(strategy, model)
+    spec = TensorSpec((None, *x.shape[1:]), as_tensor(x[:1]).dtype)
+    graph = freeze(lambda inputs: stages.forward(inputs, training=False), spec, name=f"{model.name}_forward")
+    specs = stage_specs({None: graph}, stages.devices, Roles(predictions=0), strategy.compression, strategy.timeout)
+    group = StageGroup(strategy.cluster, specs, stages.stage_workers, {"inputs": x}, strategy.timeout)
+    try:
+        outputs = []
+        for step, start in enumerate(range(0, len(x), batch_size)):
+            rows = np.arange(start, min(start + batch_size, len(x)))
+            parts = micro_batches(rows, min(strategy.micro_batches, len(rows)))
+            try:
+                outputs.append(group.step(step, parts, len(rows)).predictions)
+            except Exception as error:
+                failure = group.failure(error, f"batch {step}")
+                if failure is error:
+                    raise
+                raise RuntimeError(f"predict: {failure}") from error
+        return np.concatenate(outputs) if outputs else np.zeros((0,))
+    finally:
+        group.close()

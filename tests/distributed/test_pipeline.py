@@ -72,13 +72,25 @@ def test_stages_are_placed_two_per_worker(cluster):
     assert all(0 < s.bytes_between_workers < s.bytes_sent for s in strategy.steps)  # some transfers stay on a worker
 
 
-def test_forward_values_equal_single_process(cluster):
+@pytest.mark.parametrize("micro_batches", [1, 4])
+def test_forward_values_equal_single_process(cluster, micro_batches):
     x, y = data()
     model = make_model(metrics=["accuracy"])
-    first = model._total_loss(tp.tensor(y[:N]), model(x, training=True)).numpy()
-    strategy = tp.distributed.Pipeline(cluster, stages=4, micro_batches=1)
+    strategy = tp.distributed.Pipeline(cluster, stages=4, micro_batches=micro_batches)
+    np.testing.assert_allclose(
+        model.predict(x, batch_size=BATCH, verbose=0, distribute=strategy),
+        model.predict(x, batch_size=BATCH, verbose=0),
+        rtol=1e-6,
+        atol=1e-7,
+    )
+    expected = model.evaluate(x, y, batch_size=BATCH, verbose=0)
+    got = model.evaluate(x, y, batch_size=BATCH, verbose=0, distribute=strategy)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        np.testing.assert_allclose(got[key], expected[key], rtol=1e-6)
+    first = model._total_loss(tp.tensor(y), model(x, training=True)).numpy()
     model.fit(x, y, batch_size=N, epochs=1, shuffle=False, verbose=0, distribute=strategy)
-    np.testing.assert_allclose(strategy.steps[0].loss, first, rtol=1e-6)
+    np.testing.assert_allclose(strategy.steps[0].loss, first, rtol=1e-6)  # a training step's forward value
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
