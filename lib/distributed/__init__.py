@@ -2,7 +2,8 @@
 `DataParallel` (synchronous, with periodic checkpoints and recovery from lost workers;
 `latest_checkpoint` finds the newest), `AsyncParameterServer` (asynchronous) or
 `Pipeline` (model-parallel stages with pipelined micro-batches) trains a model on them
-through `model.fit(..., distribute=...)`.
+through `model.fit(..., distribute=...)`; `run_placed` runs a graph whose nodes were
+placed with `tp.device("/worker:w")` on the workers they name.
 
 Dask itself is imported only when a cluster is made, so `tapeflow.distributed` imports
 without it (install `tapeflow[dist]`).
@@ -17,3 +18,4 @@ from tapeflow.distributed.checkpoints import latest_checkpoint
 from tapeflow.distributed.cluster import Cluster
 from tapeflow.distributed.data_parallel import DataParallel, Placement, Recovery, StepRecord
 from tapeflow.distributed.pipeline import Pipeline, PipelineStep
+from tapeflow.distributed.placed_graph import run_placed

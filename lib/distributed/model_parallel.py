@@ -67,7 +67,8 @@ class StageSpec:
     """What the actor of `device` runs: its partitions by micro-batch size (in rank order;
     key None for a graph of any batch size), the graph inputs it reads, the variables it
     trains (state names) with the values of their gradients and whether weight decay
-    applies, the loss and predictions values it computes (or None), the optimizer (None
+    applies, the loss it computes (or None) and the other graph outputs it computes and
+    returns (`outputs`, value names), the optimizer (None
     when it only runs forward), the compression and the timeout of every wait."""
 
     device: str
@@ -77,7 +78,7 @@ class StageSpec:
     gradients: tuple[str, ...] = ()
     decays: tuple[bool, ...] = ()
     loss: str | None = None
-    predictions: str | None = None
+    outputs: tuple[str, ...] = ()
     optimizer_config: dict | None = None
     compression: str | None = None
     timeout: float = 60.0
@@ -85,14 +86,14 @@ class StageSpec:
 
 @dataclass(frozen=True)
 class Roles:
-    """What the graphs' outputs mean: by position, the loss (or None), the gradient of each
-    variable of `variables` (state names, with whether weight decay applies), then the
-    predictions (or None)."""
+    """What the graphs' outputs mean, by position: the loss (or None), then the gradient of
+    each variable of `variables` (state names, with whether weight decay applies), and
+    `outputs`, the positions of those the client gets back."""
 
     loss: int | None = None
     variables: tuple[str, ...] = ()
     decays: tuple[bool, ...] = ()
-    predictions: int | None = None
+    outputs: tuple[int, ...] = ()
     optimizer_config: dict | None = None
 
 
@@ -120,7 +121,6 @@ def stage_specs(graphs: dict, devices: list[str], roles: Roles, compression, tim
         for name in held:
             if gradient_of[name] not in made:
                 raise ValueError(f"model parallel: the gradient of '{name}' is not computed on {where}, which holds it")
-        loss, predictions = (_made_here(outputs, i, made) for i in (roles.loss, roles.predictions))
         specs.append(
             StageSpec(
                 device=where,
@@ -132,8 +132,8 @@ def stage_specs(graphs: dict, devices: list[str], roles: Roles, compression, tim
                 variables=tuple(held),
                 gradients=tuple(gradient_of[name] for name in held),
                 decays=tuple(decays[name] for name in held),
-                loss=loss,
-                predictions=predictions,
+                loss=outputs[roles.loss] if roles.loss is not None and outputs[roles.loss] in made else None,
+                outputs=tuple(outputs[i] for i in roles.outputs if outputs[i] in made),
                 optimizer_config=roles.optimizer_config,
                 compression=compression,
                 timeout=timeout,
@@ -235,29 +235,32 @@ class StageWorker:
         return self.spec.compression if _crosses(transfer) else None
 
     # ------------------------------------------------------------ steps
-    def _partitions(self, rows: int) -> list:
-        """The partitions for micro-batches of `rows` rows (those of a dynamic batch size: key None)."""
-        found = self.partitions.get(rows, self.partitions.get(None))
+    def _partitions(self, rows) -> list:
+        """The partitions for a micro-batch of row numbers `rows` (None: the whole data), those
+        of its size or else those of any size (key None)."""
+        found = self.partitions.get(None if rows is None else len(rows), self.partitions.get(None))
         if found is None:
-            raise ValueError(f"{self.spec.device}: no partitions for micro-batches of {rows} rows")
+            raise ValueError(f"{self.spec.device}: no partitions for micro-batches of {len(rows)} rows")
         return found
 
     async def run_step(self, step: int, micro_rows: list, rows: int) -> dict:
         """Run `step` over the micro-batches of row numbers `micro_rows` (of a batch of `rows`
-        rows), then apply the update; returns the loss and predictions (on the device that
-        computes them), the seconds spent computing (partitions and update) and the bytes sent."""
+        rows; [None] runs the whole data once), then apply the update. Returns the loss and
+        the outputs where this device computes them (outputs joined over the micro-batches
+        along their first axis), the seconds spent computing (partitions and update) and
+        the bytes sent."""
         return await asyncio.to_thread(self._step, step, micro_rows, rows)
 
     def _step(self, step: int, micro_rows: list, rows: int) -> dict:
         started = time.perf_counter()
         with self._arrived:  # values of an abandoned earlier step are of no use any more
             self.inbox = {k: v for k, v in self.inbox.items() if k[0] >= step}
-        stores = [{name: self.data[name][r] for name in self.spec.feeds} for r in micro_rows]
+        stores = [{n: self.data[n] if r is None else self.data[n][r] for n in self.spec.feeds} for r in micro_rows]
         peers = {device: in_process(actor) for device, actor in self.peers.items()}
         calls, busy, sent, between = [], 0.0, 0, 0
-        for index in range(len(self._partitions(len(micro_rows[0])))):
+        for index in range(len(self._partitions(micro_rows[0]))):
             for mb, store in enumerate(stores):
-                graph, part = self._partitions(len(micro_rows[mb]))[index]
+                graph, part = self._partitions(micro_rows[mb])[index]
                 for t in part.recvs:
                     store[t.value] = self._take(step, mb, t)
                 begun = time.perf_counter()
@@ -272,11 +275,10 @@ class StageWorker:
         for t, call in calls:
             actor_answer(call, self.spec.timeout, f"{t.destination} (receiving '{t.value}', step {step})")
         result = {"busy": busy, "bytes": sent, "bytes_between_workers": between}
-        weights = [np.float32(len(r) / rows) for r in micro_rows]
+        weights = [np.float32(1.0 if r is None else len(r) / rows) for r in micro_rows]
         if self.spec.loss is not None:
             result["loss"] = float(sum(w * float(s[self.spec.loss]) for w, s in zip(weights, stores, strict=True)))
-        if self.spec.predictions is not None:
-            result["predictions"] = np.concatenate([s[self.spec.predictions] for s in stores])
+        result["outputs"] = {name: _joined([s[name] for s in stores]) for name in self.spec.outputs}
         begun = time.perf_counter()
         self._apply([[s[g] for s in stores] for g in self.spec.gradients], weights)
         result["busy"] += time.perf_counter() - begun
@@ -300,23 +302,25 @@ class StageWorker:
         self.optimizer.apply_gradients(zip(summed, self.trainable, strict=True))
 
 
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """One micro-batch's value as it is; several joined along the first axis (0-d ones stacked)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.stack(parts) if np.ndim(parts[0]) == 0 else np.concatenate(parts)
+
+
 def _crosses(transfer: Transfer) -> bool:
     """Whether `transfer` goes from one worker to another."""
     return WorkerDevice.parse(transfer.source).worker != WorkerDevice.parse(transfer.destination).worker
 
 
-def _made_here(outputs: list[str], index: int | None, made: set) -> str | None:
-    """The name of output `index` if this stage computes it, else None."""
-    return outputs[index] if index is not None and outputs[index] in made else None
-
-
 @dataclass
 class StepAnswers:
-    """What the stages answered for one step: the loss and predictions (None where no stage
-    computes them), the seconds each stage computed, and the bytes sent."""
+    """What the stages answered for one step: the loss (None where no stage computes it),
+    the outputs by value name, the seconds each stage computed, and the bytes sent."""
 
     loss: float | None
-    predictions: np.ndarray | None
+    outputs: dict
     busy: tuple[float, ...]
     bytes_sent: int
     bytes_between_workers: int
@@ -366,7 +370,7 @@ class StageGroup:
         answers = self.answers([a.run_step(step, micro_rows, rows) for a in self.actors], f"step {step}")
         return StepAnswers(
             loss=next((a["loss"] for a in answers if "loss" in a), None),
-            predictions=next((a["predictions"] for a in answers if "predictions" in a), None),
+            outputs={name: value for a in answers for name, value in a["outputs"].items()},
             busy=tuple(a["busy"] for a in answers),
             bytes_sent=sum(a["bytes"] for a in answers),
             bytes_between_workers=sum(a["bytes_between_workers"] for a in answers),

@@ -238,10 +238,11 @@ class PipelineSession:
             loss=0,
             variables=self.layout.state_names,
             decays=tuple(self.optimizer._decays(v) for v in self.variables),
-            predictions=1 + n if self.with_predictions else None,
+            outputs=(1 + n,) if self.with_predictions else (),
             optimizer_config=master_copy.optimizer_config(self.optimizer),
         )
         specs = stage_specs(graphs, stages.devices, roles, strategy.compression, strategy.timeout)
+        self.predictions = next(iter(graphs.values())).outputs[-1].name
         columns = {"inputs": self.x, "labels": self.y}
         self.group = StageGroup(strategy.cluster, specs, stages.stage_workers, columns, strategy.timeout)
 
@@ -267,7 +268,7 @@ class PipelineSession:
                     )
                 )
                 y_true = as_tensor(self.y[rows]) if self.with_predictions else None
-                y_pred = as_tensor(answers.predictions) if self.with_predictions else None
+                y_pred = as_tensor(answers.outputs[self.predictions]) if self.with_predictions else None
                 logs = self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(answers.loss)))
                 callbacks.on_train_batch_end(index, logs)
             self._end()
@@ -316,7 +317,7 @@ def predict_on_pipeline(strategy: Pipeline, model, x, batch_size: int) -> np.nda
     stages = _Stages(strategy, model)
     spec = TensorSpec((None, *x.shape[1:]), as_tensor(x[:1]).dtype)
     graph = freeze(lambda inputs: stages.forward(inputs, training=False), spec, name=f"{model.name}_forward")
-    specs = stage_specs({None: graph}, stages.devices, Roles(predictions=0), strategy.compression, strategy.timeout)
+    specs = stage_specs({None: graph}, stages.devices, Roles(outputs=(0,)), strategy.compression, strategy.timeout)
     group = StageGroup(strategy.cluster, specs, stages.stage_workers, {"inputs": x}, strategy.timeout)
     try:
         outputs = []
@@ -324,7 +325,7 @@ def predict_on_pipeline(strategy: Pipeline, model, x, batch_size: int) -> np.nda
             rows = np.arange(start, min(start + batch_size, len(x)))
             parts = micro_batches(rows, min(strategy.micro_batches, len(rows)))
             try:
-                outputs.append(group.step(step, parts, len(rows)).predictions)
+                outputs.append(group.step(step, parts, len(rows)).outputs[graph.outputs[0].name])
             except Exception as error:
                 failure = group.failure(error, f"batch {step}")
                 if failure is error:

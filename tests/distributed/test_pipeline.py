@@ -143,6 +143,31 @@ def test_compressed_transfers_move_half_the_bytes_and_stay_close(cluster, compre
     assert not np.array_equal(plain.get_weights()[0], packed.get_weights()[0])  # it did round
 
 
+def test_a_graph_placed_by_hand_runs_on_the_workers_it_names(cluster):
+    rng = np.random.default_rng(5)
+    w0 = tp.Variable(rng.standard_normal((6, 8)).astype(np.float32), name="w0")
+    w1 = tp.Variable(rng.standard_normal((8, 3)).astype(np.float32), name="w1")
+
+    def step(x):
+        with tp.GradientTape() as tape:
+            with tp.device("/worker:0"):
+                h = tp.tanh(x @ w0)
+            with tp.device("/worker:1/cpu:0"):
+                loss = tp.sum(tp.nn.relu(h @ w1))
+        return (loss, h, *tape.gradient(loss, [w0, w1]))
+
+    graph = tp.freeze(step, tp.TensorSpec((5, 6)))
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    for compression, tolerance in ((None, 1e-6), ("bfloat16", 64 * RELATIVE_ERROR["bfloat16"])):
+        got = tp.distributed.run_placed(cluster, graph, x, compression=compression)
+        for a, b in zip(got, graph.execute([x]), strict=True):
+            np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance)
+    with pytest.raises(ValueError, match="worker:2"):
+        g = tp.freeze(lambda x: tp.exp(x), tp.TensorSpec((2,)), optimize=False)
+        g.nodes[0].device = "/worker:2/cpu:0"
+        tp.distributed.run_placed(cluster, g, np.zeros(2, np.float32))
+
+
 def test_bad_arguments(cluster):
     with pytest.raises(ValueError, match="stages"):
         tp.distributed.Pipeline(cluster, stages=0)
