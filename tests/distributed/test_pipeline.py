@@ -9,6 +9,7 @@ timeout.
 
 import os
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -183,17 +184,20 @@ def test_bad_arguments(cluster):
 
 
 class KillWorker(tp.callbacks.Callback):
-    """SIGKILLs the worker holding the last stages as step `step` begins."""
+    """SIGKILLs the worker holding the last stages shortly after step `step` begins, from
+    another thread, so that the kill lands while the step's micro-batches are in flight
+    (or, on a slow machine, between two steps: the error must be the same)."""
 
     def __init__(self, cluster, step):
         super().__init__()
-        self.cluster, self.step, self.victim = cluster, step, None
+        self.cluster, self.step, self.victim, self.timer = cluster, step, None, None
 
     def on_train_batch_begin(self, batch, logs=None):
         if batch == self.step and self.victim is None:
             self.victim = self.cluster.workers[1]
             pid = self.cluster.client.run(os.getpid, workers=[self.victim])[self.victim]
-            os.kill(pid, signal.SIGKILL)
+            self.timer = threading.Timer(0.01, os.kill, (pid, signal.SIGKILL))
+            self.timer.start()
 
 
 @pytest.mark.timeout(240)
@@ -206,6 +210,7 @@ def test_a_worker_killed_mid_pipeline_is_a_clear_error():
         killer = KillWorker(cluster, step=2)
         with pytest.raises(RuntimeError, match="left the cluster") as caught:
             model.fit(x, y, batch_size=BATCH, epochs=1, seed=1, verbose=0, callbacks=[killer], distribute=strategy)
+        killer.timer.join()
         assert killer.victim in str(caught.value)
         assert "/worker:1/cpu:0" in str(caught.value)
     for a, b in zip(before, model.get_weights(), strict=True):
