@@ -27,7 +27,9 @@ reported as the time of a one-step epoch).
   model's parameter bytes (the cluster runs on 127.0.0.1, so all its traffic is there).
 - Pipeline: the 4-stage MLP 784-512-512-512-10 (one Dense per stage, batch 256, Adam)
   with `Pipeline(stages=4)` on 2 workers (two stages each) and m = 1, 2, 4, 8
-  micro-batches, against one process. The bubble fraction is measured per step as
+  micro-batches, against one process. A pipeline step's time is the median over the
+  steps of an epoch (as the client timed them), which a loaded machine disturbs less
+  than the difference of two epochs. The bubble fraction is measured per step as
   1 - (mean seconds a stage computed) / (step seconds), next to the GPipe ideal
   (K-1)/(m+K-1), which is the step time's excess (m+K-1)/m over no bubble; then
   float32 against float16 transfers at m = 4: bytes crossing between workers per step
@@ -128,6 +130,7 @@ def worker(args) -> dict:
 
             def pipeline_figures(result):
                 result["bubble"] = float(np.median([s.bubble_fraction for s in strategy.steps]))
+                result["step"] = float(np.median([s.seconds for s in strategy.steps]))  # robust to load
                 result["between"] = float(np.mean([s.bytes_between_workers for s in strategy.steps]))
 
             return _measure(args.kind, args.steps, strategy, args.repeats, pipeline_figures, args.batch)

@@ -68,8 +68,8 @@ class StageSpec:
     key None for a graph of any batch size), the graph inputs it reads, the variables it
     trains (state names) with the values of their gradients and whether weight decay
     applies, the loss it computes (or None) and the other graph outputs it computes and
-    returns (`outputs`, value names), the optimizer (None
-    when it only runs forward), the compression and the timeout of every wait."""
+    returns (`outputs`, value names), the optimizer (None when it only runs forward), the
+    compression and the timeout of every wait."""
 
     device: str
     partitions: dict
