@@ -2,7 +2,7 @@
 `weighted_metrics` see them (class weights included), and each has its name in the logs
 as Keras 3 gives it: the metric's name for a model with one output, "<output>_<name>"
 with several; a clash gets "_1", "_2", ... and a weighted metric that clashes with an
-unweighted one is named "weighted_<name>".
+unweighted one is named "weighted_<name>". A metric given by a string is named by it.
 
 >>> metrics = OutputMetrics(["accuracy"], ["accuracy"], ["out"], [None])
 >>> metrics.log_names
@@ -52,6 +52,8 @@ class OutputMetrics:
             for output, group in enumerate(groups):
                 for entry in _as_list(group):
                     metric = metrics_module.get(entry, loss=losses[output])
+                    if isinstance(entry, str):
+                        metric.name = entry  # as Keras 3 names it: "mae" logs as "mae"
                     self.entries.append((output, metric, weighted))
         self.log_names = self._names()
 

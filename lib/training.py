@@ -295,7 +295,7 @@ class Trainer:
         """A Dataset as it is, or arrays as ArrayData."""
         if isinstance(x, Dataset):
             if y is not None:
-                raise ValueError(f"{where}: pass y inside the dataset, not separately")
+                raise ValueError(f"{where}: with a Dataset x, y must be None (the Dataset yields (x, y) batches)")
             if sample_weight is not None:
                 raise ValueError(f"{where}: pass sample weights inside the dataset, as (x, y, sample_weight) batches")
             return x
