@@ -424,7 +424,7 @@ class Trainer:
                 val_source, validation_batch_size, validation_steps, "fit: validation_data", "validation_steps"
             )
         if distribute is not None:
-            self._check_distributable(class_weight, sample_weight, steps_per_epoch)
+            self._check_distributable("fit", class_weight, sample_weight, steps_per_epoch)
             if isinstance(source, Dataset):
                 arrays = (source, None)
                 train = None
@@ -491,13 +491,14 @@ class Trainer:
                     opened.close()
         return history
 
-    def _check_distributable(self, class_weight, sample_weight, steps_per_epoch) -> None:
-        given = {"class_weight": class_weight, "sample_weight": sample_weight, "steps_per_epoch": steps_per_epoch}
+    def _check_distributable(self, where: str, class_weight, sample_weight, steps) -> None:
+        steps_name = "steps_per_epoch" if where == "fit" else "steps"
+        given = {"class_weight": class_weight, "sample_weight": sample_weight, steps_name: steps}
         given = [name for name, value in given.items() if value is not None]
         if given:
-            raise ValueError(f"fit: {', '.join(given)} cannot be combined with distribute= yet; train without it")
+            raise ValueError(f"{where}: {', '.join(given)} cannot be combined with distribute= yet; run without it")
         if len(self._output_losses.output_names) > 1:
-            raise ValueError("fit: distribute= trains models with one output only")
+            raise ValueError(f"{where}: distribute= runs models with one output only")
 
     def _evaluate_batches(self, batches) -> dict:
         self._reset_metrics()
@@ -524,8 +525,10 @@ class Trainer:
         `sample_weight` weighs each sample's loss (and the weighted_metrics); `class_weight`
         (a tapeflow extension: Keras' evaluate has none) does so by class. `steps` caps
         the batches (needed for an infinite Dataset). Unlike Keras, a dict is the default;
-        `return_dict=False` gives Keras' list (or the loss alone). With `distribute`, this runs
-        here on the client's weights, which distributed `fit` brings back every epoch.
+        `return_dict=False` gives Keras' list (or the loss alone). With `distribute`, array
+        inputs are split over the strategy's workers at batch boundaries: each runs the
+        forward pass and loss of its batches, and the metrics are updated here, so the
+        result equals evaluating in one process (a Dataset is evaluated here).
 
         >>> import numpy as np
         >>> import tapeflow as tp
@@ -537,6 +540,9 @@ class Trainer:
         self._check_compiled("evaluate")
         batch_size = data.count_argument(batch_size, "batch_size", "evaluate", default=32)
         steps = data.count_argument(steps, "steps", "evaluate")
+        if distribute is not None and not isinstance(x, Dataset):
+            self._check_distributable("evaluate", class_weight, sample_weight, steps)
+            return self._keras_result(distribute.evaluate(self, x, y, batch_size), return_dict)
         source = self._source(x, y, sample_weight, "evaluate")
         if isinstance(source, Dataset):
             batches = self._batches(source, batch_size, steps, "evaluate", "steps", class_weight=class_weight)

@@ -171,5 +171,5 @@ def test_multi_output_errors_name_the_argument():
         model.fit(X, [Y1, Y2[:5]], verbose=0)
     with pytest.raises(ValueError, match="class_weight is only supported for models with a single output"):
         model.fit(X, [Y1, Y2], class_weight={0: 2.0}, verbose=0)
-    with pytest.raises(ValueError, match="distribute= trains models with one output only"):
+    with pytest.raises(ValueError, match="distribute= runs models with one output only"):
         model.fit(X, [Y1, Y2], distribute=object(), verbose=0)
