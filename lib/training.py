@@ -280,14 +280,26 @@ class Trainer:
         return prepare
 
     def _batches(
-        self, source, batch_size, steps, where, steps_argument="steps_per_epoch", class_weight=None, need_y=True
+        self,
+        source,
+        batch_size,
+        steps,
+        where,
+        steps_argument="steps_per_epoch",
+        class_weight=None,
+        need_y=True,
+        passes=None,
     ):
-        """EpochBatches over arrays (in order) or a Dataset (as it is)."""
+        """EpochBatches over a Dataset (as it is) or arrays: in order, or in the batches
+        `passes(epoch)` gives."""
         if isinstance(source, Dataset):
             make_pass, cardinality = (lambda epoch: source), source.cardinality()
         else:
-            batched = source.dataset().batch(batch_size)
-            make_pass, cardinality = (lambda epoch: map(_Batch.of(source), batched)), len(batched)
+            if passes is None:
+                batched = source.dataset().batch(batch_size)
+                passes = lambda epoch: batched  # noqa: E731
+            split = _Batch.of(source)
+            make_pass, cardinality = (lambda epoch: map(split, passes(epoch))), -(-len(source) // batch_size)
         prepare = self._prepare(class_weight, where, need_y)
         return data.EpochBatches(make_pass, cardinality, steps, where, steps_argument, prepare)
 
@@ -436,17 +448,11 @@ class Trainer:
             steps = steps if steps >= 0 else None
             batches = None
         else:
-            if isinstance(source, Dataset):
+            if isinstance(source, Dataset):  # class weights are applied batch by batch
                 batches = self._batches(source, batch_size, steps_per_epoch, where, class_weight=class_weight)
-            else:
+            else:  # class weights are already sample weights
                 passes = self._shuffled_passes(source, batch_size, shuffle, seed)
-                batches = data.EpochBatches(
-                    lambda epoch: map(_Batch.of(source), passes(epoch)),
-                    -(-len(source) // batch_size),
-                    steps_per_epoch,
-                    where,
-                    prepare=self._prepare(None, where),
-                )
+                batches = self._batches(source, batch_size, steps_per_epoch, where, passes=passes)
             steps = batches.steps
         if not self.built and not isinstance(source, Dataset):  # so callbacks (BackupAndRestore) see the weights
             first = source.rows_of(slice(None, batch_size))
