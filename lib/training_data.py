@@ -40,7 +40,11 @@ def count_argument(value, name: str, where: str, minimum: int = 1, default: int 
 
 
 def validation_fraction(value, where: str) -> float:
-    """`validation_split` as a float in [0, 1), as Keras takes it."""
+    """`validation_split` as a float in [0, 1), as Keras takes it.
+
+    >>> validation_fraction(0.25, "fit")
+    0.25
+    """
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise ValueError(f"{where}: validation_split must be a number in [0, 1), got {value!r}")
     if not 0.0 <= value < 1.0:
@@ -49,7 +53,11 @@ def validation_fraction(value, where: str) -> float:
 
 
 def class_weight_table(class_weight, where: str) -> dict[int, float] | None:
-    """`class_weight` checked: a dict from integer class ids to numbers."""
+    """`class_weight` checked: a dict from integer class ids to numbers.
+
+    >>> class_weight_table({np.int64(0): 1, 1: 2.5}, "fit")
+    {0: 1.0, 1: 2.5}
+    """
     if class_weight is None:
         return None
     if not isinstance(class_weight, dict):
@@ -81,7 +89,11 @@ def class_sample_weights(y, class_weight: dict[int, float]) -> np.ndarray:
 
 # ----------------------------------------------------------------- structures
 def map_structure(fn, structure):
-    """`fn` applied to each array of an array, a tuple (or list) or a dict of them."""
+    """`fn` applied to each array of an array, a tuple (or list) or a dict of them.
+
+    >>> map_structure(len, {"a": [1, 2], "b": [3]}), map_structure(len, [[1], [2, 3]])
+    ({'a': 2, 'b': 1}, (1, 2))
+    """
     if structure is None:
         return None
     if isinstance(structure, dict):
@@ -92,6 +104,11 @@ def map_structure(fn, structure):
 
 
 def leaves(structure) -> list:
+    """The arrays of a structure `map_structure` takes, in order.
+
+    >>> leaves(None), leaves((1, 2)), leaves(3)
+    ([], [1, 2], [3])
+    """
     if structure is None:
         return []
     if isinstance(structure, dict):
@@ -103,7 +120,11 @@ def leaves(structure) -> list:
 
 def as_array(value, name: str, where: str, numeric: bool = True) -> np.ndarray:
     """`value` as a NumPy array with a sample axis; with `numeric`, strings are an error
-    naming the argument."""
+    naming the argument.
+
+    >>> as_array([1, 2], "y", "fit").tolist()
+    [1, 2]
+    """
     array = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
     if array.ndim == 0:
         raise ValueError(f"{where}: {name} must be an array with one row per sample, got a scalar {value!r}")
@@ -155,7 +176,11 @@ class ArrayData:
 
 def unpack(element, where: str, need_y: bool = True):
     """(x, y, sample_weight) from one Dataset element: an (x, y) or (x, y, sample_weight)
-    tuple; for predict (`need_y=False`) also x alone or (x,)."""
+    tuple; for predict (`need_y=False`) also x alone or (x,).
+
+    >>> unpack((1, 2), "fit"), unpack(5, "predict", need_y=False)
+    ((1, 2, None), (5, None, None))
+    """
     if isinstance(element, tuple) and len(element) in (2, 3):
         return element if len(element) == 3 else (*element, None)
     if not need_y:
