@@ -102,7 +102,7 @@ class OutputLosses:
         if len(y_pred) != len(self.output_names):
             raise ValueError(
                 f"compile: the loss was set up for {len(self.output_names)} outputs {self.output_names}, but the "
-                f"model returned {len(y_pred)}"
+                f"model returned {len(y_pred)}; give compile one loss per output, as a list or a dict"
             )
         total, values = None, []
         for i in self.active:

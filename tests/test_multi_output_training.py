@@ -173,3 +173,23 @@ def test_multi_output_errors_name_the_argument():
         model.fit(X, [Y1, Y2], class_weight={0: 2.0}, verbose=0)
     with pytest.raises(ValueError, match="distribute= runs models with one output only"):
         model.fit(X, [Y1, Y2], distribute=object(), verbose=0)
+
+
+class TwoHeads(tp.Model):
+    def __init__(self):
+        super().__init__()
+        self.classes, self.value = tp.layers.Dense(3), tp.layers.Dense(1)
+
+    def call(self, x, training=None):
+        return [self.classes(x), self.value(x)]
+
+
+def test_a_subclassed_model_with_two_outputs_names_them_by_position():
+    model = TwoHeads()
+    model.compile("sgd", loss=[SCE, "mse"], loss_weights=[1.0, 2.0])
+    logs = model.evaluate(X, [Y1, Y2], verbose=0)
+    assert list(logs) == ["loss", "output_1_loss", "output_2_loss"]
+    assert logs["loss"] == pytest.approx(logs["output_1_loss"] + 2.0 * logs["output_2_loss"], rel=1e-6)
+    model.compile("sgd", loss="mse")
+    with pytest.raises(ValueError, match="set up for 1 outputs .* model returned 2; give compile one loss per output"):
+        model.evaluate(X, Y2, verbose=0)
