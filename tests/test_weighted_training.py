@@ -173,6 +173,10 @@ def test_train_on_batch_takes_weights():
     before = plain.test_on_batch(X, Y, sample_weight=W)
     assert before == pytest.approx(plain.evaluate(X, Y, sample_weight=W, verbose=0)["loss"])
     assert weighted.train_on_batch(X, Y, class_weight={0: 0.0, 1: 0.0, 2: 0.0}) == 0.0
+    with_metrics = _model(metrics=["accuracy"])
+    loss, accuracy = with_metrics.evaluate(X, Y, sample_weight=W, return_dict=False, verbose=0)
+    assert [loss, accuracy] == with_metrics.test_on_batch(X, Y, sample_weight=W)
+    assert {"loss": loss, "accuracy": accuracy} == with_metrics.test_on_batch(X, Y, sample_weight=W, return_dict=True)
 
 
 def test_weight_errors_name_the_argument():
