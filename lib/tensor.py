@@ -138,7 +138,8 @@ class Tensor:
 
         The consumer shares this tensor's memory, marked read-only. A consumer that speaks
         only DLPack before 1.0, which cannot mark memory read-only, gets a copy instead
-        (and a BufferError if it asks for `copy=False`).
+        (and a BufferError if it asks for `copy=False`). A Variable exports its current
+        value: a later `assign` gives the variable a new array and leaves the export as it was.
 
         >>> import numpy as np
         >>> import tapeflow as tp

@@ -102,3 +102,10 @@ def test_a_traced_tensor_cannot_be_exported():
 
     with pytest.raises(tp.FreezeError):
         tp.freeze(escape, tp.TensorSpec((2,), "float32"))
+
+
+def test_a_variable_exports_its_current_value():
+    v = tp.Variable([1.0, 2.0])
+    exported = torch.from_dlpack(v)
+    v.assign([5.0, 6.0])
+    assert exported.tolist() == [1.0, 2.0] and torch.from_dlpack(v).tolist() == [5.0, 6.0]
