@@ -435,18 +435,10 @@ class Trainer:
             validation = self._batches(
                 val_source, validation_batch_size, validation_steps, "fit: validation_data", "validation_steps"
             )
+        batches = train = None
         if distribute is not None:
             self._check_distributable("fit", class_weight, sample_weight, steps_per_epoch)
-            if isinstance(source, Dataset):
-                arrays = (source, None)
-                train = None
-            else:
-                arrays = (source.x, source.y)
-                rows = data.ArrayData(np.arange(len(source)))
-                train = self._shuffled_passes(rows, batch_size, shuffle, seed)  # batches of row numbers
-            steps = len(train(initial_epoch)) if train is not None else source.cardinality()
-            steps = steps if steps >= 0 else None
-            batches = None
+            arrays, train, steps = self._distributed_passes(source, batch_size, shuffle, seed, initial_epoch)
         else:
             if isinstance(source, Dataset):  # class weights are applied batch by batch
                 batches = self._batches(source, batch_size, steps_per_epoch, where, class_weight=class_weight)
@@ -496,6 +488,16 @@ class Trainer:
                 if opened is not None:
                     opened.close()
         return history
+
+    def _distributed_passes(self, source, batch_size: int, shuffle: bool, seed, initial_epoch: int):
+        """(the arrays a strategy's session starts on, epoch -> batches of row numbers (None
+        for a Dataset, which the session runs itself), steps per epoch or None)."""
+        if isinstance(source, Dataset):
+            steps = source.cardinality()
+            return (source, None), None, steps if steps >= 0 else None
+        rows = data.ArrayData(np.arange(len(source)))
+        train = self._shuffled_passes(rows, batch_size, shuffle, seed)
+        return (source.x, source.y), train, len(train(initial_epoch))
 
     def _check_distributable(self, where: str, class_weight, sample_weight, steps) -> None:
         steps_name = "steps_per_epoch" if where == "fit" else "steps"
