@@ -131,7 +131,8 @@ class Pipeline:
                 as_tensor(y[start : start + batch_size]),
                 as_tensor(predictions[start : start + batch_size]),
             )
-            logs = model._update_metrics(y_true, y_pred, model._total_loss(y_true, y_pred))
+            loss = model._total_loss(y_true, y_pred)
+            logs = model._update_metrics(y_true, y_pred, loss, batch_size=len(y_true))
         return {k: float(v) for k, v in logs.items()}
 
     def start(self, model, x, y, batch_size: int) -> PipelineSession:
@@ -269,7 +270,8 @@ class PipelineSession:
                 )
                 y_true = as_tensor(self.y[rows]) if self.with_predictions else None
                 y_pred = as_tensor(answers.outputs[self.predictions]) if self.with_predictions else None
-                logs = self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(answers.loss)))
+                loss = as_tensor(np.float32(answers.loss))
+                logs = self.model._update_metrics(y_true, y_pred, loss, batch_size=len(rows))
                 callbacks.on_train_batch_end(index, logs)
             self._end()
         except Exception as error:
