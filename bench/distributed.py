@@ -27,13 +27,13 @@ reported as the time of a one-step epoch).
   model's parameter bytes (the cluster runs on 127.0.0.1, so all its traffic is there).
 - Pipeline: the 4-stage MLP 784-512-512-512-10 (one Dense per stage, batch 256, Adam)
   with `Pipeline(stages=4)` on 2 workers (two stages each) and m = 1, 2, 4, 8
-  micro-batches, against one process. A pipeline step's time is the median over the
-  steps of an epoch (as the client timed them), which a loaded machine disturbs less
-  than the difference of two epochs. The bubble fraction is measured per step as
-  1 - (mean seconds a stage computed) / (step seconds), next to the GPipe ideal
-  (K-1)/(m+K-1), which is the step time's excess (m+K-1)/m over no bubble; then
-  float32 against float16 transfers at m = 4: bytes crossing between workers per step
-  and the step time.
+  micro-batches, against one process. Here a step's time is the median over the steps
+  of an epoch (the client's timing of each pipeline step; each batch of `fit` in one
+  process), which a loaded machine disturbs less than the difference of two epochs.
+  The bubble fraction is measured per step as 1 - (mean seconds a stage computed) /
+  (step seconds), next to the GPipe ideal (K-1)/(m+K-1), which is the step time's
+  excess (m+K-1)/m over no bubble; then float32 against float16 transfers at m = 4:
+  bytes crossing between workers per step and the step time.
 """
 
 from __future__ import annotations
@@ -114,10 +114,39 @@ def _measure(kind: str, steps: int, distribute, repeats: int, after_long=None, b
     return result
 
 
+def _median_batch_seconds(kind: str, steps: int) -> dict:
+    """{"step": the median time of a `fit` batch in this process}, over an epoch of `steps`
+    batches after a warm-up epoch (the pipeline section's reference)."""
+    import tapeflow as tp
+
+    class BatchTimer(tp.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds, self.started = [], 0.0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.started = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seconds.append(time.perf_counter() - self.started)
+
+    model, features, batch = _model(kind)
+    rng = np.random.default_rng(0)
+    x, y = rng.random((steps * batch, *features), dtype=np.float32), rng.integers(0, 10, steps * batch)
+    model.compile(optimizer=tp.optimizers.Adam(1e-3), loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+    timer = BatchTimer()
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[timer])
+    return {"step": float(np.median(timer.seconds))}
+
+
 def worker(args) -> dict:
     """One measurement, in this process: `single` (threads) or `dist` (replicas, backups, delay)."""
     import tapeflow as tp
 
+    if args.mode == "single-median":
+        tp.set_num_threads(args.threads)
+        return _median_batch_seconds(args.kind, args.steps)
     if args.mode == "single":
         tp.set_num_threads(args.threads)
         return _measure(args.kind, args.steps, None, args.repeats, batch=args.batch)
@@ -240,7 +269,7 @@ def pipeline(repeats: int, steps: int) -> None:
     """The pipeline section (see the module docstring)."""
     stages = 4
     print("\npipeline: MLP 784-512-512-512-10, one Dense per stage, Adam, batch 256, 2 workers (2 stages each)")
-    alone = run(mode="single", kind="mlp4", threads=2, steps=steps, repeats=repeats)
+    alone = run(mode="single-median", kind="mlp4", threads=2, steps=steps, repeats=repeats)
     print(f"  1 process, 2 threads   {alone['step'] * 1e3:8.1f} ms/step")
     print("  micro-batches  ms/step  1 process / pipeline  bubble measured  ideal (K-1)/(m+K-1)  (m+K-1)/m")
     by_m = {}
