@@ -1,11 +1,10 @@
-"""16-bit transfer compression against float64 references, and the stage splitting helpers."""
+"""16-bit transfer compression against float64 references and torch's bfloat16."""
 
 import numpy as np
 import pytest
 import torch
 
 from tapeflow.distributed.compression import RELATIVE_ERROR, check_compression, decode, encode
-from tapeflow.distributed.pipeline import micro_batches, split_layers, stage_devices
 
 
 @pytest.mark.parametrize("compression", ["float16", "bfloat16"])
@@ -48,14 +47,3 @@ def test_other_dtypes_and_no_compression_pass_unchanged():
     assert encode(x, None) is x and decode(x, None) is x
     with pytest.raises(ValueError, match="Pipeline: compression must be one of"):
         check_compression("int8", "Pipeline")
-
-
-def test_stage_helpers():
-    assert stage_devices(3, 2) == ["/worker:0/cpu:0", "/worker:0/cpu:1", "/worker:1/cpu:0"]
-    assert stage_devices(2, 2) == ["/worker:0/cpu:0", "/worker:1/cpu:0"]
-    groups = split_layers(list("abcdef"), 4)
-    assert [len(g) for g in groups] == [2, 1, 2, 1] and sum(groups, []) == list("abcdef")  # cuts near 1.5, 3, 4.5
-    with pytest.raises(ValueError, match="3 stages need at least 3 layers"):
-        split_layers(["a", "b"], 3)
-    parts = micro_batches(np.arange(10), 4)
-    assert [len(p) for p in parts] == [3, 3, 2, 2] and np.concatenate(parts).tolist() == list(range(10))
