@@ -275,7 +275,8 @@ class H5Reader:
         if kind.is_variable_str():
             if not legacy_text:
                 raise self.fail(
-                    f"attribute '{obj.name}' {name!r} is a variable-length string; this version reads fixed-length strings only"
+                    f"attribute '{obj.name}' {name!r} is a variable-length string; "
+                    "this version reads fixed-length strings only"
                 )
             self._check_heaps()
             value = obj.attrs[name]

@@ -234,7 +234,8 @@ def _while_infer(*inputs, n_vars, cond_graph, body_graph, cond_map, body_map, ma
     if len(flag) != 1 or flag[0].dtype.kind != "b" or flag[0].shape not in ((), (1,)):
         raise TypeError("while_loop: cond_graph must return one scalar bool")
     if len(body_graph.outputs) != n_vars or any(
-        o.dtype is not v.dtype or not _fits(o.shape, tuple(v.shape)) for o, v in zip(body_graph.outputs, values)
+        o.dtype is not v.dtype or not _fits(o.shape, tuple(v.shape))
+        for o, v in zip(body_graph.outputs, values, strict=True)
     ):
         raise ValueError("while_loop: body_graph must return the loop variables' shapes and dtypes")
     return _check_declared("while_loop", output_specs, [(tuple(v.shape), v.dtype.name) for v in values])
@@ -278,7 +279,10 @@ def _while_grad_infer(*inputs, n_vars, body_grad_graph, **attrs):
         raise ValueError(f"while_loop_grad: n_vars must be an int in [1, {len(inputs)}), got {n_vars!r:.40}")
     forward = inputs[: len(inputs) - n_vars]
     _while_infer(*forward, n_vars=n_vars, **attrs)
-    if not isinstance(body_grad_graph, Graph) or len(body_grad_graph.inputs) != n_vars + len(attrs["body_map"]) + n_vars:
+    if (
+        not isinstance(body_grad_graph, Graph)
+        or len(body_grad_graph.inputs) != n_vars + len(attrs["body_map"]) + n_vars
+    ):
         raise ValueError("while_loop_grad: body_grad_graph must take the loop variables, captures and gradients")
     return [(t.shape, t.dtype) for t in forward]
 

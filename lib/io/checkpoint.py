@@ -278,7 +278,9 @@ def load_weights(model, path, strict: bool = True) -> LoadReport:
     where = "load_weights"
     named = _named_weights(model, where)
     with H5Reader(path, where) as reader:
-        fmt, _, checked = reader.header({WEIGHTS_FORMAT: NAMED_WEIGHTS_VERSIONS, CHECKPOINT_FORMAT: CHECKPOINT_VERSIONS})
+        fmt, _, checked = reader.header(
+            {WEIGHTS_FORMAT: NAMED_WEIGHTS_VERSIONS, CHECKPOINT_FORMAT: CHECKPOINT_VERSIONS}
+        )
         report, values = read_named_weights(reader, fmt, checked, named)
     if strict and not report.ok:
         raise _mismatch_error(where, path, report, "Pass strict=False to load the weights that match.")
@@ -384,7 +386,9 @@ def _read_optimizer_state(reader: H5Reader, optimizer, checked: bool, where: str
     attrs = reader.attrs(group, checked, legacy_text=not checked)
     saved_class = attrs.get("class")
     if saved_class != type(optimizer).__name__:
-        raise ValueError(f"{where}: the checkpoint holds {saved_class!r:.60} state, not {type(optimizer).__name__} state")
+        raise ValueError(
+            f"{where}: the checkpoint holds {saved_class!r:.60} state, not {type(optimizer).__name__} state"
+        )
     iterations = _int_value(attrs, "iterations", f"{where}: {reader.path!r}: optimizer", 0, 2**63)
     slots = reader.group(group, "slots", "optimizer/slots", required=False)
     datasets = {} if slots is None else reader.datasets(slots, "optimizer/slots/")
