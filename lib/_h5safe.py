@@ -17,9 +17,10 @@ naming the file.
 >>> with h5py.File(path, "w") as f:
 ...     write_attrs(f, {"format": "demo", "version": 1})
 ...     write_array(f, "a", np.arange(3.0))
+...     write_manifest(f)
 >>> with H5Reader(path, "demo") as r:
-...     r.attrs(r.file, checked=True), r.array(r.datasets(r.file)["a"], "a", checked=True).tolist()
-({'format': 'demo', 'version': 1}, [0.0, 1.0, 2.0])
+...     r.header({"demo": {1: True}}), r.array(r.datasets(r.file)["a"], "a", checked=True).tolist()
+(('demo', 1, True), [0.0, 1.0, 2.0])
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import h5py
 import numpy as np
 
 CRC_ATTR = "crc32"
+MANIFEST = "manifest"  # the dataset listing every other dataset's path
 _NUMERIC_KINDS = "biuf"
 _TEXT_LIMIT = 1 << 28  # bytes of one string read from a file
 _BUILTIN_FILTERS = frozenset(
@@ -95,6 +97,14 @@ def write_text(group, name: str, text: str) -> None:
     data = text.encode("utf-8")
     group.create_dataset(name, data=np.bytes_(data))
     group[name].attrs[CRC_ATTR] = np.uint32(zlib.crc32(data))
+
+
+def write_manifest(f) -> None:
+    """List every dataset of the file (last, once all are written), so that a reader can tell
+    a renamed or lost entry from one the writer left out."""
+    paths = []
+    f.visititems(lambda name, item: paths.append(name) if isinstance(item, h5py.Dataset) else None)
+    write_text(f, MANIFEST, json.dumps(sorted(paths)))
 
 
 # ------------------------------------------------------------------ global heaps
@@ -202,7 +212,8 @@ class H5Reader:
 
     def fail(self, message: str) -> FileReadError:
         """An `error` naming the file (and `where`)."""
-        return self.error(f"{self.where}: {self.path!r}: {message}", self.path)
+        named = self.where if repr(self.path) in self.where else f"{self.where}: {self.path!r}"
+        return self.error(f"{named}: {message}", self.path)
 
     def __enter__(self):
         return self
@@ -238,7 +249,17 @@ class H5Reader:
         checked = formats[fmt][version]
         if checked:
             self.attrs(self.file, checked=True)
+            self._check_manifest()
         return fmt, version, checked
+
+    def _check_manifest(self) -> None:
+        listed = self.json(self.file, MANIFEST, checked=True)
+        numeric, texts = self._walk(self.file)
+        found = (set(numeric) | texts) - {MANIFEST}
+        if not isinstance(listed, list) or found != set(listed):
+            lost = sorted(set(listed) - found) if isinstance(listed, list) else []
+            extra = sorted(found - set(listed)) if isinstance(listed, list) else []
+            raise self.fail(f"the file's entries do not match its manifest: missing {lost}, not listed {extra}")
 
     # -------------------------------------------------------------- attributes
     def attrs(self, obj, checked: bool, legacy_text: bool = False) -> dict:
@@ -326,9 +347,13 @@ class H5Reader:
         return item
 
     def datasets(self, group, prefix: str = "") -> dict[str, h5py.Dataset]:
-        """Every dataset under `group` by path relative to it, each checked (numeric, stored
-        wholly in the file); anything but a tree of plain groups and such datasets is refused."""
-        found, stack, seen = {}, [("", group)], {group.id}
+        """Every numeric dataset under `group` by path relative to it, each checked (stored
+        wholly in the file). Anything but a tree of plain groups, such datasets and scalar
+        fixed-length strings (read only by `text`) is refused."""
+        return self._walk(group, prefix)[0]
+
+    def _walk(self, group, prefix: str = "") -> tuple[dict[str, h5py.Dataset], set[str]]:
+        found, texts, stack, seen = {}, set(), [("", group)], {group.id}
         while stack:
             base, current = stack.pop()
             for name in current:
@@ -341,15 +366,22 @@ class H5Reader:
                         raise self.fail(f"group '{prefix}{path}' is linked twice; only a plain tree is read")
                     seen.add(item.id)
                     stack.append((path + "/", item))
+                elif isinstance(item, h5py.Dataset) and _is_text(item):
+                    texts.add(path)
                 elif isinstance(item, h5py.Dataset):
                     self._check_dataset(item, prefix + path)
                     found[path] = item
                 else:
                     raise self.fail(f"'{prefix}{path}' is a {type(item).__name__}; only groups and datasets are read")
-        return found
+        return found, texts
 
     def _check_dataset(self, ds: h5py.Dataset, path: str) -> None:
         kind = ds.id.get_type()
+        if isinstance(kind, h5py.h5t.TypeStringID):
+            raise self.fail(
+                f"dataset '{path}' is a variable-length or non-scalar string; refused: only bool, integer and "
+                "float arrays are read, and scalar fixed-length strings (nothing is unpickled)"
+            )
         if not isinstance(kind, h5py.h5t.TypeIntegerID | h5py.h5t.TypeFloatID | h5py.h5t.TypeEnumID) or (
             ds.dtype.kind not in _NUMERIC_KINDS
         ):
@@ -444,6 +476,12 @@ class H5Reader:
             return json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as err:
             raise self.fail(f"{what} is not valid JSON: {err}") from None
+
+
+def _is_text(ds: h5py.Dataset) -> bool:
+    """Whether a dataset is a scalar fixed-length string (what `write_text` writes)."""
+    kind = ds.id.get_type()
+    return isinstance(kind, h5py.h5t.TypeStringID) and not kind.is_variable_str() and ds.shape == ()
 
 
 def _reject_constant(name: str):

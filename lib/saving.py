@@ -61,7 +61,7 @@ import numpy as np
 
 from tapeflow import losses, metrics, optimizers, serialization
 from tapeflow._files import atomic_h5
-from tapeflow._h5safe import FileReadError, H5Reader, write_attrs, write_text
+from tapeflow._h5safe import FileReadError, H5Reader, write_attrs, write_manifest, write_text
 from tapeflow.io import checkpoint
 from tapeflow.io.checkpoint import LoadReport, WeightsMismatchError, _check_paths, _match_weights, _write_arrays
 from tapeflow.layers.base import Layer, deserialize, snake_case
@@ -197,6 +197,7 @@ def save_weights(model, path) -> None:
         write_attrs(f, {"format": checkpoint.WEIGHTS_FORMAT, "version": WEIGHTS_VERSION})
         _write_arrays(f.create_group("weights"), arrays)
         _write_json(f, "names", names, where)
+        write_manifest(f)
 
 
 def _read_weights(reader: H5Reader, checked: bool, by_key: dict, where: str, by_name: bool):
@@ -340,6 +341,7 @@ def save_model(model, path) -> None:
             write_attrs(group, {"iterations": int(model.optimizer.iterations)})
             _write_json(group, "variables", tracked, where)
             _write_arrays(group.create_group("slots"), slots)
+        write_manifest(f)
 
 
 def _build(model, build, where: str) -> None:

@@ -46,7 +46,7 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow._files import atomic_h5
-from tapeflow._h5safe import FileReadError, H5Reader, write_array, write_attrs
+from tapeflow._h5safe import FileReadError, H5Reader, write_array, write_attrs, write_manifest
 from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, Node, Value
 from tapeflow.ops import random as random_ops
 from tapeflow.ops.registry import get_op
@@ -381,6 +381,7 @@ def _write(f: h5py.File, arrays: dict) -> None:
     write_attrs(f, {"format": FORMAT, "format_version": FORMAT_VERSION})
     for key, array in arrays.items():
         write_array(f, key, array)
+    write_manifest(f)
 
 
 def _is_file_object(target) -> bool:
@@ -524,7 +525,7 @@ def _check_header(reader: H5Reader, where: str) -> bool:
         )
     checked = version >= CHECKSUMS_SINCE
     if checked:
-        reader.attrs(reader.file, checked=True)
+        reader.header({FORMAT: {version: True}}, version_key="format_version")
     return checked
 
 

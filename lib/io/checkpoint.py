@@ -66,7 +66,7 @@ import h5py
 import numpy as np
 
 from tapeflow._files import atomic_h5, remove_temp_files
-from tapeflow._h5safe import FileReadError, H5Reader, write_array, write_attrs, write_text
+from tapeflow._h5safe import FileReadError, H5Reader, write_array, write_attrs, write_manifest, write_text
 from tapeflow.ops.random import Generator, global_generator
 
 __all__ = [
@@ -255,6 +255,7 @@ def save_weights(model, path) -> None:
     with atomic_h5(path) as f:
         write_attrs(f, {"format": WEIGHTS_FORMAT, "version": FORMAT_VERSION})
         _write_arrays(f, arrays)
+        write_manifest(f)
 
 
 def load_weights(model, path, strict: bool = True) -> LoadReport:
@@ -375,6 +376,7 @@ def save_checkpoint(path, model, optimizer, epoch: int, extra: Any = None, *, sh
             group = f.create_group("optimizer")
             write_attrs(group, {"class": type(optimizer).__name__, "iterations": int(iterations)})
             _write_arrays(group.create_group("slots"), state)
+        write_manifest(f)
 
 
 def _read_optimizer_state(reader: H5Reader, optimizer, checked: bool, where: str) -> dict | None:

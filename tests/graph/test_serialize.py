@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tp
-from tapeflow._h5safe import write_array, write_attrs
+from tapeflow._h5safe import write_array, write_attrs, write_manifest
 from tapeflow.graph.serialize import FORMAT_VERSION, GraphFileError
 
 
@@ -223,6 +223,7 @@ def test_file_holds_no_pickle_only_numeric_datasets(tmp_path):
         assert f.attrs["format"] == b"tapeflow-graph" and f.attrs["format_version"] == FORMAT_VERSION
         f.visititems(lambda name, obj: kinds.update({name: obj.dtype}) if isinstance(obj, h5py.Dataset) else None)
         meta = json.loads(f["graph_json"][()].tobytes())
+    assert kinds.pop("manifest").kind == "S"  # the list of entries, a fixed-length string
     assert all(dt.kind in "biuf" for dt in kinds.values()), kinds
     assert {"graph_json", "state/0"} <= set(kinds)
     assert [s["name"] for s in meta["state"]] == ["w"]
@@ -303,7 +304,7 @@ def read_parts(path):
         arrays = {}
         f.visititems(lambda name, obj: arrays.update({name: obj[()]}) if isinstance(obj, h5py.Dataset) else None)
         attrs = {k: v.decode() if isinstance(v, bytes) else int(v) for k, v in f.attrs.items() if k != "crc32"}
-    del arrays["graph_json"]
+    del arrays["graph_json"], arrays["manifest"]
     return meta, arrays, attrs
 
 
@@ -318,6 +319,7 @@ def write_parts(path, meta, arrays, attrs):
                 write_array(f, key, value)
             else:
                 f.create_dataset(key, data=value)
+        write_manifest(f)
 
 
 @pytest.fixture
