@@ -19,7 +19,7 @@ naming the file.
 ...     write_array(f, "a", np.arange(3.0))
 ...     write_manifest(f)
 >>> with H5Reader(path, "demo") as r:
-...     r.header({"demo": {1: True}}), r.array(r.datasets(r.file)["a"], "a", checked=True).tolist()
+...     r.header({"demo": {1: True}}), r.array(r.datasets(r.file)["a"], checked=True).tolist()
 (('demo', 1, True), [0.0, 1.0, 2.0])
 """
 
@@ -407,10 +407,12 @@ class H5Reader:
             raise self.fail(f"dataset '{path}' holds less data than its shape {ds.shape} needs (unwritten or cut off)")
 
     # -------------------------------------------------------------- data
-    def array(self, ds: h5py.Dataset, path: str, checked: bool, dtype: np.dtype | None = None) -> np.ndarray:
+    def array(self, ds: h5py.Dataset, checked: bool, dtype: np.dtype | None = None) -> np.ndarray:
         """The data of a dataset `datasets` returned; with `checked`, its CRC-32 must match.
         With `dtype`, cast to it, refusing values the cast would change beyond rounding
-        (overflow to inf, out-of-range or fractional integers)."""
+        (overflow to inf, out-of-range or fractional integers). Errors name the dataset by
+        its path in the file."""
+        path = ds.name.lstrip("/")
         array = np.asarray(ds[()])
         if checked:
             self._verify(ds, crc32(array), f"dataset '{path}'")
@@ -433,7 +435,7 @@ class H5Reader:
             else:
                 bad = out.astype(array.dtype) != array
         if bad.any():
-            value = array[bad].reshape(-1)[0]
+            value = array[bad].reshape(-1)[0].item()
             raise self.fail(f"{what}: value {value!r} does not fit {dtype} (stored as {array.dtype})")
         return out
 

@@ -445,7 +445,7 @@ class _Stored:
             raise GraphFileError(
                 f"{where}: dataset '{path}' is {ds.dtype}{list(ds.shape)}, but the graph declares {dtype}{list(shape)}"
             )
-        return self.reader.array(ds, path, self.checked).reshape(shape)
+        return self.reader.array(ds, self.checked).reshape(shape)
 
 
 def _read(reader: H5Reader, where: str, graph_class: type) -> Graph:
@@ -535,7 +535,7 @@ def _read_json(store: _Stored, where: str):
         raise GraphFileError(f"{where}: the 'graph_json' dataset is missing")
     if ds.dtype != np.uint8 or ds.ndim != 1 or ds.shape[0] > _MAX_JSON_BYTES:
         raise GraphFileError(f"{where}: 'graph_json' must be a 1-D uint8 dataset, got {ds.dtype}{ds.shape}")
-    data = store.reader.array(ds, "graph_json", store.checked)
+    data = store.reader.array(ds, store.checked)
     try:
         text = data.tobytes().decode("utf-8")
         return json.loads(text, parse_constant=_reject_constant)

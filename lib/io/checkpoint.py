@@ -222,7 +222,7 @@ def _match_weights(reader: H5Reader, named: dict, datasets: dict, checked: bool)
             mismatched.append(ShapeMismatch(name, tuple(dataset.shape), tuple(var.shape)))
             continue
         matched.append(name)
-        values[name] = reader.array(dataset, name, checked, dtype=var.dtype.np)
+        values[name] = reader.array(dataset, checked, dtype=var.dtype.np)
     report = LoadReport(
         matched=tuple(matched),
         missing=tuple(name for name in named if name not in datasets),
@@ -394,7 +394,7 @@ def _read_optimizer_state(reader: H5Reader, optimizer, checked: bool, where: str
     iterations = _int_value(attrs, "iterations", f"{where}: {reader.path!r}: optimizer", 0, 2**63)
     slots = reader.group(group, "slots", "optimizer/slots", required=False)
     datasets = {} if slots is None else reader.datasets(slots, "optimizer/slots/")
-    arrays = {k: reader.array(d, f"optimizer/slots/{k}", checked) for k, d in datasets.items()}
+    arrays = {k: reader.array(d, checked) for k, d in datasets.items()}
     return {"iterations": np.int64(iterations), **arrays}
 
 
