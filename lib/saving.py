@@ -61,7 +61,7 @@ import numpy as np
 
 from tapeflow import losses, metrics, optimizers, serialization
 from tapeflow._files import atomic_h5
-from tapeflow._h5safe import FileReadError, H5Reader, write_attrs, write_manifest, write_text
+from tapeflow._h5safe import H5Reader, write_attrs, write_manifest, write_text
 from tapeflow.io import checkpoint
 from tapeflow.io.checkpoint import LoadReport, WeightsMismatchError, _check_paths, _match_weights, _write_arrays
 from tapeflow.layers.base import Layer, deserialize, snake_case
@@ -207,7 +207,7 @@ def _read_weights(reader: H5Reader, checked: bool, by_key: dict, where: str, by_
         return _match_weights(reader, by_key, datasets, checked)
     names = reader.json(reader.file, "names", checked)
     if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
-        raise FileReadError(f"{where}: {reader.path!r}: 'names' must map keys to weight names", reader.path)
+        raise reader.fail("'names' must map keys to weight names")
     datasets = {names.get(key, key): d for key, d in datasets.items()}
     named = {var.name: var for var in by_key.values()}
     if len(named) != len(by_key):
@@ -222,7 +222,7 @@ def _mismatch(where: str, path, report: LoadReport, by_name: bool) -> WeightsMis
     how = "full names" if by_name else "place in the model ('<layer path>/<weight>')"
     other = "" if by_name else ", or by_name=True to match them by their full names"
     return WeightsMismatchError(
-        f"{where}: {os.fspath(path)!r} does not match the model, so no weight was changed:\n  {lines}\n"
+        f"{where}: the file does not match the model, so no weight was changed:\n  {lines}\n"
         f"Weights are matched by their {how}. Pass strict=False to load those that match{other}.",
         report,
     )
@@ -236,7 +236,7 @@ def load_weights(model, path, strict: bool = True, by_name: bool = False) -> Loa
     that match are loaded. A file keyed by name (`tp.io.save_weights`, or a checkpoint)
     loads by name; a model file (`Model.save`) gives its weights.
     """
-    where = "load_weights"
+    where = f"load_weights({os.fspath(path)!r})"
     versions = {
         checkpoint.WEIGHTS_FORMAT: {**checkpoint.NAMED_WEIGHTS_VERSIONS, **STRUCTURED_WEIGHTS_VERSIONS},
         MODEL_FORMAT: MODEL_VERSIONS,
@@ -360,19 +360,19 @@ def _restore_optimizer(model, reader: H5Reader, checked: bool, by_key: dict, whe
     optimizer = model.optimizer
     group = reader.group(reader.file, "optimizer", required=False)
     if group is None:
-        raise FileReadError(f"{where}: {reader.path!r} has a compile config but no optimizer state", reader.path)
+        raise reader.fail("has a compile config but no optimizer state")
     keys = reader.json(group, "variables", checked)
     if not isinstance(keys, list) or any(not isinstance(k, str) or k not in by_key for k in keys):
-        raise FileReadError(f"{where}: 'optimizer/variables' must list weights of the model, got {keys!r:.200}")
+        raise reader.fail(f"'optimizer/variables' must list weights of the model, got {keys!r:.200}")
     iterations = reader.attrs(group, checked).get("iterations")
     if not isinstance(iterations, int) or not 0 <= iterations < 2**63:
-        raise FileReadError(f"{where}: {reader.path!r}: optimizer 'iterations' must be an integer >= 0", reader.path)
+        raise reader.fail("optimizer 'iterations' must be an integer >= 0")
     slots_group = reader.group(group, "slots", "optimizer/slots")
     optimizer.build([by_key[k] for k in keys])
     targets = {f"{n}/{slot}": var for n, k in enumerate(keys) for slot, var in optimizer.slots(by_key[k]).items()}
     report, values = _match_weights(reader, targets, reader.datasets(slots_group, "optimizer/slots/"), checked)
     if not report.ok:
-        raise ValueError(f"{where}: the optimizer state does not fit {type(optimizer).__name__}: {report.problems()}")
+        raise reader.fail(f"the optimizer state does not fit {type(optimizer).__name__}: {report.problems()}")
     for key, value in values.items():
         targets[key].assign(value)
     optimizer.iterations = iterations
@@ -383,13 +383,13 @@ def load_model(path, custom_objects: dict | None = None, compile: bool = True):
     was compiled (and `compile` is true), compiled again with its optimizer's state, so
     training continues where it stopped. Classes are looked up by name only (tapeflow's,
     registered ones, and `custom_objects`); nothing in the file is executed."""
-    where = "load_model"
+    where = f"load_model({os.fspath(path)!r})"
     with H5Reader(path, where) as reader, custom_object_scope(custom_objects):
         _, _, checked = reader.header({MODEL_FORMAT: MODEL_VERSIONS})
         f = reader.file
         model = deserialize(reader.json(f, "config", checked))
         if not hasattr(model, "compile"):
-            raise ValueError(f"{where}: {os.fspath(path)!r} holds a {type(model).__name__}, not a model")
+            raise ValueError(f"{where}: the file holds a {type(model).__name__}, not a model")
         if not model.built or not model.weights:
             _build(model, reader.json(f, "build", checked), where)
         by_key = weight_paths(model, where)

@@ -235,7 +235,7 @@ def _match_weights(reader: H5Reader, named: dict, datasets: dict, checked: bool)
 def _mismatch_error(where: str, path, report: LoadReport, hint: str) -> WeightsMismatchError:
     lines = "\n  ".join(report.problems())
     return WeightsMismatchError(
-        f"{where}: {os.fspath(path)!r} does not match the model, so no weight was changed:\n  {lines}\n"
+        f"{where}: the file does not match the model, so no weight was changed:\n  {lines}\n"
         f"Weights are matched by their names '<layer name>/<weight name>'; layers named automatically "
         f"(dense, dense_1, ...) are named in creation order, so pass name= to layers whose files travel. {hint}",
         report,
@@ -276,7 +276,7 @@ def load_weights(model, path, strict: bool = True) -> LoadReport:
     >>> load_weights(big, path, strict=False)
     LoadReport(matched=2, missing=['b/kernel', 'b/bias'])
     """
-    where = "load_weights"
+    where = f"load_weights({os.fspath(path)!r})"
     named = _named_weights(model, where)
     with H5Reader(path, where) as reader:
         fmt, _, checked = reader.header(
@@ -384,14 +384,14 @@ def _read_optimizer_state(reader: H5Reader, optimizer, checked: bool, where: str
         return None
     group = reader.group(reader.file, "optimizer", required=False)
     if group is None:
-        raise FileReadError(f"{where}: {reader.path!r} holds no optimizer state", reader.path)
+        raise reader.fail("holds no optimizer state")
     attrs = reader.attrs(group, checked, legacy_text=not checked)
     saved_class = attrs.get("class")
     if saved_class != type(optimizer).__name__:
         raise ValueError(
             f"{where}: the checkpoint holds {saved_class!r:.60} state, not {type(optimizer).__name__} state"
         )
-    iterations = _int_value(attrs, "iterations", f"{where}: {reader.path!r}: optimizer", 0, 2**63)
+    iterations = _int_value(attrs, "iterations", f"{where}: optimizer", 0, 2**63)
     slots = reader.group(group, "slots", "optimizer/slots", required=False)
     datasets = {} if slots is None else reader.datasets(slots, "optimizer/slots/")
     arrays = {k: reader.array(d, checked) for k, d in datasets.items()}
@@ -404,7 +404,7 @@ def _read_rng(reader: H5Reader, attrs: dict, checked: bool, generators: dict[str
     else:
         rng = reader.parse_json(attrs["rng"], "attribute 'rng'") if isinstance(attrs.get("rng"), str) else None
     if not isinstance(rng, dict) or not isinstance(rng.get("layers"), dict) or "global" not in rng:
-        raise FileReadError(f"{where}: {reader.path!r} has no valid 'rng' entry", reader.path)
+        raise reader.fail("has no valid 'rng' entry")
     saved = rng["layers"]
     missing = sorted(set(generators) - set(saved))
     unexpected = sorted(set(saved) - set(generators))
@@ -427,13 +427,13 @@ def load_checkpoint(path, model, optimizer) -> CheckpointInfo:
     model's variables (as its first update would). Pass `optimizer=None` to skip the
     optimizer state. Returns the epoch, shuffle seed and extra as a `CheckpointInfo`.
     """
-    where = "load_checkpoint"
+    where = f"load_checkpoint({os.fspath(path)!r})"
     named = _named_weights(model, where)
     generators = _layer_generators(model)
     with H5Reader(path, where) as reader:
         fmt, _, checked = reader.header({CHECKPOINT_FORMAT: CHECKPOINT_VERSIONS})
         attrs = reader.attrs(reader.file, checked, legacy_text=not checked)
-        here = f"{where}: {reader.path!r}"
+        here = where
         epoch = _int_value(attrs, "epoch", here, 0, MAX_EPOCH)
         shuffle_seed = _int_value(attrs, "shuffle_seed", here, 0, 2**64, required=False)
         if checked:
