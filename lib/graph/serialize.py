@@ -2,17 +2,24 @@
 
 A saved graph runs with nothing but tapeflow and the file. Loading never executes
 code from the file: there is no pickle, no eval and no import by name; ops are looked
-up in the op registry, and every node is checked by re-running its shape rule.
+up in the op registry, and every node is checked by re-running its shape rule (for
+`cond` and `while_loop`, the rule re-derives the output specs from the subgraphs, so an
+edited `output_specs` is refused). The file is read through `tapeflow._h5safe`.
 
-File layout (format "tapeflow-graph", version 1; the `.tfg` suffix is conventional):
+File layout (format "tapeflow-graph", version 2; the `.tfg` suffix is conventional):
 
-- root attributes `format` = "tapeflow-graph" and `format_version` = 1;
+- root attributes `format` = "tapeflow-graph" (a fixed-length string), `format_version`
+  = 2 and `crc32` (of the other two);
 - `graph_json`: a uint8 dataset holding UTF-8 JSON with the graph's name, inputs
   (name, shape with null for a dynamic dimension, dtype), constants and state
   (name, shape, dtype, dataset), nodes (name, op, input value names, attrs,
   outputs with name, shape and dtype) in topological order, output value names,
   the output structure and the saved random generators;
-- `state/<i>`, `constants/<i>` and `attr_arrays/<i>`: numeric datasets.
+- `state/<i>`, `constants/<i>` and `attr_arrays/<i>`: numeric datasets;
+- `manifest`: JSON text listing every dataset. Each dataset has a `crc32` attribute, the
+  CRC-32 of its bytes, checked when it is read.
+
+Version 1 files (no checksums or manifest; `format` a variable-length string) still load.
 
 Attributes use a typed JSON encoding: null, booleans, ints, finite floats, strings
 and lists are themselves; every other value is a one-key object naming its type:
