@@ -54,6 +54,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -61,7 +62,7 @@ import numpy as np
 
 from tapeflow import losses, metrics, optimizers, serialization
 from tapeflow._files import atomic_h5
-from tapeflow._h5safe import H5Reader, write_attrs, write_manifest, write_text
+from tapeflow._h5safe import FileReadError, H5Reader, write_attrs, write_manifest, write_text
 from tapeflow.io import checkpoint
 from tapeflow.io.checkpoint import LoadReport, WeightsMismatchError, _check_paths, _match_weights, _write_arrays
 from tapeflow.layers.base import Layer, deserialize, snake_case
@@ -378,6 +379,18 @@ def _restore_optimizer(model, reader: H5Reader, checked: bool, by_key: dict, whe
     optimizer.iterations = iterations
 
 
+@contextlib.contextmanager
+def _rebuilding(reader: H5Reader, what: str):
+    """Any failure to rebuild objects from the file's configs becomes a FileReadError naming
+    the file (the original error is chained)."""
+    try:
+        yield
+    except FileReadError:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever a config from a file makes a constructor raise
+        raise reader.fail(f"{what} cannot be rebuilt: {type(err).__name__}: {err}") from err
+
+
 def load_model(path, custom_objects: dict | None = None, compile: bool = True):
     """The model `Model.save` wrote: rebuilt from its config, with its weights and, if it
     was compiled (and `compile` is true), compiled again with its optimizer's state, so
@@ -387,11 +400,15 @@ def load_model(path, custom_objects: dict | None = None, compile: bool = True):
     with H5Reader(path, where) as reader, custom_object_scope(custom_objects):
         _, _, checked = reader.header({MODEL_FORMAT: MODEL_VERSIONS})
         f = reader.file
-        model = deserialize(reader.json(f, "config", checked))
+        config = reader.json(f, "config", checked)
+        with _rebuilding(reader, "the model's config"):
+            model = deserialize(config)
         if not hasattr(model, "compile"):
             raise ValueError(f"{where}: the file holds a {type(model).__name__}, not a model")
         if not model.built or not model.weights:
-            _build(model, reader.json(f, "build", checked), where)
+            build = reader.json(f, "build", checked)
+            with _rebuilding(reader, "building the model"):
+                _build(model, build, where)
         by_key = weight_paths(model, where)
         report, values = _read_weights(reader, checked, by_key, where, by_name=False)
         if not report.ok:
@@ -409,9 +426,10 @@ def load_model(path, custom_objects: dict | None = None, compile: bool = True):
             if not isinstance(compile_config, dict):
                 raise ValueError(f"{where}: 'compile_config' must be a dict")
             arguments = dict(compile_config)
-            optimizer = optimizers.get(arguments.pop("optimizer"))
-            arguments["loss"] = _restore_entry(arguments.get("loss"), losses.get)
-            arguments["metrics"] = _restore_entry(arguments.get("metrics"), metrics.get)
-            model.compile(optimizer=optimizer, **arguments)
+            with _rebuilding(reader, "the compile config"):
+                optimizer = optimizers.get(arguments.pop("optimizer", None))
+                arguments["loss"] = _restore_entry(arguments.get("loss"), losses.get)
+                arguments["metrics"] = _restore_entry(arguments.get("metrics"), metrics.get)
+                model.compile(optimizer=optimizer, **arguments)
             _restore_optimizer(model, reader, checked, by_key, where)
     return model

@@ -135,10 +135,32 @@ def test_a_zeroed_global_heap_size_is_refused_not_looped_on(tmp_path, kind, name
         assert cli.returncode == 1 and "global heap" in cli.stderr and "Traceback" not in cli.stderr
 
 
+_LOAD_FUZZ_MUTANT = """
+import sys
+sys.path.insert(0, {tests!r})
+from file_fuzz_worker import answer
+print(answer({{"kind": {kind!r}, "path": {path!r}}}))
+"""
+
+
+@pytest.mark.parametrize(
+    "kind, name",
+    [
+        ("checkpoint", "checkpoint_v1_class_as_vlen_sequence.h5"),  # h5py segfaulted reading the 'class' attribute
+        ("named_weights", "weights_v1_looping_heap.h5"),  # HDF5 looped forever on its global heap
+    ],
+)
+def test_mutants_that_crashed_or_hung_the_old_loaders_are_refused(kind, name):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    done = run_isolated(_LOAD_FUZZ_MUTANT.format(tests=tests, kind=kind, path=os.path.join(LEGACY, name)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "'outcome': 'refused'" in done.stdout and name in done.stdout, done.stdout
+
+
 def test_heap_check_accepts_every_legacy_file():
-    for name in os.listdir(LEGACY):
-        if not name.endswith(".npy"):
-            assert tp._h5safe.global_heaps_sound(os.path.join(LEGACY, name)), name
+    for name in ("graph_v1.tfg", "weights_v1.h5", "checkpoint_v1.h5", "model_v1.keras", "weights_v2.weights.h5"):
+        assert tp._h5safe.global_heaps_sound(os.path.join(LEGACY, name)), name
+    assert not tp._h5safe.global_heaps_sound(os.path.join(LEGACY, "weights_v1_looping_heap.h5"))
 
 
 # ================================================================ integrity

@@ -448,7 +448,10 @@ def load_checkpoint(path, model, optimizer) -> CheckpointInfo:
     if opt_state is not None:  # validates everything before it assigns; a fresh optimizer first tracks the variables
         saved_vars = {key.rsplit("/", 1)[0] for key in opt_state if key != "iterations"}
         var_list = [v for v in model.trainable_weights if v.name in saved_vars]
-        optimizer.set_state(opt_state, var_list=var_list or None)
+        try:
+            optimizer.set_state(opt_state, var_list=var_list or None)
+        except (ValueError, TypeError, KeyError) as err:
+            raise FileReadError(f"{where}: the optimizer state does not fit the optimizer: {err}", path) from err
     for name, value in values.items():
         named[name].assign(value)
     for key, state in rng_states.items():
