@@ -157,18 +157,24 @@ def _collection_sound(data, start: int) -> bool:
 
 
 # ------------------------------------------------------------------ reading
-def check_regular_file(path: str, where: str, missing: type = FileNotFoundError) -> None:
-    """Refuse a path that is not a regular file, without opening it (a FIFO would block)."""
+def check_regular_file(path: str, where: str, missing: type = FileNotFoundError, error: type = FileReadError) -> None:
+    """Refuse a path that is not a regular file, without opening it (a FIFO would block).
+
+    >>> check_regular_file("/", "demo")
+    Traceback (most recent call last):
+    ...
+    tapeflow._h5safe.FileReadError: demo: '/' is a directory, not a file
+    """
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise missing(f"{where}: no such file {path!r}") from None
     except OSError as err:
-        raise FileReadError(f"{where}: cannot read {path!r}: {err.strerror}", path) from None
+        raise error(f"{where}: cannot read {path!r}: {err.strerror}", path) from None
     if stat.S_ISDIR(mode):
-        raise FileReadError(f"{where}: {path!r} is a directory, not a file", path)
+        raise error(f"{where}: {path!r} is a directory, not a file", path)
     if not stat.S_ISREG(mode):
-        raise FileReadError(f"{where}: {path!r} is not a regular file (a FIFO, socket or device)", path)
+        raise error(f"{where}: {path!r} is not a regular file (a FIFO, socket or device)", path)
 
 
 def _from_h5py(err: BaseException) -> bool:
@@ -194,7 +200,7 @@ class H5Reader:
             opener = path
         else:
             self.path = os.fspath(path)
-            check_regular_file(self.path, where, missing)
+            check_regular_file(self.path, where, missing, error)
             self._size, self._object = os.path.getsize(self.path), None
             opener = self.path
             if not self._is_hdf5():
