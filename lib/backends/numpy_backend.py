@@ -207,9 +207,15 @@ def fused_conv2d(x, w, b, activation, **conv):
 
 
 # ------------------------------------------------------------ elementwise programs
-@functools.lru_cache(maxsize=512)
 def _encode(program: tuple):
     """The program as the kernel's int32 opcode/argument arrays and float64 constants."""
+    bits = tuple(np.float64(ins[1]).tobytes() for ins in program if ins[0] == "const")
+    return _encode_program(program, bits)
+
+
+@functools.lru_cache(maxsize=512)
+def _encode_program(program: tuple, const_bits: tuple):
+    """_encode, cached by the constants' bits too: programs with 0.0 and -0.0 compare equal."""
     ops, args_a, args_b, consts = [], [], [], []
     for ins in program:
         ops.append(_elementwise.OPCODES[ins[0]])
