@@ -18,6 +18,7 @@ import numpy as np
 
 from tapeflow import _kernels
 from tapeflow._kernels import elementwise as _elementwise
+from tapeflow.backends.common import MAX_EXTENT as MAX_DIM
 from tapeflow.backends.common import check_index_range, check_labels, conv_geometry
 
 _FAST = (np.float32, np.float64)
@@ -172,8 +173,13 @@ def relu_grad(g, y):
     return _kernels.relu_grad(_contiguous(g), _contiguous(y))
 
 
+def _blas_sized(*arrays) -> bool:
+    """Every matrix dimension fits the C ints BLAS takes (NumPy's own matmul takes the rest)."""
+    return all(d <= MAX_DIM for a in arrays for d in a.shape[-2:])
+
+
 def matmul(a, b):
-    if a.dtype == b.dtype and a.dtype in _FAST:
+    if a.dtype == b.dtype and a.dtype in _FAST and _blas_sized(a, b):
         if a.ndim == b.ndim == 2 or (a.ndim == b.ndim == 3 and a.shape[0] == b.shape[0]):
             return _kernels.matmul(a, b)
         if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:  # a dense layer over a sequence
@@ -192,7 +198,7 @@ def _bias_activation(out, bias, activation):
 
 
 def fused_matmul(a, w, b, activation):
-    if a.ndim == 2 and a.dtype == w.dtype == b.dtype and a.dtype in _FAST:
+    if a.ndim == 2 and a.dtype == w.dtype == b.dtype and a.dtype in _FAST and _blas_sized(a, w):
         return _kernels.dense(a, w, b, activation == "relu")  # product, bias and relu in one kernel call
     return _bias_activation(matmul(a, w), b, activation)
 

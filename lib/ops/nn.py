@@ -154,6 +154,8 @@ def softmax(logits, axis: int = -1) -> Tensor:
 
 # ------------------------------------------------------------- convolution
 def _pair(name: str, value) -> tuple:
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected a positive int or a pair of them, got {value!r}")
     if isinstance(value, int | np.integer):
         return (int(value), int(value))
     if not isinstance(value, list | tuple):
@@ -164,7 +166,7 @@ def _pair(name: str, value) -> tuple:
     if len(value) != 2:
         raise ValueError(f"{name}: expected an int or a pair, got {value!r}")
     for v in value:
-        if not isinstance(v, int | np.integer):
+        if not isinstance(v, int | np.integer) or isinstance(v, bool):
             raise ValueError(f"{name}: expected integers, got {value!r}")
     return tuple(int(v) for v in value)
 
