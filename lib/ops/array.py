@@ -589,15 +589,9 @@ def scatter_nd_add(x, indices, updates) -> Tensor:
     return apply(_SCATTER_ND_ADD, (x, as_tensor(indices, name="scatter_nd_add"), upd), {})
 
 
-_MAX_DEPTH = 2**31 - 1  # a one-hot axis longer than this is a mistake, not a request
-
-
 def _one_hot_infer(indices, depth, on_value, off_value, dtype):
     _index_check("one_hot", None, indices)
-    if isinstance(depth, bool) or not isinstance(depth, int | np.integer):
-        raise TypeError(f"one_hot: depth must be an integer, got {depth!r}")
-    if not 0 <= depth <= _MAX_DEPTH:
-        raise ValueError(f"one_hot: depth must be in [0, {_MAX_DEPTH}], got {depth}")
+    depth = shapes.as_int("one_hot", "depth", depth)
     return [(tuple(indices.shape) + (depth,), dtypes.as_dtype(dtype))]
 
 

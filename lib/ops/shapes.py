@@ -5,10 +5,11 @@ from __future__ import annotations
 import operator
 
 from tapeflow import dtypes
+from tapeflow.backends.common import MAX_EXTENT
 
 # The largest dimension, count or index an op takes: the compiled kernels (and BLAS) hold
 # them in C ints.
-MAX_DIM = 2**31 - 1
+MAX_DIM = MAX_EXTENT
 
 
 def as_int(name: str, label: str, value, low: int = 0, high: int = MAX_DIM) -> int:
@@ -28,7 +29,8 @@ def as_int(name: str, label: str, value, low: int = 0, high: int = MAX_DIM) -> i
         raise TypeError(f"{name}: {label} must be an integer, got {value!r}")
     number = operator.index(value)
     if not low <= number <= high:
-        raise ValueError(f"{name}: {label} must be an integer in [{low}, {high}], got {number}")
+        what = f"a positive integer (at most {high})" if low == 1 else f"an integer in [{low}, {high}]"
+        raise ValueError(f"{name}: {label} must be {what}, got {number}")
     return number
 
 

@@ -191,8 +191,8 @@ def test_uint64_values_beyond_int64_are_refused_not_wrapped():
 @pytest.mark.parametrize(
     "depth, error, message",
     [
-        (2**63, ValueError, r"one_hot: depth must be in \[0, 2147483647\], got 9223372036854775808"),
-        (-1, ValueError, r"one_hot: depth must be in \[0, 2147483647\], got -1"),
+        (2**63, ValueError, r"one_hot: depth must be an integer in \[0, 2147483647\], got 9223372036854775808"),
+        (-1, ValueError, r"one_hot: depth must be an integer in \[0, 2147483647\], got -1"),
         (2.7, TypeError, r"one_hot: depth must be an integer, got 2.7"),
         (True, TypeError, r"one_hot: depth must be an integer, got True"),
     ],
