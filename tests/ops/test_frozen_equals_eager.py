@@ -44,9 +44,15 @@ def _probes(o: tp.Tensor) -> list:
     """The op's output, then values that exercise each pass on it."""
     if o.dtype.kind != "f":
         return [o]
-    c = tp.constant(edge_values(o.dtype.np)[:5])  # 0, -0, inf, -inf, nan: folded by `fold`
+    edges = edge_values(o.dtype.np)
+    c = tp.constant(edges[:5])  # 0, -0, inf, -inf, nan: folded by `fold`
     folded = tp.sum(tp.exp(c) * 0.5 - c)
+    dense = []
+    if o.ndim == 2 and o.shape[1]:  # a bias and relu that `bias_activation_fusion` folds into the product
+        w = tp.constant(np.ones((o.shape[1], 5), o.dtype.np))
+        dense = [tp.nn.relu(tp.matmul(o, w) + tp.constant(edges[:5])), tp.matmul(o, w) + tp.constant(edges[5:10])]
     return [
+        *dense,
         o,
         o + 0.0,  # not x: -0.0 + 0.0 is 0.0
         o - 0.0,
