@@ -106,3 +106,24 @@ def mismatches(actual, expected, dtype, rtol: float) -> np.ndarray:
 
 
 RTOL = {np.dtype(np.float32): 4e-6, np.dtype(np.float64): 1e-13}
+
+
+PRIMITIVE_ORACLE = {  # the float64 NumPy meaning of each fused elementwise primitive
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": np.divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "relu": lambda x: np.maximum(x, 0.0),
+    "sqrt": np.sqrt,
+    "square": np.square,
+    "abs": np.abs,
+    "reciprocal": lambda x: 1.0 / x,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+}
