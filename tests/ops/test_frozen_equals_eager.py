@@ -31,13 +31,15 @@ PASSES = {p.name: p for p in passes.DEFAULT_PASSES}
 
 
 def _cases():
+    """Every sample case of every op; the first of each op in `make test`, the rest marked slow."""
     for name in sorted(SAMPLES):
         op = registry.get_op(name)
         if name in NOT_TRACEABLE or op.stateful:
             continue
-        case = next((c for c in SAMPLES[name] if c.call is None), None)
-        if case is not None:
-            yield pytest.param(name, case, id=f"{name}-{case.name}")
+        cases = [c for c in SAMPLES[name] if c.call is None]
+        for k, case in enumerate(cases):
+            marks = [pytest.mark.slow] if k else []
+            yield pytest.param(name, case, id=f"{name}-{case.name}", marks=marks)
 
 
 def _probes(o: tp.Tensor) -> list:
