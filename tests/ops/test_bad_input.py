@@ -209,7 +209,10 @@ def test_one_hot_depth_is_a_sensible_integer(depth, error, message):
     [
         (lambda x, w: tp.nn.conv2d(x, w, strides=2**31, padding="SAME"), r"conv2d: strides must be integers in \[1, "),
         (lambda x, w: tp.nn.conv2d(x, w, 1, "VALID", dilations=2**40), r"conv2d: dilations must be integers in \[1, "),
-        (lambda x, w: tp.nn.conv2d(x, w, 1, ((0, 2**31), (0, 0))), r"conv2d: padding must be in \[0, 2147483647\]"),
+        (
+            lambda x, w: tp.nn.conv2d(x, w, 1, ((0, 2**31), (0, 0))),
+            r"conv2d: padding must be an integer in \[0, 2147483647\]",
+        ),
         (lambda x, w: tp.nn.max_pool2d(x, 2**31, 1, "SAME"), r"max_pool2d: window must be integers in \[1, "),
     ],
 )
