@@ -8,6 +8,7 @@
 # thread count it had, so that SciPy and NumPy code around tapeflow keeps its threads.
 # Behind another BLAS, whose threads cannot be set, each gemm runs alone and that BLAS
 # threads it.
+
 import ctypes
 
 import scipy.linalg.cython_blas
