@@ -75,3 +75,42 @@ def require_dask_config():
 
 
 _DASK_INSTALL = "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"
+
+
+_XLA_INSTALL = (
+    "pip install torch==2.9.0 torch-xla==2.9.0 (each torch_xla release pins the torch release of its own "
+    "version; `make test` builds such an environment in .venv-xla)"
+)
+
+
+def require_xla():
+    """torch and torch_xla, imported on first use, or an ImportError that says how to fix them.
+
+    torch_xla is built against one torch release; a different torch fails at import with a
+    linker error, so the versions are compared first and a mismatch is named instead.
+
+    >>> torch, torch_xla = require_xla() if has_xla else (None, None)
+    """
+    if not has_xla:
+        raise ImportError(f"the xla backend needs the torch_xla package, which is missing: {_XLA_INSTALL}")
+    from importlib import metadata
+
+    versions = {}
+    for dist in ("torch", "torch_xla"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    torch_release = (versions["torch"] or "").split("+")[0].split(".")[:2]
+    xla_release = (versions["torch_xla"] or "").split("+")[0].split(".")[:2]
+    if versions["torch"] is None or torch_release != xla_release:
+        raise ImportError(
+            f"the xla backend found torch_xla {versions['torch_xla']} with torch {versions['torch']}, but "
+            f"torch_xla {versions['torch_xla']} works only with torch {'.'.join(xla_release)}.x: {_XLA_INSTALL}"
+        )
+    try:
+        torch = importlib.import_module("torch")
+        torch_xla = importlib.import_module("torch_xla")
+    except Exception as exc:  # noqa: BLE001 - any failure to load is reported with the fix
+        raise ImportError(f"the xla backend could not import torch_xla ({exc}): {_XLA_INSTALL}") from exc
+    return torch, torch_xla

@@ -10,6 +10,17 @@ A backend module holds, all optional:
 - `enter_numerics()` / `leave_numerics(state)`: the floating-point environment the
   kernels run in, set around each eager op and each graph run.
 
+and, all required, how arrays cross its boundary:
+
+- `FALLS_BACK_TO_REFERENCE`: whether an op without a kernel here runs its NumPy
+  reference (the CPU) or is an `UnsupportedOpError` (an accelerator: nothing moves to
+  the host behind the user's back);
+- `HOLDS_NUMPY`: whether its arrays are NumPy arrays;
+- `from_host(array, index)` / `to_host(array)`: an explicit copy in and out;
+- `conform(array, npdtype)`: a kernel's result as this backend's array of the op's dtype;
+- `dtype_of(array)`: the NumPy dtype of one of its arrays;
+- `finish_run()`: called after each graph run (an accelerator launches its work here).
+
 >>> from tapeflow.backends import backend
 >>> backend("cpu").__name__
 'tapeflow.backends.numpy_backend'
@@ -19,7 +30,11 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {"cpu": "tapeflow.backends.numpy_backend"}
+_MODULES = {
+    "cpu": "tapeflow.backends.numpy_backend",
+    "gpu": "tapeflow.backends.cupy_backend",
+    "xla": "tapeflow.backends.xla_backend",
+}
 _LOADED: dict = {}
 
 
@@ -33,3 +48,7 @@ def backend(family: str):
             raise ValueError(f"no backend for device family {family!r}") from None
         module = _LOADED[family] = importlib.import_module(name)
     return module
+
+
+class UnsupportedOpError(NotImplementedError, ValueError):
+    """An op that a device's backend cannot run (it is never moved to the CPU silently)."""

@@ -30,6 +30,30 @@ set_num_threads = _kernels.set_num_threads
 get_num_threads = _kernels.get_num_threads
 build_info = _kernels.build_info
 
+# ------------------------------------------------------------ the device boundary
+FALLS_BACK_TO_REFERENCE = True  # the NumPy references are this backend's own code
+HOLDS_NUMPY = True  # its arrays are NumPy arrays
+
+
+def from_host(array, index: int = 0) -> np.ndarray:
+    return np.asarray(array)
+
+
+def to_host(array) -> np.ndarray:
+    return np.asarray(array)
+
+
+def conform(array, npdtype) -> np.ndarray:
+    return np.asarray(array, dtype=npdtype)
+
+
+def dtype_of(array) -> np.dtype:
+    return np.asarray(array).dtype
+
+
+def finish_run() -> None:
+    """Nothing to launch: kernels ran as they were called."""
+
 
 def _ready(*arrays):
     """Arrays as C-contiguous float32/float64 for the kernels (float16 widened)."""

@@ -18,8 +18,8 @@ import threading
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.backends import backend
-from tapeflow.devices import current_device
+from tapeflow.backends import UnsupportedOpError, backend
+from tapeflow.devices import check_same_device, current_device, parse_device
 from tapeflow.tensor import TRACING, Tensor
 
 
@@ -57,7 +57,15 @@ class OpDef:
         """The forward kernel for a device family (the reference if none)."""
         fn = self._by_family.get(family)
         if fn is None:
-            fn = getattr(backend(family), self.name, None) or self.reference
+            module = backend(family)
+            fn = getattr(module, self.name, None)
+            if fn is None:
+                if not module.FALLS_BACK_TO_REFERENCE:
+                    raise UnsupportedOpError(
+                        f"{self.name}: the {family} backend cannot run this op, and tapeflow does not move it "
+                        f"to the CPU behind your back; run it on the CPU explicitly (tensor.to('cpu'))"
+                    )
+                fn = self.reference
             self._by_family[family] = fn
         return fn
 
@@ -173,7 +181,7 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
     if tracer is not None:
         return tracer.apply(op, inputs, attrs)
     specs = op.infer(*inputs, **attrs)
-    device = inputs[0]._device if inputs else current_device()
+    device = check_same_device(op.name, inputs) if inputs else current_device()
     kernels = backend(device.family)
     numerics = kernels.enter_numerics()
     try:
@@ -184,7 +192,10 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
         out = (out,)
     elif len(out) != len(specs):
         raise RuntimeError(f"{op.name}: kernel returned {len(out)} outputs, expected {len(specs)}")
-    outputs = tuple(_to_tensor(a, spec, device) for a, spec in zip(out, specs, strict=True))
+    if kernels.HOLDS_NUMPY:
+        outputs = tuple(_to_tensor(a, spec, device) for a, spec in zip(out, specs, strict=True))
+    else:
+        outputs = tuple(Tensor._wrap(kernels.conform(a, s[1].np), device) for a, s in zip(out, specs, strict=True))
     recorders = _STATE.recorders
     if recorders and op.vjp is not None:
         for recorder in tuple(recorders):
@@ -234,4 +245,18 @@ def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
                 arr = arr.astype(np.int64)
             else:
                 raise TypeError(f"{name}: unsupported dtype {arr.dtype} for an input of type {type(value).__name__}")
-    return Tensor._wrap(arr, current_device())
+    return wrap_host(arr)
+
+
+def wrap_host(array: np.ndarray, device=None) -> Tensor:
+    """A tensor of a host array, copied to `device` (default: the current device) when that
+    device does not hold NumPy arrays.
+
+    >>> wrap_host(np.zeros(2), "cpu").device
+    Device('cpu:0')
+    """
+    device = current_device() if device is None else parse_device(device)
+    kernels = backend(device.family)
+    if not kernels.HOLDS_NUMPY:
+        array = kernels.from_host(array, device.index)
+    return Tensor._wrap(array, device)
