@@ -25,9 +25,10 @@ from tapeflow import (
     serialization,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
+from tapeflow.backends import UnsupportedOpError, device_stats, memory_stats
 from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads
 from tapeflow.data import datasets
-from tapeflow.devices import Device, device, list_devices
+from tapeflow.devices import Device, DeviceMismatchError, device, list_devices
 from tapeflow.dtypes import (
     DType,
     as_dtype,

@@ -22,6 +22,7 @@ def _try_import(name: str):
 
 cupy = _try_import("cupy")
 has_cupy = cupy is not None
+ml_dtypes = _try_import("ml_dtypes")  # bfloat16 for NumPy
 
 
 def _gpu_count() -> int:
@@ -83,14 +84,47 @@ _XLA_INSTALL = (
 )
 
 
-def require_xla():
+class XlaRuntime:
+    """What the xla backend uses of torch and torch_xla: the modules, the device, launching
+    the recorded work, and the compile and execute counters."""
+
+    def __init__(self, torch, torch_xla):
+        self.torch = torch
+        self._torch_xla = torch_xla
+        self._metrics = importlib.import_module("torch_xla.debug.metrics")
+
+    def device(self, index: int = 0):
+        return self._torch_xla.device(index)
+
+    def sync(self) -> None:
+        self._torch_xla.sync()
+
+    def counters(self) -> dict:
+        """Compilations and executions so far, with the seconds spent compiling."""
+        compiles = self._metrics.metric_data("CompileTime")
+        executes = self._metrics.metric_data("ExecuteTime")
+        return {
+            "compiles": compiles[0] if compiles else 0,
+            "compile_seconds": compiles[1] / 1e9 if compiles else 0.0,
+            "executions": executes[0] if executes else 0,
+            "cached_compiles": self._metrics.counter_value("CachedCompile") or 0,
+        }
+
+
+_xla_runtime = None
+
+
+def require_xla() -> XlaRuntime:
     """torch and torch_xla, imported on first use, or an ImportError that says how to fix them.
 
     torch_xla is built against one torch release; a different torch fails at import with a
     linker error, so the versions are compared first and a mismatch is named instead.
 
-    >>> torch, torch_xla = require_xla() if has_xla else (None, None)
+    >>> runtime = require_xla() if has_xla else None
     """
+    global _xla_runtime
+    if _xla_runtime is not None:
+        return _xla_runtime
     if not has_xla:
         raise ImportError(f"the xla backend needs the torch_xla package, which is missing: {_XLA_INSTALL}")
     from importlib import metadata
@@ -109,8 +143,7 @@ def require_xla():
             f"torch_xla {versions['torch_xla']} works only with torch {'.'.join(xla_release)}.x: {_XLA_INSTALL}"
         )
     try:
-        torch = importlib.import_module("torch")
-        torch_xla = importlib.import_module("torch_xla")
+        _xla_runtime = XlaRuntime(importlib.import_module("torch"), importlib.import_module("torch_xla"))
     except Exception as exc:  # noqa: BLE001 - any failure to load is reported with the fix
         raise ImportError(f"the xla backend could not import torch_xla ({exc}): {_XLA_INSTALL}") from exc
-    return torch, torch_xla
+    return _xla_runtime

@@ -16,10 +16,15 @@ and, all required, how arrays cross its boundary:
   reference (the CPU) or is an `UnsupportedOpError` (an accelerator: nothing moves to
   the host behind the user's back);
 - `HOLDS_NUMPY`: whether its arrays are NumPy arrays;
+- `RUNS_ON_HOST`: op names whose NumPy reference runs on the host and whose result is
+  copied in (random draws, so one seed gives the same numbers on every device);
 - `from_host(array, index)` / `to_host(array)`: an explicit copy in and out;
 - `conform(array, npdtype)`: a kernel's result as this backend's array of the op's dtype;
 - `dtype_of(array)`: the NumPy dtype of one of its arrays;
-- `finish_run()`: called after each graph run (an accelerator launches its work here).
+- `stats(index)` / `memory_stats(index)`: its counters and its memory pool, as dicts.
+
+`enter_numerics`/`leave_numerics` also bound the work an accelerator launches at once:
+one eager op, or one whole graph run.
 
 >>> from tapeflow.backends import backend
 >>> backend("cpu").__name__
@@ -29,6 +34,8 @@ and, all required, how arrays cross its boundary:
 from __future__ import annotations
 
 import importlib
+
+from tapeflow.devices import current_device, parse_device
 
 _MODULES = {
     "cpu": "tapeflow.backends.numpy_backend",
@@ -52,3 +59,25 @@ def backend(family: str):
 
 class UnsupportedOpError(NotImplementedError, ValueError):
     """An op that a device's backend cannot run (it is never moved to the CPU silently)."""
+
+
+def device_stats(device=None) -> dict:
+    """Counters the device's backend keeps (default: the current device). On XLA:
+    `compiles`, `compile_seconds`, `executions` and `cached_compiles` so far; on the CPU, none.
+
+    >>> device_stats("cpu")
+    {}
+    """
+    dev = current_device() if device is None else parse_device(device)
+    return backend(dev.family).stats(dev.index)
+
+
+def memory_stats(device=None) -> dict:
+    """The device's memory in bytes: `in_use` by tensors and `cached` (held by the backend's
+    pool for reuse, free to tensors); {} where the backend keeps no pool (the CPU).
+
+    >>> memory_stats("cpu")
+    {}
+    """
+    dev = current_device() if device is None else parse_device(device)
+    return backend(dev.family).memory_stats(dev.index)

@@ -33,6 +33,7 @@ build_info = _kernels.build_info
 # ------------------------------------------------------------ the device boundary
 FALLS_BACK_TO_REFERENCE = True  # the NumPy references are this backend's own code
 HOLDS_NUMPY = True  # its arrays are NumPy arrays
+RUNS_ON_HOST: frozenset = frozenset()  # every op runs here
 
 
 def from_host(array, index: int = 0) -> np.ndarray:
@@ -51,8 +52,12 @@ def dtype_of(array) -> np.dtype:
     return np.asarray(array).dtype
 
 
-def finish_run() -> None:
-    """Nothing to launch: kernels ran as they were called."""
+def stats(index: int = 0) -> dict:
+    return {}
+
+
+def memory_stats(index: int = 0) -> dict:
+    return {}  # NumPy allocates from the C heap: no pool to report
 
 
 def _ready(*arrays):

@@ -121,7 +121,6 @@ class Executor:
                     fn._value = conform(env[args[0]], fn.dtype.np)
                 for i in frees:
                     env[i] = None
-            kernels.finish_run()
         finally:
             kernels.leave_numerics(numerics)
         return [env[s] for s in self._fetch_slots]

@@ -59,6 +59,8 @@ class OpDef:
         if fn is None:
             module = backend(family)
             fn = getattr(module, self.name, None)
+            if fn is None and self.name in module.RUNS_ON_HOST:
+                fn = _copied_in(self.reference, module)
             if fn is None:
                 if not module.FALLS_BACK_TO_REFERENCE:
                     raise UnsupportedOpError(
@@ -85,6 +87,16 @@ class OpDef:
 
     def __repr__(self) -> str:
         return f"OpDef({self.name!r})"
+
+
+def _copied_in(reference, module):
+    """The reference run on the host, its result copied to the backend's device (random
+    draws, so that one seed gives the same numbers on every device)."""
+
+    def kernel(*arrays, **attrs):
+        return module.from_host(reference(*arrays, **attrs))
+
+    return kernel
 
 
 _REGISTRY: dict[str, OpDef] = {}
