@@ -114,6 +114,26 @@ class XlaRuntime:
 _xla_runtime = None
 
 
+def xla_version_problem(torch_version: str | None, xla_version: str | None) -> str | None:
+    """What is wrong with this pair of torch and torch_xla versions, with the fix; None if
+    they match (each torch_xla release works only with the torch release of its version).
+
+    >>> xla_version_problem("2.9.0+cpu", "2.9.0") is None
+    True
+    >>> print(xla_version_problem("2.13.0", "2.9.0"))  # doctest: +ELLIPSIS
+    the xla backend found torch_xla 2.9.0 with torch 2.13.0, but torch_xla 2.9.0 works only with torch 2.9.x: ...
+    """
+    release = {}
+    for name, version in (("torch", torch_version), ("torch_xla", xla_version)):
+        release[name] = ".".join((version or "").split("+")[0].split(".")[:2])
+    if torch_version is not None and release["torch"] == release["torch_xla"]:
+        return None
+    return (
+        f"the xla backend found torch_xla {xla_version} with torch {torch_version}, but torch_xla {xla_version} "
+        f"works only with torch {release['torch_xla']}.x: {_XLA_INSTALL}"
+    )
+
+
 def require_xla() -> XlaRuntime:
     """torch and torch_xla, imported on first use, or an ImportError that says how to fix them.
 
@@ -129,19 +149,15 @@ def require_xla() -> XlaRuntime:
         raise ImportError(f"the xla backend needs the torch_xla package, which is missing: {_XLA_INSTALL}")
     from importlib import metadata
 
-    versions = {}
+    versions = []
     for dist in ("torch", "torch_xla"):
         try:
-            versions[dist] = metadata.version(dist)
+            versions.append(metadata.version(dist))
         except metadata.PackageNotFoundError:
-            versions[dist] = None
-    torch_release = (versions["torch"] or "").split("+")[0].split(".")[:2]
-    xla_release = (versions["torch_xla"] or "").split("+")[0].split(".")[:2]
-    if versions["torch"] is None or torch_release != xla_release:
-        raise ImportError(
-            f"the xla backend found torch_xla {versions['torch_xla']} with torch {versions['torch']}, but "
-            f"torch_xla {versions['torch_xla']} works only with torch {'.'.join(xla_release)}.x: {_XLA_INSTALL}"
-        )
+            versions.append(None)
+    problem = xla_version_problem(*versions)
+    if problem:
+        raise ImportError(problem)
     try:
         _xla_runtime = XlaRuntime(importlib.import_module("torch"), importlib.import_module("torch_xla"))
     except Exception as exc:  # noqa: BLE001 - any failure to load is reported with the fix

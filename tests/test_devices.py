@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tp
+from tapeflow import _compat
 from tapeflow.devices import DeviceMismatchError
 from tapeflow.tensor import Tensor
 
@@ -49,3 +50,16 @@ def test_variables_refuse_values_from_another_device():
 def test_a_tensor_given_a_device_moves_only_when_asked():
     t = tp.ones((2,))
     assert tp.tensor(t) is t and tp.tensor(t, device="cpu") is t
+
+
+def test_a_torch_and_torch_xla_mismatch_is_named_with_its_fix():
+    assert _compat.xla_version_problem("2.9.0+cpu", "2.9.0") is None
+    problem = _compat.xla_version_problem("2.13.0", "2.9.0")
+    assert "torch_xla 2.9.0 with torch 2.13.0" in problem and "pip install torch==2.9.0 torch-xla==2.9.0" in problem
+    assert "torch None" in _compat.xla_version_problem(None, "2.9.0")
+
+
+@pytest.mark.skipif(_compat.has_xla, reason="checks the message when torch_xla is absent")
+def test_the_xla_backend_without_torch_xla_says_how_to_install_it():
+    with pytest.raises(ImportError, match="needs the torch_xla package.*pip install torch==2.9.0"):
+        _compat.require_xla()
