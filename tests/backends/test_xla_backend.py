@@ -66,7 +66,7 @@ def test_a_frozen_train_step_compiles_once_in_ten_steps():
     x, y = _data((8,), 3, n=16)
     with tp.device(XLA):
         model = tp.Sequential(_mlp())
-        optimizer = tp.optimizers.SGD(0.1)
+        optimizer = tp.optimizers.Adam(0.01)
         optimizer.build(model.trainable_weights)
         loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
 
