@@ -35,8 +35,9 @@ WORKLOADS = {"mlp": (128, (784,)), "cnn": (50, (28, 28, 1))}
 
 def measure(kind: str, device: str, steps: int) -> dict:
     """Time the frozen step of one workload on one device (run in a child process)."""
-    import tapeflow as tp
     from _models import tapeflow_model
+
+    import tapeflow as tp
 
     batch, shape = WORKLOADS[kind]
     rng = np.random.default_rng(0)
