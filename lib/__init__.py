@@ -29,6 +29,7 @@ from tapeflow.backends import UnsupportedOpError, device_stats, memory_stats
 from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads
 from tapeflow.data import datasets
 from tapeflow.devices import Device, DeviceMismatchError, device, list_devices
+from tapeflow.dlpack import from_dlpack
 from tapeflow.dtypes import (
     DType,
     as_dtype,
