@@ -19,6 +19,7 @@ from tapeflow import (
     layers,
     losses,
     metrics,
+    mixed_precision,
     optimizers,
     regularizers,
     saving,
@@ -33,6 +34,7 @@ from tapeflow.dlpack import from_dlpack
 from tapeflow.dtypes import (
     DType,
     as_dtype,
+    bfloat16,
     bool_,
     float16,
     float32,

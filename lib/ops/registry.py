@@ -20,7 +20,7 @@ import numpy as np
 from tapeflow import dtypes
 from tapeflow.backends import UnsupportedOpError, backend
 from tapeflow.devices import check_same_device, current_device, parse_device
-from tapeflow.tensor import TRACING, Tensor
+from tapeflow.tensor import TRACING, Tensor, Variable
 
 
 class OpDef:
@@ -150,6 +150,7 @@ class _Recording(threading.local):
 
     def __init__(self):
         self.recorders: list = []
+        self.autocast = None  # the compute dtype float32 trainable Variables are read in (mixed precision)
 
 
 _STATE = _Recording()
@@ -189,6 +190,8 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
 
     While a function is being frozen, the tracer records the op instead.
     """
+    if _STATE.autocast is not None and op.name != "cast":
+        inputs = _autocast(inputs, _STATE.autocast)
     tracer = TRACING.tracer
     if tracer is not None:
         return tracer.apply(op, inputs, attrs)
@@ -213,6 +216,47 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
         for recorder in tuple(recorders):
             recorder.record(op, inputs, attrs, outputs)
     return outputs[0] if op.num_outputs == 1 else outputs
+
+
+class autocast_scope:
+    """Context in which ops read float32 trainable Variables in `dtype` (through a cast op,
+    so gradients reach the float32 variable): how a mixed-precision layer computes.
+
+    >>> import tapeflow as tp
+    >>> w = tp.Variable([1.0, 2.0])
+    >>> with autocast_scope(tp.float16):
+    ...     (w * 2).dtype
+    tapeflow.float16
+    """
+
+    def __init__(self, dtype):
+        self._dtype = None if dtype is None else dtypes.as_dtype(dtype)
+
+    def __enter__(self):
+        self._saved = _STATE.autocast
+        _STATE.autocast = self._dtype
+
+    def __exit__(self, *exc):
+        _STATE.autocast = self._saved
+
+
+def autocast_operand(value):
+    """`value`, read in the autocast dtype when it is a float32 trainable Variable and a
+    mixed-precision layer is computing (for op wrappers that promote operands first)."""
+    dtype = _STATE.autocast
+    if dtype is None or not isinstance(value, Variable) or not value.trainable or value.dtype is not dtypes.float32:
+        return value
+    return apply(_REGISTRY["cast"], (value,), {"dtype": dtype.name})
+
+
+def _autocast(inputs: tuple, dtype) -> tuple:
+    out = None
+    for i, t in enumerate(inputs):
+        if isinstance(t, Variable) and t.trainable and t.dtype is dtypes.float32:
+            if out is None:
+                out = list(inputs)
+            out[i] = apply(_REGISTRY["cast"], (t,), {"dtype": dtype.name})
+    return inputs if out is None else tuple(out)
 
 
 def notify_recorders(op: OpDef, inputs: tuple, attrs: dict, outputs: tuple) -> None:
