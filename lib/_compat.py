@@ -75,6 +75,15 @@ def require_dask_config():
     return _require("dask.config", has_dask, "tapeflow.distributed", _DASK_INSTALL)
 
 
+def require_cupy():
+    """CuPy, or an ImportError that says how to install it.
+
+    >>> require_cupy().__name__ if has_cupy else "cupy"
+    'cupy'
+    """
+    return _require("cupy", has_cupy, "the GPU backend", "pip install 'tapeflow[gpu]' (CuPy for CUDA 12)")
+
+
 _DASK_INSTALL = "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"
 
 

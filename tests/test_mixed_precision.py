@@ -42,6 +42,15 @@ def test_layers_keep_float32_weights_and_compute_low(policy):
     assert dense.get_config()["dtype"] == policy
 
 
+def test_softmax_outputs_and_losses_are_float32():
+    tp.mixed_precision.set_global_policy("mixed_float16")
+    probs = tp.layers.Dense(3, activation="softmax")(tp.ones((2, 4)))
+    assert probs.dtype is tp.float32
+    np.testing.assert_allclose(probs.numpy().sum(axis=1), [1.0, 1.0], rtol=1e-6)
+    loss = tp.losses.SparseCategoricalCrossentropy()(tp.tensor([0, 2]), tp.cast(probs, "float16"))
+    assert loss.dtype is tp.float32
+
+
 def test_a_layer_dtype_overrides_the_global_policy():
     tp.mixed_precision.set_global_policy("mixed_float16")
     assert tp.layers.Dense(2, dtype="float32")(tp.ones((1, 2))).dtype is tp.float32

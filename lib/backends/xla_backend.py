@@ -54,15 +54,17 @@ def from_host(array, index: int = 0):
     if isinstance(array, torch.Tensor):
         return array
     array = np.asarray(array)
-    host = torch.from_numpy(np.array(array, copy=True) if not array.flags.writeable else array)
-    return host.to(_device(index))
+    array = np.array(array, copy=True) if not array.flags.writeable else array
+    if array.dtype.kind == "V":  # bfloat16 (ml_dtypes): torch reads its bits as int16
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).to(_device(index))
+    return torch.from_numpy(array).to(_device(index))
 
 
 def to_host(array) -> np.ndarray:
     """The device tensor as a NumPy array (this waits for pending work)."""
     host = array.detach().cpu()
     if host.dtype is torch.bfloat16:
-        return host.float().numpy().astype(_NUMPY[torch.bfloat16])
+        return host.view(torch.int16).numpy().view(_NUMPY[torch.bfloat16])
     return host.numpy()
 
 

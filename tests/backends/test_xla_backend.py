@@ -120,3 +120,18 @@ def test_stats_count_compilations():
     assert set(stats) == {"compiles", "compile_seconds", "executions", "cached_compiles"}
     tp.exp(tp.tensor(np.arange(7, dtype=np.float32), device=XLA))  # a shape nothing else used
     assert tp.device_stats(XLA)["compiles"] == stats["compiles"] + 1
+
+
+@pytest.mark.slow
+def test_mixed_bfloat16_training_on_xla_follows_the_cpu():
+    data = _data((8,), 3)
+    tp.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        cpu_loss, cpu_weights = _fit("cpu", _mlp, data, jit=True)
+        xla_loss, xla_weights = _fit(XLA, _mlp, data, jit=True)
+    finally:
+        tp.mixed_precision.set_global_policy("float32")
+    assert all(w.dtype == np.float32 for w in xla_weights)
+    np.testing.assert_allclose(xla_loss, cpu_loss, rtol=2e-2)
+    for a, b in zip(xla_weights, cpu_weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=5e-2, atol=5e-2)
