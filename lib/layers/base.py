@@ -29,11 +29,8 @@ from tapeflow.graph.ir import Graph
 from tapeflow.graph.trace import TensorSpec, Tracer
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
-<<<<<<< HEAD
 from tapeflow.ops.registry import autocast_scope
-=======
 from tapeflow.ops.shapes import as_dims
->>>>>>> main
 from tapeflow.tensor import Tensor, Variable, eager_scope
 
 _REGISTRY: dict[str, type] = {}  # class name -> tapeflow's own Layer subclasses, for deserialize()

@@ -12,14 +12,9 @@ import math
 import numpy as np
 
 from tapeflow import dtypes
-<<<<<<< HEAD
 from tapeflow.devices import device as device_scope
-from tapeflow.ops.registry import apply, as_tensor, defop, wrap_host
-=======
-from tapeflow.devices import current_device, parse_device
 from tapeflow.ops import shapes
-from tapeflow.ops.registry import apply, as_tensor, defop
->>>>>>> main
+from tapeflow.ops.registry import apply, as_tensor, defop, wrap_host
 from tapeflow.tensor import Tensor
 
 
@@ -117,17 +112,10 @@ def linspace(start, stop, num: int, dtype="float32", device=None) -> Tensor:
     >>> tp.linspace(0, 1, 3).numpy().tolist()
     [0.0, 0.5, 1.0]
     """
-<<<<<<< HEAD
-    if num < 0:
-        raise ValueError(f"linspace: num must be non-negative, got {num}")
-    arr = np.linspace(start, stop, int(num), dtype=np.float64).astype(dtypes.as_dtype(dtype).np)
-    return wrap_host(arr, device)
-=======
     arr = np.linspace(start, stop, shapes.as_int("linspace", "num", num), dtype=np.float64).astype(
         dtypes.as_dtype(dtype).np
     )
-    return Tensor._wrap(arr, current_device())
->>>>>>> main
+    return wrap_host(arr, device)
 
 
 def eye(n: int, m: int | None = None, dtype="float32", device=None) -> Tensor:
@@ -137,18 +125,14 @@ def eye(n: int, m: int | None = None, dtype="float32", device=None) -> Tensor:
     >>> tp.eye(2).numpy().tolist()
     [[1.0, 0.0], [0.0, 1.0]]
     """
-<<<<<<< HEAD
-    return wrap_host(np.eye(int(n), None if m is None else int(m), dtype=dtypes.as_dtype(dtype).np), device)
-=======
-    return Tensor._wrap(
+    return wrap_host(
         np.eye(
             shapes.as_int("eye", "n", n),
             None if m is None else shapes.as_int("eye", "m", m),
             dtype=dtypes.as_dtype(dtype).np,
         ),
-        current_device(),
+        device,
     )
->>>>>>> main
 
 
 def _like_infer(x, value, dtype):
