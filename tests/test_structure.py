@@ -14,14 +14,15 @@ from pathlib import Path
 LIB = Path(__file__).resolve().parent.parent / "lib"
 
 STAGES = [
-    {"_kernels", "_compat", "_files", "dtypes", "devices", "elementwise", "serialization"},
+    {"_kernels", "_compat", "_files", "_h5safe", "dtypes", "devices", "elementwise", "serialization"},
     {"backends"},
     {"tensor"},
     {"ops", "dlpack"},
     {"autodiff", "graph"},
     {"data", "io"},
     {"initializers", "regularizers", "schedules", "losses", "metrics", "optimizers", "callbacks", "layers"}
-    | {"training", "training_data", "output_losses", "output_metrics", "functional", "models", "config", "saving"},
+    | {"training", "training_data", "output_losses", "output_metrics", "functional", "models", "config", "saving"}
+    | {"mixed_precision"},
     {"distributed"},
     {"__init__", "cli"},
 ]

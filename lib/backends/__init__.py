@@ -1,16 +1,17 @@
 """Backends: one module per device family, each supplying kernels under op names.
 
-A backend module holds, all optional:
+A backend module holds, both optional:
 
 - `<op>(*arrays, **attrs)`: the op's kernel, called exactly as the op's NumPy
-  reference is; an op without one runs its reference;
+  reference is; an op without one runs its reference (see FALLS_BACK_TO_REFERENCE);
 - `bind_<op>(reference, **attrs)`: a callable of the input arrays only, with the
   attrs fixed once (how a graph's executor calls kernels); `reference` is the op's
   reference with the same attrs fixed, for inputs the compiled kernel does not take;
-- `enter_numerics()` / `leave_numerics(state)`: the floating-point environment the
-  kernels run in, set around each eager op and each graph run.
 
-and, all required, how arrays cross its boundary:
+and, all required:
+
+- `enter_numerics()` / `leave_numerics(state)`: the floating-point environment the
+  kernels run in, set around each eager op and each graph run;
 
 - `FALLS_BACK_TO_REFERENCE`: whether an op without a kernel here runs its NumPy
   reference (the CPU) or is an `UnsupportedOpError` (an accelerator: nothing moves to
