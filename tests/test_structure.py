@@ -14,7 +14,7 @@ from pathlib import Path
 LIB = Path(__file__).resolve().parent.parent / "lib"
 
 STAGES = [
-    {"_kernels", "_compat", "_files", "dtypes", "devices", "elementwise", "serialization"},
+    {"_kernels", "_compat", "_files", "_h5safe", "dtypes", "devices", "elementwise", "serialization"},
     {"backends"},
     {"tensor"},
     {"ops", "dlpack"},
