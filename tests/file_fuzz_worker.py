@@ -80,6 +80,8 @@ def _digest(*parts) -> str:
 
 
 def _optimizer_state(optimizer) -> list:
+    if optimizer is None:  # a model that loaded uncompiled
+        return []
     state = optimizer.get_state()
     return [(k, np.asarray(state[k])) for k in sorted(state)]
 
@@ -112,7 +114,10 @@ def fingerprint(kind: str, path: str) -> str:
     if kind == "model":
         model = tp.models.load_model(path)
         return _digest(
-            model.get_weights(), _optimizer_state(model.optimizer), model.get_config(), model.predict(_X, verbose=0)
+            model.get_weights(),
+            _optimizer_state(getattr(model, "optimizer", None)),
+            model.get_config(),
+            model.predict(_X, verbose=0),
         )
     model = _compiled()
     model.optimizer.build(model.trainable_weights)
