@@ -545,3 +545,21 @@ def test_checksums_are_crc32_of_the_little_endian_bytes():
     a = np.arange(5, dtype=">f4")
     assert crc32(a) == zlib.crc32(a.astype("<f4").tobytes())
     assert crc32(np.zeros((0, 3))) == 0
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("format", np.array([b"tapeflow-graph", b"tapeflow-graph"])),  # an array: ambiguous truth value
+        ("format_version", np.float64(2.0)),
+        ("format_version", np.array([2, 2])),
+        ("format", np.void(b"tapeflow-graph")),  # opaque
+    ],
+)
+def test_root_attributes_of_an_unexpected_type_or_shape_are_refused_naming_the_file(tmp_path, name, value):
+    path = tmp_path / "g.tfg"
+    tp.freeze(lambda x: x * 2.0, tp.TensorSpec((2,))).save(path)
+    with h5py.File(path, "a") as f:
+        f.attrs[name] = value
+    with pytest.raises(GraphFileError, match=rf"g.tfg.*attribute '/' '{name}'"):
+        tp.load_graph(path)
