@@ -19,19 +19,22 @@ from tapeflow import (
     layers,
     losses,
     metrics,
+    mixed_precision,
     optimizers,
     regularizers,
     saving,
     serialization,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
+from tapeflow.backends import UnsupportedOpError, device_stats, memory_stats
 from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads
 from tapeflow.data import datasets
-from tapeflow.devices import Device, device, list_devices
+from tapeflow.devices import Device, DeviceMismatchError, device, list_devices
 from tapeflow.dlpack import from_dlpack
 from tapeflow.dtypes import (
     DType,
     as_dtype,
+    bfloat16,
     bool_,
     float16,
     float32,

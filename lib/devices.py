@@ -1,5 +1,8 @@
 """Devices and the `tp.device(...)` context that picks where new tensors live.
 
+Tensors move between devices only when asked (`tensor.to(device)`); an op on tensors
+from two devices is a `DeviceMismatchError`.
+
 >>> import tapeflow as tp
 >>> with tp.device("cpu"):
 ...     tp.ones((2,)).device
@@ -37,6 +40,30 @@ class Device:
 
 
 CPU = Device("cpu", 0)
+
+
+class DeviceMismatchError(ValueError):
+    """An op's inputs live on different devices (tensors are never copied implicitly)."""
+
+
+def check_same_device(name: str, tensors) -> Device:
+    """The one device all `tensors` live on, or a DeviceMismatchError naming both.
+
+    >>> import tapeflow as tp
+    >>> check_same_device("add", [tp.ones(()), tp.zeros(())])
+    Device('cpu:0')
+    """
+    first = tensors[0]._device
+    for t in tensors:
+        dev = t._device
+        if dev is not first and dev != first:
+            raise DeviceMismatchError(
+                f"{name}: inputs live on different devices, {first} and {dev}; "
+                f"move one explicitly with tensor.to({str(first)!r}) or tensor.to({str(dev)!r})"
+            )
+    return first
+
+
 _FAMILIES = ("cpu", "gpu", "xla")
 
 
@@ -66,6 +93,8 @@ def list_devices() -> list[Device]:
     devices = [CPU]
     if _compat.has_gpu:
         devices += [Device("gpu", i) for i in range(_compat._gpu_count())]
+    if _compat.has_xla:
+        devices.append(Device("xla", 0))
     return devices
 
 

@@ -21,7 +21,8 @@ STAGES = [
     {"autodiff", "graph"},
     {"data", "io"},
     {"initializers", "regularizers", "schedules", "losses", "metrics", "optimizers", "callbacks", "layers"}
-    | {"training", "training_data", "output_losses", "output_metrics", "functional", "models", "config", "saving"},
+    | {"training", "training_data", "output_losses", "output_metrics", "functional", "models", "config", "saving"}
+    | {"mixed_precision"},
     {"distributed"},
     {"__init__", "cli"},
 ]

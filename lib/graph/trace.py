@@ -70,7 +70,7 @@ class Tracer:
         if isinstance(t, Tensor):
             hit = self._constants.get(id(t))
             if hit is None:
-                hit = (t, self.graph.add_constant(t._value))
+                hit = (t, self.graph.add_constant(t._host()))  # graph constants are host arrays
                 self._own.add(id(hit[1]))
                 self._constants[id(t)] = hit
             return hit[1]
