@@ -46,7 +46,7 @@ from tapeflow.models import Model, Sequential
 from tapeflow.ops import *  # noqa: F403 - the op namespace is the public API
 from tapeflow.ops import nn, random
 from tapeflow.ops.registry import get_op
-from tapeflow.tensor import Tensor, Variable
+from tapeflow.tensor import IndexedSlices, Tensor, Variable
 
 io.BackupAndRestore = callbacks.BackupAndRestore  # the checkpoint callback, beside the checkpoints it writes
 

@@ -137,6 +137,19 @@ def scatter_add(x, indices, updates, axis):
     return out
 
 
+def unique_sum(indices, values, num_rows):
+    check_index_range("unique_sum", indices, num_rows, 0)
+    rows = indices.astype(np.int64, copy=False)
+    unique, inverse = np.unique(np.where(rows < 0, rows + num_rows, rows), return_inverse=True)
+    inverse = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
+    sums = np.zeros((unique.shape[0], *values.shape[1:]), dtype=values.dtype)
+    if values.ndim == 2 and values.dtype in _FAST:
+        _kernels.scatter_add_rows(sums, inverse, np.ascontiguousarray(values))
+    else:
+        np.add.at(sums, inverse, values)
+    return unique, inverse, sums
+
+
 def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
     dtype = param.dtype
     p, m, v, g = _ready(param, m, v, grad)
