@@ -127,20 +127,19 @@ class Executor:
 
 def _owned_rows_target(graph: Graph, node, nodes, fetches):
     """The Variable a `scatter_update` node may write in place: its table is the
-    variable's read value, read by no later node, not fetched, and its result is only
+    variable's read value, read by no later node and not fetched, and its result is
     written back to that variable. None otherwise."""
     if node.op != "scatter_update":
         return None
     table = node.inputs[0]
     reader = table.producer
-    if reader is None or reader.op != READ or any(f is table or f is node.outputs[0] for f in fetches):
+    if reader is None or reader.op != READ or any(f is table for f in fetches):
         return None
     name = reader.attrs["variable"]
     later = nodes[nodes.index(node) + 1 :]
     if any(table in n.inputs for n in later):
         return None
-    users = [n for n in later if node.outputs[0] in n.inputs]
-    if len(users) != 1 or users[0].op != ASSIGN or users[0].attrs["variable"] != name:
+    if not any(n.op == ASSIGN and n.attrs["variable"] == name and node.outputs[0] in n.inputs for n in later):
         return None
     return graph.state[name]
 

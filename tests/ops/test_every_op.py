@@ -27,6 +27,7 @@ NOT_DIFFERENTIABLE = {
     "adam_update",
     "argmax",
     "argmin",
+    "candidate_sampler",
     "categorical",
     "equal",
     "full_like",
@@ -904,6 +905,40 @@ sample(
     lambda logits: {"num_samples": 7, "generator": tp.random.Generator(12)},
     lambda logits: _categorical(12, logits, 7),
     exact=True,
+)
+def _sampler_attrs(distribution, seed, unique=False):
+    return lambda t: {
+        "num_true": 2,
+        "num_sampled": 6,
+        "unique": unique,
+        "range_max": 9,
+        "distribution": distribution,
+        "unigrams": (),
+        "distortion": 1.0,
+        "generator": tp.random.Generator(seed),
+    }
+
+
+def _log_uniform_oracle(seed, true_classes):
+    classes = np.arange(9.0)
+    p = np.log((classes + 2) / (classes + 1)) / np.log(10.0)
+    draws = np.clip(np.floor(np.exp(_pcg(seed).random(6) * np.log(10.0))) - 1, 0, 8).astype(np.int64)
+    return draws, (p[true_classes] * 6).astype(np.float32), (p[draws] * 6).astype(np.float32)
+
+
+sample(
+    "candidate_sampler",
+    "uniform",
+    [np.array([[0, 3], [8, 1]])],
+    _sampler_attrs("uniform", 5),
+    lambda t: (_pcg(5).integers(0, 9, 6), np.full(t.shape, 6 / 9, np.float32), np.full(6, 6 / 9, np.float32)),
+)
+sample(
+    "candidate_sampler",
+    "log-uniform",
+    [np.array([[0, 3], [8, 1]])],
+    _sampler_attrs("log_uniform", 6),
+    lambda t: _log_uniform_oracle(6, t),
 )
 sample(
     "random_permutation",
