@@ -286,9 +286,13 @@ class Trainer:
         return history
 
     def evaluate(self, x=None, y=None, batch_size: int = 32, verbose="auto", distribute=None) -> dict:
-        """The loss and metrics over (x, y), as a dict of floats. With `distribute`, this
-        runs here on the client's weights, which distributed `fit` brings back every epoch."""
+        """The loss and metrics over (x, y), as a dict of floats. With `distribute`, array
+        inputs are split over the strategy's workers at batch boundaries: each runs the
+        forward pass and loss of its batches, and the metrics are updated here, so the
+        result equals evaluating in one process (a Dataset is evaluated here)."""
         self._check_compiled("evaluate")
+        if distribute is not None and not isinstance(x, Dataset):
+            return distribute.evaluate(self, x, y, batch_size)
         self._reset_metrics()
         logs = {}
         for xb, yb in self._batches(x, y, batch_size, "evaluate"):

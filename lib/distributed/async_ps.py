@@ -19,6 +19,9 @@ Each shard applies the update with the model's own optimizer, in step order:
 An update waits only for the updates numbered before it to reach the shard (pushes
 already on their way), never for another replica's gradient: there is no barrier.
 
+- `fit(dataset, distribute=...)` takes a `tp.data.Dataset` of (x, y) batches: every
+  replica runs each epoch's pipeline and reads the batches it is handed, in increasing
+  order (see `epoch_data`).
 - With `replicas=1` every staleness is 0, so training equals single-process `fit` on
   the same batches (to float32 rounding).
 - With `staleness_bound=k`, an update with s > k is dropped: it is never pushed, and its
@@ -81,8 +84,9 @@ from tapeflow.distributed.data_parallel import (
     _raise_failed,
 )
 from tapeflow.distributed.deployment import launch_replicas
+from tapeflow.distributed.epoch_data import EpochStream, first_batch
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
-from tapeflow.distributed.inference import predict_on_cluster
+from tapeflow.distributed.inference import ClusterInference
 from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
 from tapeflow.distributed.placement import place_variables
 from tapeflow.distributed.stragglers import checked_stragglers
@@ -111,7 +115,7 @@ class AsyncStep:
         return self.step is not None
 
 
-class AsyncParameterServer:
+class AsyncParameterServer(ClusterInference):
     """Asynchronous training over `replicas` replicas, one per worker of `cluster`; pass it
     to `model.fit(..., distribute=...)`.
 
@@ -169,18 +173,10 @@ class AsyncParameterServer:
         return workers
 
     def start(self, model, x, y, batch_size: int) -> AsyncSession:
-        """Set up training of `model` on arrays `x` (or a tuple of arrays) and `y`:
-        `Model.fit` calls this, then `run_epoch` per epoch and `close` at the end."""
-        if isinstance(x, Dataset):
-            raise ValueError(
-                f"fit: {_NAME} trains on arrays; for a tp.data.Dataset use tp.distributed.DataParallel, "
-                "or pass the arrays"
-            )
+        """Set up training of `model` on arrays `x` (or a tuple of arrays) and `y`, or on a
+        Dataset `x` of (x, y) batches (y None): `Model.fit` calls this, then `run_epoch`
+        per epoch and `close` at the end."""
         return AsyncSession(self, model, x, y, batch_size)
-
-    def predict(self, model, x, batch_size: int):
-        """`model.predict(x, distribute=self)`: the rows split over the replicas' workers."""
-        return predict_on_cluster(self, model, x, batch_size)
 
     def __repr__(self) -> str:
         return f"AsyncParameterServer(replicas={self.replicas}, staleness_bound={self.staleness_bound})"
@@ -193,18 +189,25 @@ class AsyncSession:
     def __init__(self, strategy: AsyncParameterServer, model, x, y, batch_size: int):
         self.strategy = strategy
         self.model = model
-        self.y = y
+        self.dataset = x if isinstance(x, Dataset) else None
+        if self.dataset is not None:
+            x, y = first_batch(self.dataset)
+            sizes = {len(y)}
+            if not model.built:
+                model(x, training=False)
+        else:
+            sizes = {min(batch_size, len(y)), len(y) % batch_size} - {0}
+        self.x, self.y = x, y
         strategy.steps, strategy.checkpoints, strategy.recoveries = [], [], []
         workers = strategy.workers()
         _check_optimizer(model.optimizer)
         self.with_predictions = bool(model.compiled_metrics)
-        sizes = {min(batch_size, len(y)), len(y) % batch_size} - {0}
         self.graph_bytes, self.layout, self.variables = freeze_gradient_step(model, x, y, sizes, self.with_predictions)
         if not self.layout.n_trainable:
             raise ValueError(f"fit: the loss of model '{model.name}' depends on none of its trainable variables")
         self.optimizer = model.optimizer
         self.optimizer.build(self.variables[: self.layout.n_trainable])
-        self.arrays = [*x, y] if isinstance(x, tuple) else [x, y]
+        self.arrays = None if self.dataset is not None else ([*x, y] if isinstance(x, tuple) else [x, y])
         self.files = None
         if strategy.checkpoint_dir is not None:
             self.files = CheckpointFiles(strategy.checkpoint_dir, strategy.keep_checkpoints)
@@ -228,9 +231,9 @@ class AsyncSession:
 
     def _launch_services(self, graphs, data) -> None:
         client, timeout, n_trainable = self.client, self.strategy.timeout, self.layout.n_trainable
-        self.data = self._scatter(data)
+        self.data = None if data is None else self._scatter(data)  # a Dataset's epochs go out in `_run`
         (self.graphs,) = self._scatter([graphs])
-        self._held += [*self.data, self.graphs]
+        self._held += [*(self.data or []), self.graphs]
         config = master_copy.optimizer_config(self.optimizer)
         shard_futures = [
             client.submit(
@@ -268,9 +271,12 @@ class AsyncSession:
 
     # ------------------------------------------------------------ epochs
     def run_epoch(self, batches, callbacks) -> dict:
-        """Train one epoch on `batches` (arrays of row numbers), calling the batch callbacks
-        as updates are committed; returns the epoch's logs. Runs the epoch again from its
-        start (the last checkpoint) on the workers alive when a worker in use dies."""
+        """Train one epoch on `batches` (arrays of row numbers, or the Dataset), calling the
+        batch callbacks as updates are committed; returns the epoch's logs. Runs the epoch
+        again from its start (the last checkpoint) on the workers alive when a worker in use
+        dies."""
+        if self.dataset is not None:
+            batches = self._next_stream()
         rows = [np.asarray(b) for b in batches]
         strategy, first, failures = self.strategy, len(self.strategy.steps), 0
         self.reported = 0  # batch callbacks the epoch has made
@@ -301,6 +307,19 @@ class AsyncSession:
             strategy.checkpoints.append(self.files.write(self.model, self.optimizer.iterations, epoch, len(rows)))
         return logs
 
+    def _next_stream(self) -> list[np.ndarray]:
+        """Scan the Dataset's next epoch; returns its batches of row numbers. Batch sizes not
+        seen before get their gradient steps frozen, and a new placement to ship them."""
+        self.stream = EpochStream.scan(self.dataset)
+        self.y = self.stream.labels
+        new_sizes = set(self.stream.sizes) - set(self.graph_bytes)
+        if new_sizes:
+            graphs, _, _ = freeze_gradient_step(self.model, self.x, self.y, new_sizes, self.with_predictions)
+            self.graph_bytes = {**self.graph_bytes, **graphs}
+            self.close()
+        bounds = np.cumsum((0, *self.stream.sizes))
+        return [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
     def _alive_workers(self) -> list[str]:
         """The workers alive (at least one, waiting up to `timeout` for it)."""
         deadline = time.monotonic() + self.strategy.timeout
@@ -316,13 +335,19 @@ class AsyncSession:
         offsets = tuple(np.cumsum([0, *map(len, rows)]).tolist())
         order = np.concatenate(rows) if rows else np.zeros(0, np.int64)
         self._begin_epoch(len(rows))
+        if self.dataset is not None:  # every replica runs the epoch's pipeline (see epoch_data)
+            (stream,) = self._scatter([self.stream])
+            self._held.append(stream)
+            data = stream
+        else:
+            data = self.data
         (order_future,) = self._scatter([order])
         layout, blocks, timeout = self.layout, self.blocks, strategy.timeout
         jobs = [
             AsyncReplicaJob(r, offsets, layout, blocks, strategy.straggler_delay.get(r, 0.0), timeout)
             for r in range(len(self.replica_workers))
         ]
-        shared = (self.graphs, self.data, order_future, self.shards, self.log)
+        shared = (self.graphs, data, order_future, self.shards, self.log)
         replicas = launch_replicas(client, run_async_replica, jobs, self.replica_workers, shared)
         self._held += [order_future, *replicas]
         logs = self._follow(len(rows), order, offsets, callbacks, replicas)

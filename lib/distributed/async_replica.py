@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow import _compat
-from tapeflow.distributed.epoch_data import ArrayRows
+from tapeflow.distributed.epoch_data import rows_reader
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
 from tapeflow.distributed.local_actor import in_process
 from tapeflow.distributed.placement import Block, join_blocks
@@ -39,14 +39,15 @@ class AsyncReplicaJob:
     timeout: float
 
 
-def run_async_replica(job: AsyncReplicaJob, graphs: dict, data: list, order: np.ndarray, shards: list, log) -> int:
+def run_async_replica(job: AsyncReplicaJob, graphs: dict, data, order: np.ndarray, shards: list, log) -> int:
     """Train on batches from `log` until none is left; returns how many of this replica's
-    updates were applied. `data` is [x, y] or [x_0, ..., x_k, y]; `shards` are the
-    AsyncParameterShard actors."""
+    updates were applied. `data` is [x, y], [x_0, ..., x_k, y] or an epoch of a Dataset
+    (the log hands out batches in increasing order, so a replica reads its pipeline
+    forwards); `shards` are the AsyncParameterShard actors."""
     _compat.require_distributed().secede()  # a long-running task leaves the worker's thread pool
     shards, log = [in_process(ps) for ps in shards], in_process(log)
     runner = GradientRunner(graphs, job.layout)
-    reader = ArrayRows(data)
+    reader = rows_reader(data)
     taking = log.take()
     answers = _all(job, [ps.pull() for ps in shards], "pull")
     batch = _answer(taking, job.timeout, "the update log")

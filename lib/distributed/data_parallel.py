@@ -101,7 +101,7 @@ from tapeflow.distributed.deployment import Deployment, ShardSpec
 from tapeflow.distributed.epoch_data import EpochStream, first_batch
 from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
-from tapeflow.distributed.inference import predict_on_cluster
+from tapeflow.distributed.inference import ClusterInference
 from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
 from tapeflow.distributed.stragglers import checked_stragglers
 from tapeflow.ops.registry import as_tensor
@@ -147,7 +147,7 @@ class Recovery:
     error: str
 
 
-class DataParallel:
+class DataParallel(ClusterInference):
     """Synchronous data-parallel training over `replicas` replicas plus `backup_workers`
     backups, one per worker of `cluster`; pass it to `model.fit(..., distribute=...)`.
 
@@ -240,10 +240,6 @@ class DataParallel:
         Dataset `x` of (x, y) batches (y None): `Model.fit` calls this, then `run_epoch`
         per epoch and `close` at the end."""
         return TrainingSession(self, model, x, y, batch_size)
-
-    def predict(self, model, x, batch_size: int):
-        """`model.predict(x, distribute=self)`: the rows split over the replicas' workers."""
-        return predict_on_cluster(self, model, x, batch_size)
 
     def __repr__(self) -> str:
         return f"DataParallel(replicas={self.replicas}, backup_workers={self.backup_workers})"

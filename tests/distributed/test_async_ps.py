@@ -232,8 +232,6 @@ def test_unsupported_models_and_inputs_are_clear_errors(cluster):
     with pytest.raises(tp.FreezeError, match="test_async_ps.py"):
         model.fit(x, y, batch_size=BATCH, verbose=0, distribute=strategy)
     (model,) = twins("sgd", n=1)
-    with pytest.raises(ValueError, match="AsyncParameterServer trains on arrays"):
-        model.fit(tp.data.Dataset.from_tensor_slices((x, y)).batch(8), distribute=strategy, verbose=0)
     model.compile(optimizer=tp.optimizers.SGD(0.1, clipnorm=1.0), loss="mse")
     with pytest.raises(ValueError, match="clipnorm"):
         model.fit(x, np.zeros((N, 5), np.float32), batch_size=BATCH, distribute=strategy, verbose=0)
@@ -248,3 +246,35 @@ def test_a_replica_that_does_not_answer_ends_fit_with_a_timeout(cluster):
         model.fit(x, y, batch_size=BATCH, verbose=0, distribute=strategy)
     for before, after in zip(weights, model.get_weights(), strict=True):
         np.testing.assert_array_equal(before, after)  # the failed epoch left the model as it was
+
+
+def pipeline(x, y):
+    """A shuffled, batched Dataset whose last batch is short and whose shuffle moves on each epoch."""
+    return tp.data.Dataset.from_tensor_slices((x, y)).shuffle(len(y), seed=4).batch(BATCH)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_one_replica_on_a_dataset_equals_single_process_training(cluster, optimizer):
+    single, spread = twins(optimizer, metrics=["accuracy"])
+    x, y = data()
+    histories = [
+        model.fit(pipeline(x, y), epochs=2, verbose=0, distribute=distribute).history
+        for model, distribute in ((single, None), (spread, tp.distributed.AsyncParameterServer(cluster, replicas=1)))
+    ]
+    for key, values in histories[0].items():
+        np.testing.assert_allclose(histories[1][key], values, rtol=2e-5, err_msg=key)
+    assert_same_weights(spread, single)
+
+
+def test_two_replicas_on_a_dataset_apply_every_batch_once(cluster):
+    (model,) = twins("sgd", n=1)
+    x, y = data()
+    strategy = tp.distributed.AsyncParameterServer(cluster, replicas=2)
+    before = [w.copy() for w in model.get_weights()]
+    history = model.fit(pipeline(x, y), epochs=2, verbose=0, distribute=strategy)
+    assert len(history.history["loss"]) == 2
+    batches = [(s.batch, s.step) for s in strategy.steps]
+    assert sorted(b for b, _ in batches[:3]) == sorted(b for b, _ in batches[3:]) == [0, 1, 2]
+    assert sorted(s for _, s in batches) == list(range(6))
+    assert {s.replica for s in strategy.steps} <= {0, 1}
+    assert all(not np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))

@@ -331,3 +331,31 @@ def test_a_replica_that_does_not_answer_ends_fit_with_a_timeout_naming_the_step(
         model.fit(x, y, batch_size=BATCH, verbose=0, distribute=strategy)
     for before, after in zip(weights, model.get_weights(), strict=True):
         np.testing.assert_array_equal(before, after)  # the failed epoch left the model as it was
+
+
+@pytest.mark.parametrize("batch_size", [8, 100])
+def test_evaluate_on_the_workers_equals_evaluate_in_one_process(cluster, batch_size):
+    tp.random.seed(4)
+    model = tp.Sequential([tp.Input((6,)), tp.layers.Dense(8, activation="relu"), tp.layers.Dense(3)])
+    model.compile(
+        optimizer="sgd",
+        loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy", tp.metrics.SparseTopKCategoricalAccuracy(k=2)],
+    )
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((37, 6)).astype(np.float32), rng.integers(0, 3, 37)
+    expected = model.evaluate(x, y, batch_size=batch_size, verbose=0)
+    got = model.evaluate(
+        x, y, batch_size=batch_size, verbose=0, distribute=tp.distributed.DataParallel(cluster, replicas=3)
+    )
+    assert sorted(got) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-6, err_msg=key)
+
+
+def test_evaluate_on_the_workers_checks_its_arrays(cluster):
+    model = tp.Sequential([tp.Input((2,)), tp.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    distribute = tp.distributed.DataParallel(cluster, replicas=2)
+    with pytest.raises(ValueError, match="evaluate: x has 4 rows but y has 3"):
+        model.evaluate(np.ones((4, 2), np.float32), np.ones((3, 1), np.float32), distribute=distribute)

@@ -328,12 +328,14 @@ def test_a_worker_that_joins_is_used_from_a_step_soon_after():
     x, y = data()
     model = make_model()
     with tp.distributed.Cluster(n_workers=2, memory_limit="1GiB") as small:
-        strategy = tp.distributed.DataParallel(small, replicas=3, min_replicas=2, straggler_delay={0: 0.1})
+        strategy = tp.distributed.DataParallel(small, replicas=3, min_replicas=2, straggler_delay={0: 0.25})
         joining = AddWorker(small, step=1)
         fit(model, strategy, callbacks=[joining])
 
-    (grown,) = [p.first_step for p in strategy.placements[1:]]  # no checkpoint interval: it grows mid-epoch
-    assert 1 < grown < STEPS
+    # No checkpoint interval is set: training grows at the first step not yet started once the
+    # client sees the new worker, mid-epoch unless the replicas finished the epoch meanwhile.
+    (grown,) = [p.first_step for p in strategy.placements[1:]]
+    assert 1 < grown <= STEPS
     assert [p.replicas for p in strategy.placements] == [2, 3]
     assert joining.joined in strategy.placements[1].replica_workers
     assert joining.joined in strategy.placements[1].shard_workers
@@ -411,8 +413,8 @@ def test_too_few_workers_after_a_death_end_fit_with_a_clear_error():
         processes = [start_worker(cluster.client.scheduler.address)]
         try:
             cluster.client.wait_for_workers(2, timeout=60)
-            strategy = tp.distributed.DataParallel(cluster, replicas=2, timeout=2, straggler_delay={0: 0.05})
-            with pytest.raises(RuntimeError, match="training needs 2 workers but 1 are alive .* within 2s"):
+            strategy = tp.distributed.DataParallel(cluster, replicas=2, timeout=5, straggler_delay={0: 0.05})
+            with pytest.raises(RuntimeError, match="training needs 2 workers but 1 are alive .* within 5s"):
                 fit(model, strategy, callbacks=[Elastic(cluster, processes, kill_at=3, join_at=None)])
         finally:
             for process in processes:
