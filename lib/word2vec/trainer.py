@@ -143,5 +143,8 @@ class Word2Vec:
 
     @property
     def words_per_second(self) -> float:
-        """Corpus words per second of training, over all epochs."""
-        return sum(e["words"] for e in self.history) / sum(e["seconds"] for e in self.history)
+        """Corpus tokens (out-of-vocabulary ones included, as gensim counts raw words) per
+        second of training, over all epochs."""
+        if not self.history:
+            raise ValueError("Word2Vec: train the model first")
+        return self.vocab.corpus_words * len(self.history) / sum(e["seconds"] for e in self.history)
