@@ -52,6 +52,7 @@ bench: build
 	$(BIN)/python bench/graph.py
 	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/distributed.py
+	$(BIN)/python bench/word2vec.py
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check lib tests bench tutorials setup.py

@@ -23,6 +23,7 @@ from tapeflow import (
     regularizers,
     saving,
     serialization,
+    word2vec,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
 from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads

@@ -29,15 +29,23 @@ def temp_prefix(path: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_h5(path):
-    """An h5py.File on a temp file beside `path` that replaces `path` only once complete."""
+def atomic_file(path):
+    """The path of a temp file beside `path`, renamed over `path` once the block completes.
+
+    >>> import os, tempfile
+    >>> target = os.path.join(tempfile.mkdtemp(), "v.txt")
+    >>> with atomic_file(target) as tmp:
+    ...     with open(tmp, "w") as f:
+    ...         _ = f.write("ok")
+    >>> open(target).read()
+    'ok'
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f"{temp_prefix(path)}{secrets.token_hex(6)}.tmp")
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # mode from the umask
     try:
-        with h5py.File(tmp, "w") as f:
-            yield f
+        yield tmp
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -54,6 +62,13 @@ def atomic_h5(path):
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_h5(path):
+    """An h5py.File on a temp file beside `path` that replaces `path` only once complete."""
+    with atomic_file(path) as tmp, h5py.File(tmp, "w") as f:
+        yield f
 
 
 _NUMERIC_KINDS = "biuf"

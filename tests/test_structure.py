@@ -21,7 +21,7 @@ STAGES = [
     {"autodiff", "graph"},
     {"data", "io"},
     {"initializers", "regularizers", "schedules", "losses", "metrics", "optimizers", "callbacks", "layers"}
-    | {"training", "functional", "models", "config", "saving"},
+    | {"training", "functional", "models", "config", "saving", "word2vec"},
     {"distributed"},
     {"__init__", "cli"},
 ]

@@ -161,6 +161,28 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     return tuple(o.astype(dtype, copy=False) for o in outs)
 
 
+def word2vec_sgns_train(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_end, seed, window, negative, threads):
+    ids = np.asarray(ids)
+    if ids.size and (ids.min() < 0 or ids.max() >= syn0.shape[0]):
+        raise IndexError(f"word2vec_sgns_train: word ids must lie in [0, {syn0.shape[0]})")
+    syn0, syn1 = np.array(syn0, order="C", copy=True), np.array(syn1, order="C", copy=True)
+    counts = _kernels.sgns_train(
+        syn0,
+        syn1,
+        np.ascontiguousarray(ids, dtype=np.int32),
+        np.ascontiguousarray(offsets, dtype=np.int64),
+        np.ascontiguousarray(keep, dtype=np.float64),
+        np.ascontiguousarray(cum, dtype=np.int64),
+        window,
+        negative,
+        float(alpha_start),
+        float(alpha_end),
+        int(seed) & 0xFFFFFFFFFFFFFFFF,
+        threads,
+    )
+    return syn0, syn1, np.array(counts, dtype=np.int64)
+
+
 def _elementwise_ok(*arrays):
     """Same shape and one float32/float64 dtype: the fused elementwise kernels apply."""
     first = arrays[0]

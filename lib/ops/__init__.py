@@ -11,7 +11,20 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tapeflow import tensor as _tensor
-from tapeflow.ops import array, control, creation, fused, math, nn, optim, random, reduce, registry, sparse
+from tapeflow.ops import (
+    array,
+    control,
+    creation,
+    fused,
+    math,
+    nn,
+    optim,
+    random,
+    reduce,
+    registry,
+    skipgram,
+    sparse,
+)
 from tapeflow.ops.array import (
     broadcast_to,
     concat,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tp
-from tapeflow.ops import registry
+from tapeflow.ops import registry, skipgram
 
 _RNG = np.random.default_rng(20240607)
 
@@ -47,6 +47,7 @@ NOT_DIFFERENTIABLE = {
     "stop_gradient",
     "truncated_normal",
     "while_loop_grad",
+    "word2vec_sgns_train",
 }
 
 
@@ -980,6 +981,44 @@ sample(
     [normal(5), normal(5), positive(5), normal(5), np.array(0.1), np.array(2.0)],
     {**_ADAM, "epsilon": 0.1, "epsilon_on_sqrt_v": True},
     lambda p, m, v, g, lr, step: np_adam(p, m, v, g, lr, step, **{**_ADAM, "epsilon": 0.1}, epsilon_on_sqrt_v=True),
+)
+
+
+# ------------------------------------------------------------- word2vec
+def np_sgns(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_end, seed, window, negative, threads):
+    """Skip-gram negative sampling, one window at a time, with the kernel's draws (one thread)."""
+    syn0, syn1, counts = syn0.copy(), syn1.copy(), np.zeros(3, np.int64)
+    draws = skipgram.sgns_windows(
+        ids, offsets, keep, cum, 0, len(ids), window, negative, alpha_start, alpha_end, int(seed), counts
+    )
+    for ctx, out, lr in draws:
+        scores = syn0[ctx] @ syn1[out].T
+        labels = (np.arange(len(out)) == 0).astype(float)
+        g = lr * (labels - 1 / (1 + np.exp(-scores))) * ((out != out[0]) | (np.arange(len(out)) == 0))
+        update0, update1 = g @ syn1[out], g.T @ syn0[ctx]
+        np.add.at(syn1, out, update1)
+        np.add.at(syn0, ctx, update0)
+    return syn0, syn1, counts
+
+
+_W2V_IDS = ints(0, 9, 60)
+_W2V_COUNTS = np.bincount(_W2V_IDS, minlength=9) + 1
+sample(
+    "word2vec_sgns_train",
+    "subsampled-two-sentences",
+    [
+        normal(9, 4),
+        normal(9, 4) * 0.1,
+        _W2V_IDS,
+        np.array([0, 25, 60]),
+        np.minimum(1.0, 4.0 / _W2V_COUNTS),
+        skipgram.negative_table(_W2V_COUNTS),
+        np.array(0.05),
+        np.array(0.01),
+        np.array(3),
+    ],
+    {"window": 3, "negative": 4, "threads": 1},
+    lambda *a: np_sgns(*a, window=3, negative=4, threads=1),
 )
 
 
