@@ -1,17 +1,21 @@
-"""word2vec, the readable version: a Keras-style skip-gram model (an Embedding and an NCE
-output layer) trained with `fit`, as TensorFlow's word2vec_basic did.
+"""word2vec, the readable version: a Keras-style skip-gram model (an Embedding and an
+output layer scored by `tp.nn.nce_loss`) trained with `fit`, as TensorFlow's
+word2vec_basic did.
 
     python tutorials/word2vec/basic.py                       # the Wikipedia excerpt gensim ships
-    python tutorials/word2vec/basic.py --corpus text.txt --epochs 3 --save-vectors vectors.txt
+    python tutorials/word2vec/basic.py --corpus my.txt --epochs 3 --dim 50 --window 4 \\
+        --negative 5 --min-count 3 --seed 7 --save-vectors vectors.txt
 
 Each training example is a (center word, context word) pair within a dynamic window.
-The model maps a center word to its vector; the loss, noise-contrastive estimation,
-scores that vector against the context word's output vector and against `--negative`
-noise words per pair drawn from the unigram distribution raised to 3/4, shared by the
-batch. Both tables get sparse gradients (only the rows in a batch), and the whole step,
-frozen by `compile(jit=True)`, updates those rows in place. The script prints nearest
-neighbours and word-similarity and analogy scores, saves a PCA plot of frequent words,
-and ends with `words/s: N` (corpus words per second of training, as gensim counts them).
+The model maps a center word to its vector. The loss scores that vector against the
+context word's output vector (target 1) and against `--negative` noise words (target 0)
+drawn from the unigram distribution raised to 3/4 and shared by the step's pairs; with
+the expected counts set to one, `nce_loss` is word2vec's negative sampling. Both tables
+get sparse gradients (the rows of the step's words only), and the step, frozen by
+`compile(jit=True)`, updates those rows in place, so a step costs its batch, not the
+vocabulary. The script prints nearest neighbours and word-similarity and analogy scores,
+saves a PCA plot of frequent words, and ends with `words/s: N` (corpus words per second
+of training, counted as gensim counts them).
 """
 
 from __future__ import annotations
@@ -71,22 +75,14 @@ class NCELoss(tp.losses.Loss):
 
     def call(self, contexts, vectors):
         labels = tp.reshape(contexts, (-1, 1))
-        noise = tp.random.fixed_unigram_candidate_sampler(
-            labels,
-            1,
-            self.num_sampled,
-            False,
-            len(self.unigrams),
-            distortion=0.75,
-            unigrams=self.unigrams,
-            seed=self.seed,
+        vocab_size = len(self.unigrams)
+        sampled, true_count, noise_count = tp.random.fixed_unigram_candidate_sampler(
+            labels, 1, self.num_sampled, False, vocab_size, distortion=0.75, unigrams=self.unigrams, seed=self.seed
         )
         # Expected counts of one drop NCE's log-probability correction: negative sampling.
-        sgns = (noise[0], tp.ones_like(noise[1]), tp.ones_like(noise[2]))
-        out = self.output
-        return tp.nn.nce_loss(
-            out.kernel, out.bias, labels, vectors, self.num_sampled, len(self.unigrams), sampled_values=sgns
-        )
+        noise = (sampled, tp.ones_like(true_count), tp.ones_like(noise_count))
+        weights, biases = self.output.kernel, self.output.bias
+        return tp.nn.nce_loss(weights, biases, labels, vectors, self.num_sampled, vocab_size, sampled_values=noise)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
