@@ -907,6 +907,8 @@ sample(
     lambda logits: _categorical(12, logits, 7),
     exact=True,
 )
+
+
 def _sampler_attrs(distribution, seed, unique=False):
     return lambda t: {
         "num_true": 2,
