@@ -472,7 +472,8 @@ def load_model(path, custom_objects: dict | None = None, compile: bool = True):
             arguments = dict(compile_config)
             optimizer = optimizers.get(arguments.pop("optimizer"))
             arguments["loss"] = _restore_entry(arguments.get("loss"), losses.get)
-            arguments["metrics"] = _restore_entry(arguments.get("metrics"), metrics.get)
+            for key in ("metrics", "weighted_metrics"):
+                arguments[key] = _restore_entry(arguments.get(key), metrics.get)
             model.compile(optimizer=optimizer, **arguments)
             group = hdf5_child(f, "optimizer", where)
             if not isinstance(group, h5py.Group):

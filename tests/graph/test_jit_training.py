@@ -68,8 +68,8 @@ def test_frozen_training_matches_eager_after_20_steps(name, optimizer):
     eager, frozen = _pair(name, optimizer, x)
     for step in range(20):
         batch = slice((step % 4) * 16, (step % 4 + 1) * 16)
-        logs_e = eager.train_on_batch(x[batch], y[batch])
-        logs_f = frozen.train_on_batch(x[batch], y[batch])
+        logs_e = eager.train_on_batch(x[batch], y[batch], return_dict=True)
+        logs_f = frozen.train_on_batch(x[batch], y[batch], return_dict=True)
         assert logs_f["loss"] == pytest.approx(logs_e["loss"], rel=1e-4, abs=1e-6)
     for a, b in zip(eager.get_weights(), frozen.get_weights(), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)

@@ -17,6 +17,7 @@ import pytest
 
 import tapeflow as tp
 from tapeflow.io import BackupAndRestore, WeightsMismatchError
+from tapeflow.training_data import ArrayData
 
 CHILD_ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 
@@ -460,9 +461,9 @@ def test_restoring_needs_a_built_model_when_the_data_is_a_dataset(tmp_path):
 
 def test_each_epoch_shuffle_depends_only_on_seed_and_epoch():
     model = _compiled("sgd")
-    x = np.arange(10, dtype="float32")[:, None]
-    first = [b[0].ravel().tolist() for b in model._epoch_batches(x, np.zeros(10), 10, True, 3)(2)]
+    arrays = ArrayData(np.arange(10, dtype="float32")[:, None], np.zeros(10))
+    first = [b[0].ravel().tolist() for b in model._shuffled_passes(arrays, 10, True, 3)(2)]
     tp.random.seed(77)
-    again = [b[0].ravel().tolist() for b in model._epoch_batches(x, np.zeros(10), 10, True, 3)(2)]
-    other = [b[0].ravel().tolist() for b in model._epoch_batches(x, np.zeros(10), 10, True, 3)(1)]
+    again = [b[0].ravel().tolist() for b in model._shuffled_passes(arrays, 10, True, 3)(2)]
+    other = [b[0].ravel().tolist() for b in model._shuffled_passes(arrays, 10, True, 3)(1)]
     assert first == again and first != other and sorted(first[0]) == list(range(10))
