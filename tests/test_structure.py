@@ -14,7 +14,7 @@ from pathlib import Path
 LIB = Path(__file__).resolve().parent.parent / "lib"
 
 STAGES = [
-    {"_kernels", "_compat", "_files", "dtypes", "devices", "elementwise", "serialization"},
+    {"_kernels", "_compat", "_files", "_h5safe", "dtypes", "devices", "elementwise", "serialization"},
     {"backends"},
     {"tensor"},
     {"ops", "dlpack"},
@@ -37,7 +37,10 @@ STAGES = [
 ]
 STAGE = {part: i for i, parts in enumerate(STAGES) for part in parts}
 MAY_NAME_DEVICES = ("backends", "devices")  # where "cpu" and the compiled kernels may appear
-OP_FAMILIES = {f"tapeflow.ops.{name}" for name in ("array", "creation", "math", "reduce", "nn", "random", "fused")}
+OP_FAMILIES = {
+    f"tapeflow.ops.{name}"
+    for name in ("array", "creation", "math", "reduce", "nn", "sampled_losses", "random", "fused")
+}
 
 
 def _modules() -> dict[str, Path]:
