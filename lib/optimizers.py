@@ -52,8 +52,12 @@ class Optimizer:
     decay, per-variable slots and a step counter.
 
     Subclasses declare their slots in `slot_initials` and implement
-    `update_step(gradient, variable, learning_rate)`. `iterations` counts the
-    updates applied; a schedule sees it before the update (0 on the first).
+    `update_rule(gradient, value, slots, learning_rate)`, which serves dense gradients
+    and the rows of sparse ones (IndexedSlices, as from an Embedding): those update only
+    their rows of the variable and its slots. A subclass may instead implement
+    `update_step(gradient, variable, learning_rate)`, which gets dense gradients.
+    Weight decay always applies to the whole variable. `iterations` counts the updates
+    applied; a schedule sees it before the update (0 on the first).
     """
 
     def __init__(
@@ -210,7 +214,10 @@ class Optimizer:
             for var in variables:
                 if self._decays(var):
                     var.assign(var - var * (lr * self.weight_decay))
+        own_step = type(self).update_step is not Optimizer.update_step  # written for dense gradients
         for grad, var in zip(grads, variables, strict=True):
+            if own_step and isinstance(grad, IndexedSlices):
+                grad = sparse.convert_to_tensor(grad)
             self.update_step(grad, var, lr)
 
     def apply(self, grads, trainable_variables) -> None:

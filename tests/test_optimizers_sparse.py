@@ -119,3 +119,15 @@ def test_large_embedding_step_allocates_in_proportion_to_the_batch(jit, optimize
     table_bytes = rows * dim * 4
     assert peak < table_bytes / 20, f"a step allocated {peak / 1e6:.1f} MB for a {table_bytes / 1e6:.0f} MB table"
     assert not np.array_equal(table.numpy()[x[:, 0]], before)
+
+
+def test_an_optimizer_with_its_own_update_step_gets_dense_gradients():
+    class HalfStep(tp.optimizers.Optimizer):
+        def update_step(self, gradient, variable, learning_rate):
+            assert isinstance(gradient, tp.Tensor)
+            variable.assign(variable - gradient * 0.5)
+
+    table = tp.Variable(np.ones((5, 2), np.float32))
+    sparse, dense = _sparse_and_dense_gradients(table, [1, 1, 3], tp.ones((3, 2)))
+    HalfStep().apply_gradients([(sparse, table)])
+    np.testing.assert_allclose(table.numpy(), 1.0 - 0.5 * dense.numpy())
