@@ -217,7 +217,7 @@ def write_rows(var: Variable, sparse_delta: IndexedSlices, mode: str) -> Variabl
 def in_place_rows(x: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
     """scatter_update into `x` itself (the graph executor's form for a variable it owns)."""
     check_index_range("scatter_update", indices, x.shape[0], 0)
-    x[indices] = updates
+    write_rows_in_place(x, indices, updates, "update")
     return x
 
 
