@@ -115,10 +115,13 @@ class Optimizer:
         """
         lr = self._learning_rate
         if isinstance(lr, LearningRateSchedule):
-            return float(lr(self.iterations))
-        if callable(lr):
-            return float(lr())
-        return lr
+            value, source = lr(self.iterations), f"its schedule at step {self.iterations}"
+        elif callable(lr):
+            value, source = lr(), "its learning-rate function"
+        else:
+            return lr
+        # a schedule's NaN would turn every weight into NaN at once
+        return _nonnegative(type(self).__name__, f"learning_rate from {source}", value)
 
     @learning_rate.setter
     def learning_rate(self, value) -> None:

@@ -35,6 +35,7 @@ from tapeflow import training_data as data
 from tapeflow.autodiff import GradientTape
 from tapeflow.data.dataset import Dataset
 from tapeflow.functional import flatten
+from tapeflow.graph.structure import flatten_structure, rebuild_structure
 from tapeflow.ops.math import add
 from tapeflow.ops.random import global_generator
 from tapeflow.ops.registry import as_tensor
@@ -95,6 +96,7 @@ class Trainer:
         self._loss_tracker = metrics_module.Mean(name="loss")
         self.jit = bool(jit)
         self._frozen_steps = None
+        self._prediction_specs = None
         self._compiled = True
 
     def _output_names_for(self, loss) -> list[str]:
@@ -142,6 +144,7 @@ class Trainer:
 
     def test_step(self, x, y, sample_weight=None) -> dict:
         if getattr(self, "jit", False):
+            self._check_targets(x, y, sample_weight)
             y_pred, loss, values = self._frozen()[1](x, y, sample_weight)
         else:
             y_pred = self(x, training=False)
@@ -174,8 +177,7 @@ class Trainer:
         return self._frozen_steps
 
     def _frozen_train_step(self, x, y, sample_weight=None) -> dict:
-        if not self.built:
-            self(x, training=False)
+        self._check_targets(x, y, sample_weight)
         variables = self.trainable_weights
         self.optimizer.build(variables)
         dtype = variables[0].dtype if variables else "float32"
@@ -184,6 +186,20 @@ class Trainer:
         y_pred, loss, values = self._frozen()[0](x, y, sample_weight, lr, step)
         self.optimizer.iterations += 1
         return self._update_metrics(y, y_pred, loss, sample_weight, values)
+
+    def _check_targets(self, x, y, sample_weight=None) -> None:
+        """The loss's checks of the target values (integer class ids, labels in [0, 1] ...),
+        made on the host before a frozen step as eager training makes them: the traced
+        step saw only symbolic targets. The loss runs on zeros shaped like the predictions,
+        whose shapes come from one row through the model, once."""
+        if getattr(self, "_prediction_specs", None) is None:
+            first_row = [t[:1] for t in x] if isinstance(x, list | tuple) else x[:1]
+            leaves, structure = flatten_structure(self(first_row, training=False))
+            self._prediction_specs = (structure, [(leaf.shape[1:], leaf.dtype.np) for leaf in leaves])
+        structure, specs = self._prediction_specs
+        rows = (x[0] if isinstance(x, list | tuple) else x).shape[0]
+        probe = [as_tensor(np.zeros((rows, *shape), dtype)) for shape, dtype in specs]
+        self._compute_loss(y, rebuild_structure(structure, probe), sample_weight)
 
     def _update_metrics(self, y, y_pred, loss, sample_weight=None, output_losses=None, batch_size=None) -> dict:
         """Add one batch to the loss (weighted by the batch size, as Keras does), the
