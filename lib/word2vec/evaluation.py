@@ -19,7 +19,6 @@ reported as `oov_ratio`, in percent, the way gensim logs them.
 from __future__ import annotations
 
 import numpy as np
-import scipy.stats
 
 from tapeflow import _compat
 from tapeflow.word2vec.vectors import KeyedVectors
@@ -65,6 +64,8 @@ def evaluate_word_pairs(kv: KeyedVectors, path, restrict_vocab: int = RESTRICT_V
     total = len(model) + oov
     if len(model) < 2:
         raise ValueError(f"evaluate_word_pairs: fewer than 2 of the {total} pairs in {path} are in the vocabulary")
+    import scipy.stats  # here, not at import: importing scipy.stats installs warning filters
+
     return {
         "pearson": float(scipy.stats.pearsonr(human, model)[0]),
         "spearman": float(scipy.stats.spearmanr(human, model)[0]),
