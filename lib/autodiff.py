@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 
+from tapeflow.devices import colocate_with
 from tapeflow.ops import registry, sparse
 from tapeflow.ops.creation import ones_like, zeros_like
 from tapeflow.ops.registry import OpDef, apply, as_tensor, defop
@@ -167,7 +168,11 @@ def backprop(records, targets, seeds, sources, vjp_tensors) -> dict[int, Tensor]
             continue
         needs = tuple(id(t) in reachable and t.dtype.kind == "f" for t in rec.inputs)
         inputs, outputs = vjp_tensors(rec)
-        in_grads = call_vjp(rec.op, out_grads, inputs, outputs, rec.attrs, needs)
+        if TRACING.tracer is None:
+            in_grads = call_vjp(rec.op, out_grads, inputs, outputs, rec.attrs, needs)
+        else:  # traced gradient nodes go to the device of the op they differentiate
+            with colocate_with(outputs):
+                in_grads = call_vjp(rec.op, out_grads, inputs, outputs, rec.attrs, needs)
         for t, g, wanted in zip(rec.inputs, in_grads, needs, strict=True):
             if wanted and g is not None:
                 _accumulate(grads, id(t), g if g.dtype is t.dtype else sparse.cast_gradient(g, t.dtype))

@@ -223,6 +223,10 @@ class Optimizer:
                 grad = sparse.convert_to_tensor(grad)
             self.update_step(grad, var, lr)
 
+    def scale_loss(self, loss):
+        """The loss to differentiate: `loss` itself here, scaled by a LossScaleOptimizer."""
+        return loss
+
     def apply(self, grads, trainable_variables) -> None:
         """`apply_gradients(zip(grads, trainable_variables))`, the Keras 3 form."""
         self.apply_gradients(zip(grads, trainable_variables, strict=True))

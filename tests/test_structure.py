@@ -31,7 +31,8 @@ STAGES = [
         "config",
         "saving",
         "word2vec",
-    },
+    }
+    | {"mixed_precision"},
     {"distributed"},
     {"__init__", "cli"},
 ]

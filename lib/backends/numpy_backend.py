@@ -31,6 +31,35 @@ set_num_threads = _kernels.set_num_threads
 get_num_threads = _kernels.get_num_threads
 build_info = _kernels.build_info
 
+# ------------------------------------------------------------ the device boundary
+FALLS_BACK_TO_REFERENCE = True  # the NumPy references are this backend's own code
+HOLDS_NUMPY = True  # its arrays are NumPy arrays
+RUNS_ON_HOST: frozenset = frozenset()  # every op runs here
+
+
+def from_host(array, index: int = 0) -> np.ndarray:
+    return np.asarray(array)
+
+
+def to_host(array) -> np.ndarray:
+    return np.asarray(array)
+
+
+def conform(array, npdtype) -> np.ndarray:
+    return np.asarray(array, dtype=npdtype)
+
+
+def dtype_of(array) -> np.dtype:
+    return np.asarray(array).dtype
+
+
+def stats(index: int = 0) -> dict:
+    return {}
+
+
+def memory_stats(index: int = 0) -> dict:
+    return {}  # NumPy allocates from the C heap: no pool to report
+
 
 def _ready(*arrays):
     """Arrays as C-contiguous float32/float64 for the kernels (float16 widened)."""

@@ -51,7 +51,8 @@ class Executor:
 
         self._feed_slots = [slot_of(v) for v in self.feeds]
         fed = {id(v) for v in self.feeds}
-        self._constants = [(slot_of(v), v.data) for v in graph.constants if id(v) not in fed]
+        kernels, index = self._backend, graph.device.index
+        self._constants = [(slot_of(v), kernels.from_host(v.data, index)) for v in graph.constants if id(v) not in fed]
         # State reads come first: a read always precedes the writes of its variable.
         self._reads = [(slot_of(n.outputs[0]), graph.state[n.attrs["variable"]]) for n in nodes if n.op == READ]
         steps, reads = [], []
@@ -90,13 +91,19 @@ class Executor:
     def run(self, feed_arrays) -> list[np.ndarray]:
         """Run the schedule on the fed arrays; return the fetched arrays."""
         env = [None] * self._size
-        for s, arr in zip(self._feed_slots, feed_arrays, strict=True):
-            env[s] = arr
+        kernels = self._backend
+        if kernels.HOLDS_NUMPY:
+            for s, arr in zip(self._feed_slots, feed_arrays, strict=True):
+                env[s] = arr
+        else:
+            for s, arr in zip(self._feed_slots, feed_arrays, strict=True):
+                env[s] = kernels.from_host(arr, self.graph.device.index)
+        conform = kernels.conform
         for s, data in self._constants:
             env[s] = data
         for s, var in self._reads:
             env[s] = var._value
-        numerics = self._backend.enter_numerics()
+        numerics = kernels.enter_numerics()
         try:
             for kind, fn, args, out, dtype, node, frees in self._steps:
                 if kind == _KERNEL:
@@ -105,7 +112,7 @@ class Executor:
                     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
                         raise _node_error(node, list(args(env)), exc) from exc
                     if type(r) is not np.ndarray or (r.dtype is not dtype and r.dtype != dtype):
-                        r = np.asarray(r, dtype=dtype)
+                        r = conform(r, dtype)
                     env[out] = r
                 elif kind == _ROWS:
                     env[out] = _write_owned_rows(env, args, fn, node)
@@ -115,13 +122,13 @@ class Executor:
                     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
                         raise _node_error(node, list(args(env)), exc) from exc
                     for s, r, d in zip(out, results, dtype, strict=True):
-                        env[s] = r if type(r) is np.ndarray and r.dtype == d else np.asarray(r, dtype=d)
+                        env[s] = r if type(r) is np.ndarray and r.dtype == d else conform(r, d)
                 else:
-                    fn._value = _as_state(env[args[0]], fn)
+                    fn._value = conform(env[args[0]], fn.dtype.np)
                 for i in frees:
                     env[i] = None
         finally:
-            self._backend.leave_numerics(numerics)
+            kernels.leave_numerics(numerics)
         return [env[s] for s in self._fetch_slots]
 
 
@@ -163,13 +170,6 @@ def _arguments(slots: tuple):
         (slot,) = slots
         return lambda env: (env[slot],)
     return operator.itemgetter(*slots) if slots else lambda env: ()
-
-
-def _as_state(array, variable) -> np.ndarray:
-    array = np.asarray(array)
-    if array.dtype != variable._value.dtype:
-        array = array.astype(variable._value.dtype)
-    return array
 
 
 def _node_error(node, arrays, exc) -> NodeError:
@@ -224,6 +224,8 @@ def check_feed(graph_name: str, value: Value, array) -> np.ndarray:
             else:
                 return array
     if hasattr(array, "_value") and array._value is not None:
+        if type(array._value) is not np.ndarray:  # an accelerator's array stays where it is
+            return _check_device_feed(graph_name, value, array)
         array = array._value
     array = np.asarray(array)
     want = value.dtype.np
@@ -238,3 +240,13 @@ def check_feed(graph_name: str, value: Value, array) -> np.ndarray:
     ):
         raise ValueError(f"{graph_name}: feed '{value.name}' expects shape {value.type_string()}, got {array.shape}")
     return array
+
+
+def _check_device_feed(graph_name: str, value: Value, tensor):
+    if tensor.dtype is not value.dtype:
+        raise TypeError(f"{graph_name}: feed '{value.name}' expects {value.dtype.name}, got {tensor.dtype.name}")
+    if len(tensor.shape) != len(value.shape) or any(
+        d is not None and d != a for d, a in zip(value.shape, tensor.shape, strict=True)
+    ):
+        raise ValueError(f"{graph_name}: feed '{value.name}' expects shape {value.type_string()}, got {tensor.shape}")
+    return tensor._value
