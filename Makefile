@@ -82,6 +82,7 @@ bench: build
 	$(BIN)/python bench/graph.py
 	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/distributed.py
+	$(BIN)/python bench/word2vec.py
 
 bench-xla: build $(XLA_INSTALLED)
 	PJRT_DEVICE=CPU $(XLA_BIN)/python bench/xla.py

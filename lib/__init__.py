@@ -24,6 +24,7 @@ from tapeflow import (
     regularizers,
     saving,
     serialization,
+    word2vec,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
 from tapeflow.backends import UnsupportedOpError, device_stats, memory_stats
@@ -50,7 +51,7 @@ from tapeflow.models import Model, Sequential
 from tapeflow.ops import *  # noqa: F403 - the op namespace is the public API
 from tapeflow.ops import nn, random
 from tapeflow.ops.registry import get_op
-from tapeflow.tensor import Tensor, Variable
+from tapeflow.tensor import IndexedSlices, Tensor, Variable
 
 io.BackupAndRestore = callbacks.BackupAndRestore  # the checkpoint callback, beside the checkpoints it writes
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from pathlib import Path
 
 
 def _try_import(name: str):
@@ -38,6 +39,7 @@ has_gpu = _gpu_count() > 0
 has_xla = importlib.util.find_spec("torch_xla") is not None
 has_dask = importlib.util.find_spec("dask") is not None and importlib.util.find_spec("distributed") is not None
 has_onnx = importlib.util.find_spec("onnx") is not None
+has_gensim = importlib.util.find_spec("gensim") is not None
 
 
 def _require(name: str, available: bool, needed_by: str, install: str):
@@ -85,6 +87,25 @@ def require_cupy():
 
 
 _DASK_INSTALL = "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"
+
+
+def gensim_test_data() -> Path:
+    """The folder `gensim/test/test_data/` of the installed gensim wheel, found without importing gensim.
+
+    It holds the word-similarity and analogy sets (wordsim353.tsv, simlex999.txt,
+    questions-words.txt) and a shortened English Wikipedia dump.
+
+    >>> folder = gensim_test_data() if has_gensim else None
+    >>> folder is None or (folder / "wordsim353.tsv").is_file()
+    True
+    """
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the gensim test data needs the gensim package: pip install 'tapeflow[test]' (or gensim)")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"gensim is installed but its test data folder {folder} is missing")
+    return folder
 
 
 _XLA_INSTALL = (

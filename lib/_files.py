@@ -1,6 +1,6 @@
 """Files written atomically, and the temp files of killed writers cleaned up safely.
 
-`atomic_h5` writes to a temp file beside the target, fsyncs it and renames it over the
+`atomic_file` (and `atomic_h5` on it) writes to a temp file beside the target, fsyncs it and renames it over the
 target: a process killed mid-write leaves the previous file as it was (plus, at worst, a
 temp file whose name starts with `temp_prefix(path)`). A writer holds an exclusive
 `flock` on its temp file from creation to rename, so `remove_temp_files`, which every
@@ -103,17 +103,25 @@ def _locked_temp(path: str) -> tuple[str, int]:
 
 
 @contextlib.contextmanager
-def atomic_h5(path):
-    """An h5py.File on a temp file beside `path` that replaces `path` only once complete.
-    Stale temp files of `path` (from killed writers) are removed first."""
+def atomic_file(path):
+    """The path of a temp file beside `path`, renamed over `path` once the block completes.
+    Stale temp files of `path` (from killed writers) are removed first.
+
+    >>> import os, tempfile
+    >>> target = os.path.join(tempfile.mkdtemp(), "v.txt")
+    >>> with atomic_file(target) as tmp:
+    ...     with open(tmp, "w") as f:
+    ...         _ = f.write("ok")
+    >>> open(target).read()
+    'ok'
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     remove_temp_files(path)
     tmp, lock_fd = _locked_temp(path)
     try:
         try:
-            with h5py.File(tmp, "w", locking=False) as f:  # the flock above guards the file
-                yield f
+            yield tmp
             os.fsync(lock_fd)
             os.replace(tmp, path)
         except BaseException:
@@ -128,3 +136,10 @@ def atomic_h5(path):
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_h5(path):
+    """An h5py.File on a temp file beside `path` that replaces `path` only once complete."""
+    with atomic_file(path) as tmp, h5py.File(tmp, "w", locking=False) as f:  # the flock guards the file
+        yield f

@@ -444,6 +444,28 @@ class Variable(Tensor):
         self._value = self._value - self._checked(delta, "assign_sub")
         return self
 
+    def scatter_update(self, sparse_delta: IndexedSlices) -> Variable:
+        """Replace the rows `sparse_delta.indices` by `sparse_delta.values` (repeated rows:
+        the last wins). Only those rows are written: in place when nothing else holds the
+        variable's array (a tape, a tensor read from it, a NumPy view), on a copy otherwise.
+
+        >>> import tapeflow as tp
+        >>> v = tp.Variable(tp.zeros((3, 2)))
+        >>> _ = v.scatter_update(tp.IndexedSlices(tp.ones((1, 2)), [2], (3, 2)))
+        >>> v.numpy().tolist()
+        [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+        """
+        return _ops.write_rows(self, sparse_delta, "update")
+
+    def scatter_add(self, sparse_delta: IndexedSlices) -> Variable:
+        """Add `sparse_delta.values` to the rows `sparse_delta.indices` (repeats sum), as
+        `scatter_update` writes them."""
+        return _ops.write_rows(self, sparse_delta, "add")
+
+    def scatter_sub(self, sparse_delta: IndexedSlices) -> Variable:
+        """Subtract `sparse_delta.values` from the rows `sparse_delta.indices` (repeats sum)."""
+        return _ops.write_rows(self, sparse_delta, "sub")
+
     def read_value(self) -> Tensor:
         """The current value as an immutable tensor."""
         if TRACING.tracer is not None:
@@ -463,6 +485,68 @@ class Variable(Tensor):
     def __repr__(self) -> str:
         body = np.array2string(self._host(), separator=", ", prefix="Variable(")
         return f"Variable('{self.name}', {body}, shape={self.shape}, dtype={self.dtype.name})"
+
+
+class IndexedSlices:
+    """A sparse stand-in for a dense tensor of shape `dense_shape`: rows `indices` of
+    its first axis hold `values`, the other rows are zero, and repeated indices add up.
+
+    The gradient of `gather` (axis 0) and of `embedding_lookup` is an IndexedSlices, so
+    an embedding's gradient costs the rows a batch touches, not the whole table.
+    Optimizers apply it to those rows only; `np.asarray`, `numpy()`, `tp.convert_to_tensor`
+    and any op that takes it as an input densify it.
+
+    >>> import tapeflow as tp
+    >>> g = tp.IndexedSlices(tp.ones((2, 2)), [0, 0], (3, 2))
+    >>> np.asarray(g).tolist()
+    [[2.0, 2.0], [0.0, 0.0], [0.0, 0.0]]
+    """
+
+    __array_priority__ = 100
+
+    def __init__(self, values, indices, dense_shape):
+        self.values = values if isinstance(values, Tensor) else Tensor(values)
+        self.indices = indices if isinstance(indices, Tensor) else Tensor(np.asarray(indices, dtype=np.int64))
+        self.dense_shape = tuple(None if d is None else int(d) for d in dense_shape)
+        if self.indices.dtype.kind != "i" or len(self.indices.shape) != 1:
+            raise TypeError(
+                f"IndexedSlices: indices must be a 1-D integer tensor, got shape {self.indices.shape} "
+                f"and dtype {self.indices.dtype}"
+            )
+        if not self.dense_shape or tuple(self.values.shape[1:]) != self.dense_shape[1:]:
+            raise ValueError(
+                f"IndexedSlices: values of shape {self.values.shape} do not fit rows of dense_shape {self.dense_shape}"
+            )
+
+    @property
+    def shape(self) -> tuple:
+        return self.dense_shape
+
+    @property
+    def dtype(self) -> dtypes.DType:
+        return self.values.dtype
+
+    @property
+    def device(self):
+        return self.values.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dense_shape)
+
+    def to_dense(self) -> Tensor:
+        """The dense tensor (rows scattered into zeros; recorded by tapes like any op)."""
+        return _ops.indexed_slices_to_dense(self)
+
+    def numpy(self) -> np.ndarray:
+        return self.to_dense().numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        return self.to_dense().__array__(dtype, copy)
+
+    def __repr__(self) -> str:
+        shapes = f"indices={self.indices.shape}, values={self.values.shape}"
+        return f"IndexedSlices({shapes}, dense_shape={self.dense_shape})"
 
 
 class TracedTensor(Tensor):

@@ -19,7 +19,7 @@ from types import ModuleType
 
 from tapeflow._kernels.source_hash import source_sha256
 
-MODULES = ("conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv", "elementwise")
+MODULES = ("conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv", "elementwise", "word2vec")
 REBUILD = "run `make build` (or `python setup.py build_ext --inplace`) to rebuild the kernels"
 
 
@@ -121,7 +121,7 @@ def get_num_threads() -> int:
     return _modules["conv"]._get_num_threads()
 
 
-_conv, _gemm, _pool, _xent, _embedding, _fused, _fpenv, _elementwise = (_modules[name] for name in MODULES)
+_conv, _gemm, _pool, _xent, _embedding, _fused, _fpenv, _elementwise, _word2vec = (_modules[name] for name in MODULES)
 
 conv2d_forward = _conv.conv2d_forward
 matmul = _gemm.matmul
@@ -141,6 +141,8 @@ relu = _fused.relu
 relu_grad = _fused.relu_grad
 flush_denormals_enter = _fpenv.flush_denormals_enter
 flush_denormals_leave = _fpenv.flush_denormals_leave
+sgns_train = _word2vec.sgns_train
+skipgram_pairs = _word2vec.skipgram_pairs
 
 __all__ = [
     "MODULES",
@@ -166,4 +168,6 @@ __all__ = [
     "adam_update",
     "relu",
     "relu_grad",
+    "sgns_train",
+    "skipgram_pairs",
 ]

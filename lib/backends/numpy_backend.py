@@ -167,6 +167,19 @@ def scatter_add(x, indices, updates, axis):
     return out
 
 
+def unique_sum(indices, values, num_rows):
+    check_index_range("unique_sum", indices, num_rows, 0)
+    rows = indices.astype(np.int64, copy=False)
+    unique, inverse = np.unique(np.where(rows < 0, rows + num_rows, rows), return_inverse=True)
+    inverse = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
+    sums = np.zeros((unique.shape[0], *values.shape[1:]), dtype=values.dtype)
+    if values.ndim == 2 and values.dtype in _FAST:
+        _kernels.scatter_add_rows(sums, inverse, np.ascontiguousarray(values))
+    else:
+        np.add.at(sums, inverse, values)
+    return unique, inverse, sums
+
+
 def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
     dtype = param.dtype
     p, m, v, g = _ready(param, m, v, grad)
@@ -176,6 +189,28 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
         epsilon = epsilon / bias2**0.5
     outs = _kernels.adam_update(p, m, v, g, lr, beta1, beta2, epsilon, bias1, bias2)
     return tuple(o.astype(dtype, copy=False) for o in outs)
+
+
+def word2vec_sgns_train(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_end, seed, window, negative, threads):
+    ids = np.asarray(ids)
+    if ids.size and (ids.min() < 0 or ids.max() >= syn0.shape[0]):
+        raise IndexError(f"word2vec_sgns_train: word ids must lie in [0, {syn0.shape[0]})")
+    syn0, syn1 = np.array(syn0, order="C", copy=True), np.array(syn1, order="C", copy=True)
+    counts = _kernels.sgns_train(
+        syn0,
+        syn1,
+        np.ascontiguousarray(ids, dtype=np.int32),
+        np.ascontiguousarray(offsets, dtype=np.int64),
+        np.ascontiguousarray(keep, dtype=np.float64),
+        np.ascontiguousarray(cum, dtype=np.int64),
+        window,
+        negative,
+        float(alpha_start),
+        float(alpha_end),
+        int(seed) & 0xFFFFFFFFFFFFFFFF,
+        threads,
+    )
+    return syn0, syn1, np.array(counts, dtype=np.int64)
 
 
 def _elementwise_ok(*arrays):

@@ -6,9 +6,11 @@
 >>> from tapeflow.data import datasets
 >>> datasets.mnist.VARIANTS
 ('mnist', 'fashion')
+>>> tp.data.text.tokenize("Hello world", lowercase=True)
+['hello', 'world']
 """
 
-from tapeflow.data import datasets
+from tapeflow.data import datasets, text
 from tapeflow.data.dataset import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset
 
-__all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "datasets"]
+__all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "datasets", "text"]

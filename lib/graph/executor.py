@@ -25,13 +25,14 @@ import numpy as np
 from tapeflow.backends import backend
 from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, Value
 from tapeflow.ops.registry import get_op
+from tapeflow.ops.sparse import in_place_rows, sole_owner
 
 
 class NodeError(RuntimeError):
     """An op failed while a graph ran; names the node, its op and input shapes."""
 
 
-_ASSIGN, _KERNEL, _MULTI = 0, 1, 2
+_ASSIGN, _KERNEL, _MULTI, _ROWS = 0, 1, 2, 3
 
 
 class Executor:
@@ -66,7 +67,10 @@ class Executor:
             op = get_op(node.op)
             fn = op.bound_kernel(graph.device.family, node.public_attrs)
             outs = tuple(slot_of(v) for v in node.outputs)
-            if op.num_outputs != 1:
+            owned = _owned_rows_target(graph, node, nodes, self.fetches)
+            if owned is not None:
+                steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], node.outputs[0].dtype.np, node))
+            elif op.num_outputs != 1:
                 steps.append((_MULTI, fn, _arguments(ins), outs, tuple(v.dtype.np for v in node.outputs), node))
             else:
                 steps.append((_KERNEL, fn, _arguments(ins), outs[0], node.outputs[0].dtype.np, node))
@@ -110,6 +114,8 @@ class Executor:
                     if type(r) is not np.ndarray or (r.dtype is not dtype and r.dtype != dtype):
                         r = conform(r, dtype)
                     env[out] = r
+                elif kind == _ROWS:
+                    env[out] = _write_owned_rows(env, args, fn, node)
                 elif kind == _MULTI:
                     try:
                         results = fn(*args(env))
@@ -124,6 +130,38 @@ class Executor:
         finally:
             kernels.leave_numerics(numerics)
         return [env[s] for s in self._fetch_slots]
+
+
+def _owned_rows_target(graph: Graph, node, nodes, fetches):
+    """The Variable a `scatter_update` node may write in place: its table is the
+    variable's read value, read by no later node and not fetched, and its result is
+    written back to that variable. None otherwise."""
+    if node.op != "scatter_update":
+        return None
+    table = node.inputs[0]
+    reader = table.producer
+    if reader is None or reader.op != READ or any(f is table for f in fetches):
+        return None
+    name = reader.attrs["variable"]
+    later = nodes[nodes.index(node) + 1 :]
+    if any(table in n.inputs for n in later):
+        return None
+    if not any(n.op == ASSIGN and n.attrs["variable"] == name and node.outputs[0] in n.inputs for n in later):
+        return None
+    return graph.state[name]
+
+
+def _write_owned_rows(env, args, fn_and_variable, node):
+    """Run a scatter_update on the variable's own array when nothing else holds it
+    (the env slot, the variable and the local name here are the only references)."""
+    fn, variable = fn_and_variable
+    table, indices, updates = args(env)
+    try:
+        if table is variable._value and sole_owner(table, holders=3):  # the env slot, the variable and `table`
+            return in_place_rows(table, indices, updates)
+        return fn(table, indices, updates)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the node named
+        raise _node_error(node, [table, indices, updates], exc) from exc
 
 
 def _arguments(slots: tuple):

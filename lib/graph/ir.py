@@ -19,6 +19,8 @@ graph double(x: float32[?,3]) -> (float32[?,3])
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from tapeflow import dtypes
@@ -57,6 +59,17 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value({self.name}: {self.type_string()})"
+
+
+@dataclass(frozen=True)
+class SparseGradient:
+    """A sparse gradient among a graph's values (what an IndexedSlices is in a graph):
+    rows `indices` of a tensor of `dense_shape` hold `values`. `Graph.run` fetches it as
+    a `tp.IndexedSlices`."""
+
+    values: Value
+    indices: Value
+    dense_shape: tuple
 
 
 class Node:

@@ -203,11 +203,10 @@ def trace(fn, args: tuple, kwargs: dict | None = None, name: str | None = None) 
     traced_kwargs = {k: bind(v, k) for k, v in kwargs.items()}
     with tracer:
         result = fn(*traced_args, **traced_kwargs)
-    leaves, structure = flatten_structure(result)
+        leaves, structure = flatten_structure(result)
+        leaves = [leaf if isinstance(leaf, Tensor) else registry.as_tensor(leaf, name="freeze") for leaf in leaves]
     outputs = []
     for leaf in leaves:
-        if not isinstance(leaf, Tensor):
-            leaf = registry.as_tensor(leaf, name="freeze")
         outputs.append(tracer.value_of(leaf) if not isinstance(leaf, Variable) else tracer.value_of(tracer.read(leaf)))
     graph.outputs = outputs
     graph.output_structure = structure

@@ -20,7 +20,7 @@ import numpy as np
 from tapeflow import dtypes
 from tapeflow.backends import UnsupportedOpError, backend
 from tapeflow.devices import check_same_device, current_device, parse_device
-from tapeflow.tensor import TRACING, Tensor, Variable
+from tapeflow.tensor import TRACING, IndexedSlices, Tensor, Variable
 
 
 class OpDef:
@@ -278,8 +278,10 @@ def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
     """A Tensor from a tensor, array, scalar or nested list.
 
     Python floats default to float32 and Python ints to int64; a NumPy array
-    keeps its dtype.
+    keeps its dtype. An IndexedSlices is densified.
     """
+    if isinstance(value, IndexedSlices):
+        value = value.to_dense()
     if isinstance(value, Tensor):
         if dtype is not None and value.dtype is not dtypes.as_dtype(dtype):
             raise TypeError(f"{name}: expected dtype {dtypes.as_dtype(dtype)}, got {value.dtype}")

@@ -5,6 +5,6 @@
 True
 """
 
-from tapeflow.data.datasets import mnist
+from tapeflow.data.datasets import corpora, mnist
 
-__all__ = ["mnist"]
+__all__ = ["corpora", "mnist"]

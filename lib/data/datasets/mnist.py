@@ -19,18 +19,16 @@ Example (needs the data files, so not a doctest)::
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import math
 import os
-import tempfile
-import urllib.request
 import zlib
 from pathlib import Path
 
 import numpy as np
 
 from tapeflow._h5safe import FileReadError, check_regular_file
+from tapeflow.data.datasets._download import fetch, sha256_of
 
 VARIANTS = ("mnist", "fashion")
 
@@ -263,39 +261,7 @@ def _download(variant: str, directory: Path) -> dict:
         name = stem + ".gz"
         target = directory / name
         expected = SHA256[variant][key]
-        if target.is_file() and _sha256(target) == expected:
+        if target.is_file() and sha256_of(target) == expected:
             continue
-        _fetch(MIRRORS[variant] + name, target, expected)
+        fetch(MIRRORS[variant] + name, target, expected, "load_data")
     return _files_in(directory)
-
-
-def _fetch(url: str, target: Path, expected_sha256: str) -> None:
-    """Stream `url` into a temporary file beside `target`, check it, then rename it."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".part")
-    try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(url, timeout=60) as response:
-                    while chunk := response.read(1 << 20):
-                        digest.update(chunk)
-                        out.write(chunk)
-            except OSError as err:
-                raise OSError(f"load_data: could not download {url}: {err}") from err
-        if digest.hexdigest() != expected_sha256:
-            raise ValueError(
-                f"load_data: checksum mismatch for {url}: sha256 {digest.hexdigest()}, "
-                f"expected {expected_sha256}; the file was discarded"
-            )
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -1,0 +1,150 @@
+"""Word2Vec: skip-gram with negative sampling, trained by the fused `word2vec_sgns_train` op.
+
+Each epoch is one call of the op over the whole corpus: the op's threads walk their
+shares of the corpus, subsample it, and update both embedding tables in place without a
+Python producer, as the original word2vec tool does. The learning rate falls linearly
+from `alpha` to `min_alpha` over all epochs.
+
+>>> import tapeflow as tp
+>>> sentences = [["the", "cat", "sat", "on", "the", "mat"], ["the", "dog", "sat"]] * 50
+>>> model = tp.word2vec.Word2Vec(dim=8, window=2, min_count=1, epochs=2, seed=1, threads=1, verbose=False)
+>>> model.train(sentences).wv["cat"].shape
+(8,)
+>>> [round(e["words"]) for e in model.history]
+[450, 450]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+from tapeflow.data.text import Corpus, Vocabulary
+from tapeflow.ops.skipgram import negative_table, word2vec_sgns_train
+from tapeflow.word2vec.vectors import KeyedVectors
+
+
+class Word2Vec:
+    """Skip-gram word vectors with negative sampling (Mikolov et al. 2013).
+
+    Args:
+        dim: vector size.
+        window: the largest distance between a center word and its context; each center
+            draws its own reach from 1..window.
+        negative: negative samples per window (drawn from counts**0.75).
+        min_count: words seen fewer times are dropped; max_vocab: keep at most this many.
+        sample: subsampling threshold of frequent words (0 keeps all).
+        epochs: passes over the corpus.
+        threads: threads of the train step (0: tp.get_num_threads()); one thread is
+            reproducible, several race on the tables (Hogwild) as word2vec does.
+        seed: seeds the initial vectors and every random draw.
+        alpha, min_alpha: the learning rate at the start and at the end.
+        verbose: print one progress line per epoch.
+    """
+
+    def __init__(
+        self,
+        dim: int = 100,
+        window: int = 5,
+        negative: int = 5,
+        min_count: int = 5,
+        sample: float = 1e-3,
+        epochs: int = 5,
+        threads: int = 0,
+        seed: int = 1,
+        alpha: float = 0.025,
+        min_alpha: float = 1e-4,
+        max_vocab: int | None = None,
+        verbose: bool = True,
+    ):
+        for name, value, low in (
+            ("dim", dim, 1),
+            ("window", window, 1),
+            ("negative", negative, 1),
+            ("min_count", min_count, 1),
+            ("epochs", epochs, 1),
+            ("threads", threads, 0),
+            ("seed", seed, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+                raise ValueError(f"Word2Vec: {name} must be an integer >= {low}, got {value!r}")
+        if not 0 <= sample < 1:
+            raise ValueError(f"Word2Vec: sample must lie in [0, 1), got {sample!r}")
+        if not 0 <= min_alpha <= alpha:
+            raise ValueError(f"Word2Vec: need 0 <= min_alpha <= alpha, got alpha={alpha!r}, min_alpha={min_alpha!r}")
+        self.dim, self.window, self.negative = int(dim), int(window), int(negative)
+        self.min_count, self.max_vocab, self.sample = int(min_count), max_vocab, float(sample)
+        self.epochs, self.threads, self.seed = int(epochs), int(threads), int(seed)
+        self.alpha, self.min_alpha, self.verbose = float(alpha), float(min_alpha), verbose
+        self.vocab: Vocabulary | None = None
+        self.syn0: np.ndarray | None = None
+        self.syn1: np.ndarray | None = None
+        self.history: list[dict] = []
+
+    def build_vocab(self, sentences: Iterable[Iterable[str]]) -> Corpus:
+        """Count the words, keep the vocabulary, initialize the tables; returns the encoded corpus."""
+        sentences = list(sentences)
+        self.vocab = Vocabulary.build(sentences, min_count=self.min_count, max_size=self.max_vocab)
+        rng = np.random.default_rng(self.seed)
+        self.syn0 = ((rng.random((len(self.vocab), self.dim)) - 0.5) / self.dim).astype(np.float32)
+        self.syn1 = np.zeros_like(self.syn0)
+        corpus = self.vocab.encode(sentences)
+        if len(corpus) == 0:
+            raise ValueError("Word2Vec: the corpus has no words of the vocabulary")
+        return corpus
+
+    def train(self, sentences: Iterable[Iterable[str]]) -> Word2Vec:
+        """Build the vocabulary from `sentences` (lists of tokens) and train for `epochs`."""
+        corpus = self.build_vocab(sentences)
+        keep = self.vocab.keep_probabilities(self.sample)
+        cum = negative_table(self.vocab.counts)
+        decay = (self.alpha - self.min_alpha) / self.epochs
+        self.history = []
+        for epoch in range(self.epochs):
+            start = time.perf_counter()
+            syn0, syn1, counts = word2vec_sgns_train(
+                self.syn0,
+                self.syn1,
+                corpus.ids,
+                corpus.offsets,
+                keep,
+                cum,
+                self.alpha - decay * epoch,
+                self.alpha - decay * (epoch + 1),
+                self.seed * 1_000_003 + epoch,
+                window=self.window,
+                negative=self.negative,
+                threads=self.threads,
+            )
+            seconds = time.perf_counter() - start
+            self.syn0, self.syn1 = syn0.numpy(), syn1.numpy()
+            words, kept, pairs = counts.numpy().tolist()
+            self.history.append(
+                {"words": words, "kept": kept, "pairs": pairs, "seconds": seconds, "words_per_second": words / seconds}
+            )
+            if self.verbose:
+                print(
+                    f"epoch {epoch + 1}/{self.epochs}: {words} words ({kept} after subsampling), {pairs} pairs, "
+                    f"{seconds:.2f} s, {words / seconds:,.0f} words/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        return self
+
+    @property
+    def wv(self) -> KeyedVectors:
+        """The trained input vectors, most frequent word first."""
+        if self.syn0 is None:
+            raise ValueError("Word2Vec: train the model first")
+        return KeyedVectors(self.vocab.words, self.syn0)
+
+    @property
+    def words_per_second(self) -> float:
+        """Corpus tokens (out-of-vocabulary ones included, as gensim counts raw words) per
+        second of training, over all epochs."""
+        if not self.history:
+            raise ValueError("Word2Vec: train the model first")
+        return self.vocab.corpus_words * len(self.history) / sum(e["seconds"] for e in self.history)
