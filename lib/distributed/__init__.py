@@ -3,7 +3,8 @@
 `latest_checkpoint` finds the newest), `AsyncParameterServer` (asynchronous) or
 `Pipeline` (model-parallel stages with pipelined micro-batches) trains a model on them
 through `model.fit(..., distribute=...)`; `run_placed` runs a graph whose nodes were
-placed with `tp.device("/worker:w")` on the workers they name.
+placed with `tp.device("/worker:w")` on the workers they name; `ShardedEmbedding`
+shards an embedding table by rows over the workers and updates it sparsely.
 
 Dask itself is imported only when a cluster is made, so `tapeflow.distributed` imports
 without it (install `tapeflow[dist]`).
@@ -19,3 +20,4 @@ from tapeflow.distributed.cluster import Cluster
 from tapeflow.distributed.data_parallel import DataParallel, Placement, Recovery, StepRecord
 from tapeflow.distributed.pipeline import Pipeline, PipelineStep
 from tapeflow.distributed.placed_graph import run_placed
+from tapeflow.distributed.sharded_embedding import ShardedEmbedding
