@@ -1,6 +1,6 @@
 """Synchronous data-parallel training on Dask against one process, side by side in one run.
 
-    python bench/distributed.py [--quick] [--only pipeline]
+    python bench/distributed.py [--quick] [--only pipeline|embedding]
 
 Every measurement runs in a fresh subprocess, one after another. A step's time is its
 marginal cost: the difference between `fit` epochs of 2k and k steps, divided by k (the
@@ -34,6 +34,11 @@ reported as the time of a one-step epoch).
   (step seconds), next to the GPipe ideal (K-1)/(m+K-1), which is the step time's
   excess (m+K-1)/m over no bubble; then float32 against float16 transfers at m = 4:
   bytes crossing between workers per step and the step time.
+- Sharded embedding: an embedding-bag model (bags of 8 ids, batch 256, width 16, SGD)
+  whose table of 10^5 or 10^6 rows is a `ShardedEmbedding` over 2 workers; each step
+  pulls the batch's rows, differentiates in the client and pushes the sparse gradient.
+  Steps/s is the median step; bytes per step are the payload (ids and rows) sent and
+  received, and the loopback bytes (with Dask's own messages), against the table's size.
 """
 
 from __future__ import annotations
@@ -140,6 +145,53 @@ def _median_batch_seconds(kind: str, steps: int) -> dict:
     return {"step": float(np.median(timer.seconds))}
 
 
+def _embedding_steps(rows: int, steps: int, width: int = 16, batch: int = 256, bag: int = 8) -> dict:
+    """Median step seconds and bytes per step of the sharded embedding-bag model."""
+    import tapeflow as tp
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((rows, width)).astype(np.float32)
+    kernel, bias = tp.Variable(rng.standard_normal((width, 1)).astype(np.float32)), tp.Variable(np.zeros(1, np.float32))
+    optimizer = tp.optimizers.SGD(0.05)
+    with (
+        tp.distributed.Cluster(n_workers=2, threads_per_worker=1) as cluster,
+        tp.distributed.ShardedEmbedding(cluster, table, optimizer) as sharded,
+    ):
+        seconds, payload, loopback = [], [], []
+        for _ in range(steps):
+            ids, y = rng.integers(0, rows, (batch, bag)), rng.standard_normal((batch, 1)).astype(np.float32)
+            start, moved, wire = time.perf_counter(), sharded.bytes_moved, _loopback_bytes()
+            unique, inverse, pulled = sharded.pull(ids)
+            rows_var = tp.Variable(pulled)
+            with tp.GradientTape() as tape:
+                bags = tp.mean(tp.nn.embedding_lookup(rows_var, inverse), axis=1)
+                loss = tp.mean(tp.square(tp.matmul(bags, kernel) + bias - y))
+            grad_rows, *grads = tape.gradient(loss, [rows_var, kernel, bias])
+            optimizer.apply_gradients(zip(grads, [kernel, bias], strict=True))
+            sharded.push(unique, grad_rows, step=optimizer.iterations)
+            seconds.append(time.perf_counter() - start)
+            payload.append(sharded.bytes_moved - moved)
+            loopback.append(_loopback_bytes() - wire)
+    return {
+        "step": float(np.median(seconds[1:])),
+        "payload": float(np.mean(payload)),
+        "loopback": float(np.median(loopback[1:])),
+        "table": float(table.nbytes),
+    }
+
+
+def embedding(steps: int) -> None:
+    """The sharded-embedding section (see the module docstring)."""
+    print("\nsharded embedding: embedding-bag, bags of 8, batch 256, width 16, SGD, table over 2 workers")
+    print("  table rows  table MB  steps/s  payload KB/step  loopback KB/step")
+    for rows in (10**5, 10**6):
+        r = run(mode="embedding", rows=rows, steps=steps)
+        print(
+            f"  {rows:10d}  {r['table'] / 1e6:8.1f}  {1 / r['step']:7.1f}  {r['payload'] / 1e3:15.1f}"
+            f"  {r['loopback'] / 1e3:16.1f}"
+        )
+
+
 def worker(args) -> dict:
     """One measurement, in this process: `single` (threads) or `dist` (replicas, backups, delay)."""
     import tapeflow as tp
@@ -151,6 +203,8 @@ def worker(args) -> dict:
         tp.set_num_threads(args.threads)
         return _measure(args.kind, args.steps, None, args.repeats, batch=args.batch)
     tp.set_num_threads(1)
+    if args.mode == "embedding":
+        return _embedding_steps(args.rows, args.steps)
     if args.mode == "pipe":
         with tp.distributed.Cluster(n_workers=2, threads_per_worker=1) as cluster:
             strategy = tp.distributed.Pipeline(
@@ -263,6 +317,7 @@ def main(quick: bool) -> None:
         )
 
     pipeline(repeats, mlp_steps)
+    embedding(null_steps)
 
 
 def pipeline(repeats: int, steps: int) -> None:
@@ -303,11 +358,14 @@ if __name__ == "__main__":
     parser.add_argument("--slowed", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--micro", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--compression", type=str, default="", help=argparse.SUPPRESS)
-    parser.add_argument("--only", choices=["pipeline"], help="run one section only")
+    parser.add_argument("--rows", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["pipeline", "embedding"], help="run one section only")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
     elif args.only == "pipeline":
         pipeline(1 if args.quick else 3, 10 if args.quick else 30)
+    elif args.only == "embedding":
+        embedding(20 if args.quick else 100)
     else:
         main(args.quick)
