@@ -318,7 +318,7 @@ class TrainingSession:
         sizes = _shard_sizes(self.batch_sizes, parts) - set(self.graphs)
         if sizes:
             graphs, self.layout, self.variables = freeze_gradient_step(
-                self.model, self.x, self.y, sizes, self.with_predictions
+                self.model, self.x, self.y, sizes, self.with_predictions, sparse=True
             )
             self.graphs.update(graphs)
 

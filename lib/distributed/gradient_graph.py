@@ -4,7 +4,9 @@ graph, shipped to workers as graph-file bytes (the format `tp.load_graph` reads)
 
 The graph's inputs are the model's inputs and the labels of one shard (one graph per
 shard size, since shapes are static); its outputs are the loss, one gradient per trainable variable the loss
-depends on, then the predictions when the client needs them for metrics. Variables the
+depends on, then the predictions when the client needs them for metrics. With
+`sparse=True` a sparse gradient (an Embedding's) stays sparse: two outputs, its rows
+and their ids, which the runner hands out as `SparseRows`; otherwise it is densified. Variables the
 forward pass writes (batch-normalization statistics) are read back after each run.
 
 >>> import numpy as np
@@ -28,38 +30,43 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow.autodiff import GradientTape
+from tapeflow.distributed.sparse_rows import SparseRows
 from tapeflow.graph.executor import check_feed
 from tapeflow.graph.ir import ASSIGN
 from tapeflow.graph.runnable import load_graph
 from tapeflow.graph.structure import TensorSpec
 from tapeflow.graph.trace import freeze
 from tapeflow.ops.registry import as_tensor
+from tapeflow.tensor import IndexedSlices
 
 
 @dataclass(frozen=True)
 class GradientLayout:
     """How the frozen step's state and outputs line up with the parameter-server variables:
-    variable i is the graph state `state_names[i]`; the first `n_trainable` get gradients."""
+    variable i is the graph state `state_names[i]`; the first `n_trainable` get gradients,
+    sparse (as rows and ids) for the variables numbered in `sparse`."""
 
     state_names: tuple[str, ...]
     n_trainable: int
     with_predictions: bool
+    sparse: tuple[int, ...] = ()
 
 
-def freeze_gradient_step(model, x, y, shard_sizes, with_predictions: bool):
+def freeze_gradient_step(model, x, y, shard_sizes, with_predictions: bool, sparse: bool = False):
     """(graph-file bytes by shard size, layout, the model's Variables in layout order): one
     frozen gradient step per shard size in `shard_sizes`, for batches shaped like `x` (an
     array, or a tuple of arrays) and `y`. A model that cannot be frozen raises tapeflow's
-    FreezeError, naming the line."""
-    graphs, layout, variables = trace_gradient_steps(model, x, y, shard_sizes, with_predictions)
+    FreezeError, naming the line. `sparse` keeps sparse gradients sparse (see the module docstring)."""
+    graphs, layout, variables = trace_gradient_steps(model, x, y, shard_sizes, with_predictions, sparse=sparse)
     return {size: graph_bytes(graph) for size, graph in graphs.items()}, layout, variables
 
 
-def trace_gradient_steps(model, x, y, shard_sizes, with_predictions: bool, forward=None):
+def trace_gradient_steps(model, x, y, shard_sizes, with_predictions: bool, forward=None, sparse: bool = False):
     """As `freeze_gradient_step`, but the graphs themselves; `forward(inputs, training)`
     replaces the model's call (to place its layers on devices, say)."""
     trainable = list(model.trainable_weights)
     connected: list[int] = []
+    sparse_at: list[int] = []
     forward = forward or model
 
     def gradient_step(inputs, labels):
@@ -68,7 +75,10 @@ def trace_gradient_steps(model, x, y, shard_sizes, with_predictions: bool, forwa
             loss = model._total_loss(labels, predictions)
         grads = tape.gradient(loss, trainable)
         connected[:] = [i for i, g in enumerate(grads) if g is not None]
-        outputs = [loss] + [grads[i] for i in connected]
+        sparse_at[:] = [n for n, i in enumerate(connected) if sparse and isinstance(grads[i], IndexedSlices)]
+        outputs = [loss]
+        for n, i in enumerate(connected):
+            outputs += [grads[i].values, grads[i].indices] if n in sparse_at else [grads[i]]
         return tuple(outputs + [predictions] if with_predictions else outputs)
 
     graphs, layout, variables = {}, None, None
@@ -80,7 +90,9 @@ def trace_gradient_steps(model, x, y, shard_sizes, with_predictions: bool, forwa
             written = {node.attrs["variable"] for node in graph.nodes if node.op == ASSIGN}
             variables = [trainable[i] for i in connected]
             variables += [v for v in model.non_trainable_weights if by_variable.get(id(v)) in written]
-            layout = GradientLayout(tuple(by_variable[id(v)] for v in variables), len(connected), with_predictions)
+            layout = GradientLayout(
+                tuple(by_variable[id(v)] for v in variables), len(connected), with_predictions, tuple(sparse_at)
+            )
         graphs[size] = graph
     return graphs, layout, variables
 
@@ -112,6 +124,9 @@ class GradientRunner:
             var.assign(as_tensor(value))
         feeds = [*x, y] if isinstance(x, tuple) else [x, y]
         outputs = graph.execute([check_feed(graph.name, v, a) for v, a in zip(graph.inputs, feeds, strict=True)])
-        n = self.layout.n_trainable
-        arrays = list(outputs[1 : 1 + n]) + [var.numpy() for var in state[n:]]
-        return outputs[0], arrays, outputs[1 + n] if self.layout.with_predictions else None
+        n, rest, arrays = self.layout.n_trainable, iter(outputs[1:]), []
+        for i in range(n):
+            values = next(rest)
+            arrays.append(SparseRows(np.asarray(next(rest)).reshape(-1), values) if i in self.layout.sparse else values)
+        arrays += [var.numpy() for var in state[n:]]
+        return outputs[0], arrays, next(rest) if self.layout.with_predictions else None

@@ -7,8 +7,10 @@ writes, such as batch-normalization statistics); a push answers with the next st
 blocks, so a replica in step makes one call per shard per step. Once the step's plan
 has all its shards, they are combined in shard order with weights rows / total rows:
 gradients go through tapeflow's own optimizer, state blocks are set to the weighted
-mean. The step counter then moves on, and late or repeated pushes for a closed step
-are ignored.
+mean. A sparse gradient (`SparseRows`, an Embedding's) stays sparse: the shards' rows,
+each weighted the same way, make one IndexedSlices, so the optimizer updates those rows
+only and the rest of the block (and its slots) keep their bytes. The step counter
+then moves on, and late or repeated pushes for a closed step are ignored.
 
 Snapshots make checkpoints consistent without pausing the replicas: the client arms
 a step (`begin_epoch(..., snapshot_steps)` or `arm`), the shard copies its blocks,
@@ -43,8 +45,9 @@ import numpy as np
 from tapeflow import optimizers
 from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.placement import Block
+from tapeflow.distributed.sparse_rows import SparseRows
 from tapeflow.ops.registry import as_tensor
-from tapeflow.tensor import Variable
+from tapeflow.tensor import IndexedSlices, Tensor, Variable
 
 
 class ParameterShard:
@@ -201,6 +204,10 @@ class ParameterShard:
         total = sum(pending[s][0] for s in shards)
         grads, updated = [], []
         for i, var in enumerate(self.variables):
+            if isinstance(pending[shards[0]][1][i], SparseRows):
+                grads.append(_sparse_mean(var, [pending[s] for s in shards], i, total))
+                updated.append(var)
+                continue
             mean = None
             for s in shards:  # in shard order, whatever the order of arrival
                 rows, arrays = pending[s]
@@ -215,3 +222,13 @@ class ParameterShard:
             self.optimizer.apply_gradients(zip(grads, updated, strict=True))
         else:
             self.optimizer.iterations += 1
+
+
+def _sparse_mean(var: Variable, parts: list, i: int, total: int) -> IndexedSlices:
+    """The weighted mean of the shards' sparse gradients of variable `i`, as one
+    IndexedSlices over the rows they name (in shard order; the optimizer sums repeats)."""
+    indices = np.concatenate([arrays[i].indices for _, arrays in parts]).astype(np.int64, copy=False)
+    values = np.concatenate(
+        [np.multiply(arrays[i].values, var.dtype.np.type(rows / total), dtype=var.dtype.np) for rows, arrays in parts]
+    ).reshape((len(indices), *var.shape[1:]))
+    return IndexedSlices(Tensor(values), indices, var.shape)

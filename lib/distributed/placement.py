@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tapeflow.distributed.sparse_rows import SparseRows
+
 
 @dataclass(frozen=True)
 class Block:
@@ -27,7 +29,9 @@ class Block:
     shard: int
 
     def take(self, array: np.ndarray) -> np.ndarray:
-        """This block's part of a whole variable (or of its gradient or slot)."""
+        """This block's part of a whole variable (or of its gradient, dense or `SparseRows`, or slot)."""
+        if isinstance(array, SparseRows):
+            return array.block(self.rows)
         return array if self.rows is None else array[self.rows[0] : self.rows[1]]
 
 

@@ -1,5 +1,6 @@
 """The replicas' frozen gradient step with an Embedding: its sparse gradient arrives at
-the parameter server as the dense array the optimizer expects."""
+the parameter server densified, or, with `sparse=True`, as the rows and ids of the
+batch alone (`SparseRows`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import numpy as np
 
 import tapeflow as tp
 from tapeflow.distributed.gradient_graph import GradientRunner, freeze_gradient_step
+from tapeflow.distributed.placement import Block
+from tapeflow.distributed.sparse_rows import SparseRows
 
 
 def test_embedding_gradient_is_densified_for_the_parameter_server():
@@ -27,3 +30,45 @@ def test_embedding_gradient_is_densified_for_the_parameter_server():
     np.testing.assert_allclose(float(loss), float(eager_loss), rtol=1e-6)
     untouched = np.setdiff1d(np.arange(20), x)
     assert not arrays[0][untouched].any()
+
+
+def test_embedding_gradient_stays_sparse_when_asked_and_splits_by_row_block():
+    rng = np.random.default_rng(3)
+    model = tp.Sequential(
+        [tp.Input((3,), dtype="int64"), tp.layers.Embedding(20, 4), tp.layers.Flatten(), tp.layers.Dense(2)]
+    )
+    model.compile(optimizer="sgd", loss="mse")
+    x = rng.integers(0, 20, (6, 3))
+    y = rng.standard_normal((6, 2)).astype(np.float32)
+    graphs, layout, variables = freeze_gradient_step(model, x, y, shard_sizes=[6], with_predictions=False, sparse=True)
+    assert layout.sparse == (0,)
+    _, arrays, _ = GradientRunner(graphs, layout).run([v.numpy() for v in variables], x, y)
+
+    with tp.GradientTape() as tape:
+        eager_loss = model.loss(y, model(x, training=True))
+    expected = [np.asarray(g) for g in tape.gradient(eager_loss, model.trainable_weights)]
+    table = arrays[0]
+    assert isinstance(table, SparseRows) and table.values.shape == (x.size, 4)
+    np.testing.assert_array_equal(np.sort(table.indices), np.sort(x.ravel()))
+    np.testing.assert_allclose(table.dense((20, 4)), expected[0], rtol=1e-5, atol=1e-7)
+    for got, want in zip(arrays[1:], expected[1:], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    low, high = Block(0, (0, 10), 0).take(table), Block(0, (10, 20), 1).take(table)
+    assert len(low.indices) + len(high.indices) == x.size
+    np.testing.assert_allclose(np.concatenate([low.dense((10, 4)), high.dense((10, 4))]), expected[0], rtol=1e-5)
+
+
+def test_pushed_gradient_bytes_do_not_grow_with_the_table():
+    x = np.random.default_rng(5).integers(0, 1000, (8, 3))
+    y = np.zeros((8, 12), np.float32)
+    pushed = {}
+    for rows in (10**5, 10**6):
+        model = tp.Sequential([tp.Input((3,), dtype="int64"), tp.layers.Embedding(rows, 4), tp.layers.Flatten()])
+        model.compile(optimizer="sgd", loss="mse")
+        graphs, layout, variables = freeze_gradient_step(
+            model, x, y, shard_sizes=[8], with_predictions=False, sparse=True
+        )
+        _, (table,), _ = GradientRunner(graphs, layout).run([v.numpy() for v in variables], x, y)
+        blocks = [Block(0, (0, rows // 2), 0), Block(0, (rows // 2, rows), 1)]
+        pushed[rows] = sum(b.take(table).nbytes for b in blocks)
+    assert pushed[10**6] == pushed[10**5] == x.size * (8 + 4 * 4)
