@@ -29,6 +29,7 @@ from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, va
 from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads
 from tapeflow.data import datasets
 from tapeflow.devices import Device, device, list_devices
+from tapeflow.dlpack import from_dlpack
 from tapeflow.dtypes import (
     DType,
     as_dtype,

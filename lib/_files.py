@@ -1,10 +1,11 @@
-"""Files written atomically and HDF5 files read without trusting them.
+"""Files written atomically, and the temp files of killed writers cleaned up safely.
 
-`atomic_h5` writes to a temp file beside the target, fsyncs it and renames it over
-the target: a process killed mid-write leaves the previous file as it was (plus, at
-worst, a temp file whose name starts with `temp_prefix(path)`). `hdf5_datasets` walks
-a file that may be hostile: plain groups and numeric datasets reached by hard links
-only; object, string, opaque, external and plugin-filtered data are refused.
+`atomic_h5` writes to a temp file beside the target, fsyncs it and renames it over the
+target: a process killed mid-write leaves the previous file as it was (plus, at worst, a
+temp file whose name starts with `temp_prefix(path)`). A writer holds an exclusive
+`flock` on its temp file from creation to rename, so `remove_temp_files`, which every
+save of a target runs first, deletes only the temp files nobody holds: those of writers
+that died.
 
 >>> import os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "x.h5")
@@ -19,8 +20,14 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 
 import h5py
+
+try:  # POSIX; elsewhere temp files are only removed by name
+    import fcntl
+except ImportError:  # pragma: no cover - not on the platforms tapeflow is tested on
+    fcntl = None
 
 
 def temp_prefix(path: str) -> str:
@@ -28,9 +35,77 @@ def temp_prefix(path: str) -> str:
     return f".{os.path.basename(path)}."
 
 
+def _try_lock(fd: int, blocking: bool) -> bool:
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _is_temp_name(name: str, prefix: str) -> bool:
+    middle = name[len(prefix) : -len(".tmp")]
+    return name.startswith(prefix) and name.endswith(".tmp") and middle.isalnum()
+
+
+def remove_temp_files(path) -> list[str]:
+    """Delete the temp files that writers of `path` killed mid-save left behind; returns
+    their paths. A temp file a live writer still holds is left alone.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.h5")
+    >>> open(os.path.join(os.path.dirname(path), ".ckpt.h5.0a1b.tmp"), "w").close()
+    >>> [os.path.basename(p) for p in remove_temp_files(path)]
+    ['.ckpt.h5.0a1b.tmp']
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    prefix = temp_prefix(path)
+    removed = []
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        names = sorted(os.listdir(directory))
+        for name in names:
+            if not _is_temp_name(name, prefix):
+                continue
+            full = os.path.join(directory, name)
+            try:
+                fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or not _try_lock(fd, blocking=False):
+                    continue  # not a file we wrote, or a writer still holds it
+                if os.stat(full, follow_symlinks=False).st_ino == st.st_ino:
+                    os.remove(full)
+                    removed.append(full)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+    return removed
+
+
+def _locked_temp(path: str) -> tuple[str, int]:
+    """A new temp file beside `path` and an fd holding its lock (retried if a cleaner
+    removed it between its creation and the lock)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    while True:
+        tmp = os.path.join(directory, f"{temp_prefix(path)}{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)  # mode from the umask
+        _try_lock(fd, blocking=True)
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
+                return tmp, fd
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_file(path):
     """The path of a temp file beside `path`, renamed over `path` once the block completes.
+    Stale temp files of `path` (from killed writers) are removed first.
 
     >>> import os, tempfile
     >>> target = os.path.join(tempfile.mkdtemp(), "v.txt")
@@ -42,20 +117,19 @@ def atomic_file(path):
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f"{temp_prefix(path)}{secrets.token_hex(6)}.tmp")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # mode from the umask
+    remove_temp_files(path)
+    tmp, lock_fd = _locked_temp(path)
     try:
-        yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+            yield tmp
+            os.fsync(lock_fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
+    finally:
+        os.close(lock_fd)
     with contextlib.suppress(OSError):  # make the rename itself durable (not possible everywhere)
         fd = os.open(directory, os.O_RDONLY)
         try:
@@ -66,69 +140,7 @@ def atomic_file(path):
 
 @contextlib.contextmanager
 def atomic_h5(path):
-    """An h5py.File on a temp file beside `path` that replaces `path` only once complete."""
-    with atomic_file(path) as tmp, h5py.File(tmp, "w") as f:
+    """An h5py.File on a temp file beside `path` that replaces `path` only once complete.
+    Stale temp files of `path` (from killed writers) are removed first."""
+    with atomic_file(path) as tmp, h5py.File(tmp, "w", locking=False) as f:  # atomic_file's flock guards it
         yield f
-
-
-_NUMERIC_KINDS = "biuf"
-_BUILTIN_FILTERS = frozenset(
-    {
-        h5py.h5z.FILTER_DEFLATE,
-        h5py.h5z.FILTER_SHUFFLE,
-        h5py.h5z.FILTER_FLETCHER32,
-        h5py.h5z.FILTER_SZIP,
-        h5py.h5z.FILTER_NBIT,
-        h5py.h5z.FILTER_SCALEOFFSET,
-        h5py.h5z.FILTER_LZF,
-    }
-)
-
-
-def _check_dataset(dataset: h5py.Dataset, path: str, where: str, error) -> None:
-    if dataset.dtype.kind not in _NUMERIC_KINDS:
-        raise error(
-            f"{where}: dataset '{path}' has dtype {dataset.dtype}; only bool, integer and float arrays "
-            "are read (object, string and opaque data are refused, never unpickled)"
-        )
-    if dataset.shape is None:
-        raise error(f"{where}: dataset '{path}' has no dataspace")
-    plist = dataset.id.get_create_plist()
-    if dataset.is_virtual or plist.get_external_count():
-        raise error(f"{where}: dataset '{path}' keeps its data in other files; refused")
-    for i in range(plist.get_nfilters()):
-        if plist.get_filter(i)[0] not in _BUILTIN_FILTERS:
-            raise error(f"{where}: dataset '{path}' needs a filter plugin (id {plist.get_filter(i)[0]}); refused")
-
-
-def hdf5_child(group: h5py.Group, name: str, where: str, path: str | None = None, error=ValueError):
-    """`group[name]` (None if absent), reached only through a hard link: soft and external
-    links are refused, never followed."""
-    link = group.get(name, getlink=True)
-    if link is None:
-        return None
-    if not isinstance(link, h5py.HardLink):
-        raise error(f"{where}: '{path or name}' is a {type(link).__name__}; only plain groups and datasets are read")
-    return group[name]
-
-
-def hdf5_datasets(group: h5py.Group, where: str, error=ValueError) -> dict[str, h5py.Dataset]:
-    """Every dataset under `group`, by path relative to it. Anything but a tree of plain
-    groups and numeric datasets raises `error`."""
-    found, stack, seen = {}, [("", group)], {group.id}
-    while stack:
-        prefix, current = stack.pop()
-        for name in current:
-            path = prefix + name
-            item = hdf5_child(current, name, where, path, error)
-            if isinstance(item, h5py.Group):
-                if item.id in seen:
-                    raise error(f"{where}: group '{path}' is linked twice; only a plain tree is read")
-                seen.add(item.id)
-                stack.append((path + "/", item))
-            elif isinstance(item, h5py.Dataset):
-                _check_dataset(item, path, where, error)
-                found[path] = item
-            else:
-                raise error(f"{where}: '{path}' is a {type(item).__name__}; only groups and datasets are read")
-    return found

@@ -1,12 +1,14 @@
 """The `tapeflow` command: inspect a saved graph file, or run it on .npy inputs.
 
-    tapeflow inspect model.tfg
-    tapeflow run model.tfg --input x.npy [--input x2.npy ...] [--output y.npy]
+    tapeflow inspect model.tfg [--timeout S]
+    tapeflow run model.tfg --input x.npy [--input x2.npy ...] [--output y.npy] [--timeout S]
 
 `run` feeds the inputs in the graph's input order and writes one .npy file per output:
 `y.npy` for a single output, `y_0.npy`, `y_1.npy`, ... for several. Inputs are read
-with `allow_pickle=False`. Errors print one line to stderr and exit with status 1
-(2 for bad usage).
+with `allow_pickle=False`. Errors print one line to stderr, never a traceback, and exit
+with status 1 (2 for bad usage, 130 when interrupted). With `--timeout S`, a command still
+running after S seconds (a graph from elsewhere whose loop never ends, say) is stopped
+with a message and exit status 124, as `timeout(1)` does.
 
 >>> main(["inspect", "missing.tfg"])
 1
@@ -15,13 +17,16 @@ with `allow_pickle=False`. Errors print one line to stderr and exit with status 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+import threading
 
 import numpy as np
 
-from tapeflow.graph.executor import NodeError
 from tapeflow.graph.runnable import Graph, load_graph
+
+TIMEOUT_STATUS = 124
 
 
 def describe(graph: Graph) -> str:
@@ -84,23 +89,63 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     inspect = commands.add_parser("inspect", help="print signatures, op counts, parameters and the graph text")
     inspect.add_argument("graph", help="a graph file written by Graph.save")
+    _add_timeout(inspect)
     inspect.set_defaults(handler=_inspect)
     run = commands.add_parser("run", help="run a graph on .npy inputs and write .npy outputs")
     run.add_argument("graph", help="a graph file written by Graph.save")
     run.add_argument("--input", action="append", metavar="X.npy", help="an input array; repeat in input order")
     run.add_argument("--output", default="output.npy", metavar="Y.npy", help="output path (default output.npy)")
+    _add_timeout(run)
     run.set_defaults(handler=_run)
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"--timeout must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _add_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout", type=_seconds, metavar="S", help=f"stop after S seconds with exit status {TIMEOUT_STATUS}"
+    )
+
+
+def _start_watchdog(seconds: float, command: str) -> threading.Timer:
+    """A timer that ends the process once `seconds` have passed, whatever the main thread is doing."""
+
+    def expire():
+        sys.stderr.write(f"tapeflow {command}: error: timed out after {seconds:g} s (--timeout); stopped\n")
+        sys.stderr.flush()
+        os._exit(TIMEOUT_STATUS)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def main(argv=None) -> int:
     """Entry point of the `tapeflow` command; returns the exit status."""
     args = _parser().parse_args(argv)
+    watchdog = _start_watchdog(args.timeout, args.command) if args.timeout else None
     try:
         return args.handler(args)
-    except (ValueError, TypeError, OSError, NodeError) as err:
-        print(f"tapeflow {args.command}: error: {err}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"tapeflow {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the command reports every failure as one line
+        message = str(err) if isinstance(err, ValueError | TypeError | OSError) else f"{type(err).__name__}: {err}"
+        print(f"tapeflow {args.command}: error: {' '.join(message.split())}", file=sys.stderr)
         return 1
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
 
 
 if __name__ == "__main__":

@@ -199,6 +199,29 @@ class Functional(Model):
         shapes = [t.shape for t in self._model_inputs]
         self._build_input_shape = shapes[0] if len(shapes) == 1 else shapes
 
+    @property
+    def output_names(self) -> list[str]:
+        """Each output's name, as Keras 3 gives them: its key for a dict of outputs, else the
+        name of the layer that computes it ("_1", "_2", ... on a repeat). Losses, metrics
+        and their log entries ("<name>_loss") for several outputs use these names.
+
+        >>> import tapeflow as tp
+        >>> x = tp.Input((3,))
+        >>> tp.Model(x, [tp.layers.Dense(1, name="price")(x), tp.layers.Dense(2, name="kind")(x)]).output_names
+        ['price', 'kind']
+        """
+        if isinstance(self._output_structure, dict):
+            return sorted(self._output_structure)
+        names: list[str] = []
+        for t in self._model_outputs:
+            name = t.history[0].name if t.history else (t.name or "output")
+            base, n = name, 0
+            while name in names:
+                n += 1
+                name = f"{base}_{n}"
+            names.append(name)
+        return names
+
     def call(self, inputs, training=None):
         given = flatten(inputs)
         if len(given) != len(self._model_inputs):

@@ -87,20 +87,35 @@ class Optimizer:
 
     # ------------------------------------------------------------ learning rate
     def _checked_learning_rate(self, value):
-        """A number >= 0, a LearningRateSchedule, or a zero-argument callable (as in Keras)."""
+        """A number >= 0 (a one-element tensor too), a LearningRateSchedule, or a
+        zero-argument callable (as in Keras)."""
         if callable(value):
             return value
+        if isinstance(value, Tensor) and value.size == 1:
+            value = value.item()
         return _nonnegative(type(self).__name__, "learning_rate", value)
 
     @property
     def learning_rate(self) -> float:
-        """The learning rate the next update will use."""
+        """The learning rate the next update will use; set a number or a schedule to change
+        it from the next update on (eager or `compile(jit=True)` training alike). An optimizer
+        created with a schedule only takes another schedule, as in Keras.
+
+        >>> import tapeflow as tp
+        >>> opt = tp.optimizers.SGD(0.1)
+        >>> opt.learning_rate = 0.05
+        >>> opt.learning_rate, opt.lr
+        (0.05, 0.05)
+        """
         lr = self._learning_rate
         if isinstance(lr, LearningRateSchedule):
-            return float(lr(self.iterations))
-        if callable(lr):
-            return float(lr())
-        return lr
+            value, source = lr(self.iterations), f"its schedule at step {self.iterations}"
+        elif callable(lr):
+            value, source = lr(), "its learning-rate function"
+        else:
+            return lr
+        # a schedule's NaN would turn every weight into NaN at once
+        return _nonnegative(type(self).__name__, f"learning_rate from {source}", value)
 
     @learning_rate.setter
     def learning_rate(self, value) -> None:
@@ -110,6 +125,15 @@ class Optimizer:
                 "learning rate cannot be set to a number; create it with a float learning_rate instead"
             )
         self._learning_rate = self._checked_learning_rate(value)
+
+    @property
+    def lr(self) -> float:
+        """Keras' alias of `learning_rate`, readable and settable."""
+        return self.learning_rate
+
+    @lr.setter
+    def lr(self, value) -> None:
+        self.learning_rate = value
 
     # ------------------------------------------------------------------- slots
     def slot_initials(self, variable: Variable) -> dict[str, float]:

@@ -9,31 +9,34 @@ them: "layers/dense", "layers/dense_1"), then the weight's own name ("kernel"). 
 architecture built twice in one process (whose automatic layer names differ) has the same
 keys; `by_name=True` matches by the weights' full names instead.
 
-Weights file (`Model.save_weights`), format "tapeflow-weights", version 2::
+Weights file (`Model.save_weights`), format "tapeflow-weights", version 4::
 
-    /                    attrs: format = "tapeflow-weights", version = 2
+    /                    attrs: format = "tapeflow-weights", version = 4, crc32
     /weights/<key>       one dataset per weight, at its structural key ("layers/dense/kernel")
     /names               JSON text {key: the weight's full name}, for `by_name=True`
 
-Files of version 1 (keyed by name, as `tp.io.save_weights` writes) still load, by name.
+Files keyed by name (versions 1 and 3, as `tp.io.save_weights` writes) load by name;
+version 2 is version 4 without checksums.
 
-Model file (`Model.save`, read by `load_model`), format "tapeflow-model", version 1. Any
-file name works; ".keras" is the customary one::
+Model file (`Model.save`, read by `load_model`), format "tapeflow-model", version 2 (version
+1 is the same without checksums). Any file name works; ".keras" is the customary one::
 
-    /                    attrs: format = "tapeflow-model", version = 1
+    /                    attrs: format = "tapeflow-model", version = 2, crc32
     /config              JSON text: {"class_name", "config"[, "registered_name"]} of the model
     /build               JSON text: [{"shape", "dtype"}] of the inputs the model was built for
     /compile_config      JSON text (absent if the model was not compiled): the optimizer,
                          loss and metrics as configs, and compile's other arguments
     /weights/<key>       as in a weights file
-    /optimizer           attrs: iterations (int); absent if not compiled
+    /optimizer           attrs: iterations (int), crc32; absent if not compiled
     /optimizer/slots/<n>/<slot>  the slots of the n-th variable the optimizer tracks
     /optimizer/variables JSON text: the structural key of each tracked variable, in order
     /random              JSON text: {"<layer path>/<attr>": state} of the random
                          generators the layers own (Dropout's)
 
-Strings are stored as fixed-length byte strings (UTF-8) and read only after their HDF5
-type has been checked; numbers as numeric datasets, read through `tapeflow._files`.
+Strings are stored as fixed-length byte strings (UTF-8), numbers as numeric datasets; each
+dataset carries the CRC-32 of its bytes and each object's attributes one of their own. All
+is read through `tapeflow._h5safe`, which checks every HDF5 type before reading and
+refuses a damaged entry by name.
 Loading runs no code from the file: classes are looked up by name among tapeflow's own,
 those registered with `register_serializable`, and `custom_objects`; nothing is imported,
 unpickled or evaluated. Writes are atomic (a temp file renamed over the target).
@@ -51,16 +54,17 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
-import h5py
 import numpy as np
 
 from tapeflow import losses, metrics, optimizers, serialization
-from tapeflow._files import atomic_h5, hdf5_child, hdf5_datasets
+from tapeflow._files import atomic_h5
+from tapeflow._h5safe import FileReadError, H5Reader, write_attrs, write_manifest, write_text
 from tapeflow.io import checkpoint
-from tapeflow.io.checkpoint import LoadReport, WeightsMismatchError, _check_paths, _match_weights, _open, _write_arrays
+from tapeflow.io.checkpoint import LoadReport, WeightsMismatchError, _check_paths, _match_weights, _write_arrays
 from tapeflow.layers.base import Layer, deserialize, snake_case
 from tapeflow.ops.creation import zeros
 from tapeflow.ops.random import Generator
@@ -80,9 +84,11 @@ __all__ = [
 ]
 
 MODEL_FORMAT = "tapeflow-model"
-MODEL_VERSION = 1
-WEIGHTS_VERSION = 2
-_MAX_TEXT = 1 << 28  # bytes of one JSON text read from a file
+MODEL_VERSION = 2
+WEIGHTS_VERSION = 4
+# {readable version: whether files of that version hold checksums}
+MODEL_VERSIONS = {1: False, 2: True}
+STRUCTURED_WEIGHTS_VERSIONS = {2: False, 4: True}
 register_keras_serializable = register_serializable  # Keras' name for it
 
 
@@ -167,11 +173,7 @@ def weight_paths(model: Layer, where: str = "weights") -> dict[str, object]:
 
 
 # ---------------------------------------------------------- text in HDF5
-def _write_text(group: h5py.Group, name: str, text: str) -> None:
-    group.create_dataset(name, data=np.bytes_(text.encode("utf-8")))
-
-
-def _write_json(group: h5py.Group, name: str, value, where: str) -> None:
+def _write_json(group, name: str, value, where: str) -> None:
     def refuse(obj):
         raise TypeError(
             f"{where}: {obj!r} in the model's configuration cannot be saved: a config may hold names, numbers "
@@ -179,75 +181,7 @@ def _write_json(group: h5py.Group, name: str, value, where: str) -> None:
             "classes get_config/from_config)"
         )
 
-    _write_text(group, name, json.dumps(value, default=refuse))
-
-
-def _fixed_string(type_id, what: str, where: str, limit: int) -> None:
-    if not isinstance(type_id, h5py.h5t.TypeStringID) or type_id.is_variable_str():
-        raise ValueError(f"{where}: {what} must be a fixed-length string")
-    if type_id.get_size() > limit:
-        raise ValueError(f"{where}: {what} is longer than {limit} bytes")
-
-
-def _text_attr(obj, name: str, where: str) -> str | None:
-    """A fixed-length string attribute (None if absent), its type checked before it is read."""
-    if name not in obj.attrs:
-        return None
-    attr = h5py.h5a.open(obj.id, name.encode())
-    _fixed_string(attr.get_type(), f"attribute {name!r}", where, 256)
-    if attr.get_space().get_simple_extent_type() != h5py.h5s.SCALAR:
-        raise ValueError(f"{where}: attribute {name!r} must be a scalar")
-    return bytes(obj.attrs[name]).decode("utf-8", errors="strict")
-
-
-def _read_json(group: h5py.Group, name: str, where: str, required: bool = True):
-    """The JSON value of a scalar fixed-length string dataset, its type checked first."""
-    item = hdf5_child(group, name, where)
-    if item is None:
-        if required:
-            raise ValueError(f"{where}: {group.file.filename!r} has no '{name}'")
-        return None
-    if not isinstance(item, h5py.Dataset) or item.shape != ():
-        raise ValueError(f"{where}: '{name}' must be a scalar dataset")
-    _fixed_string(item.id.get_type(), f"dataset '{name}'", where, _MAX_TEXT)
-    plist = item.id.get_create_plist()
-    if item.is_virtual or plist.get_external_count() or plist.get_nfilters():
-        raise ValueError(f"{where}: dataset '{name}' must be stored plainly in the file")
-    try:
-        return json.loads(bytes(item[()]).decode("utf-8"))
-    except (ValueError, RecursionError) as err:
-        raise ValueError(f"{where}: '{name}' is not valid JSON text: {err}") from None
-
-
-def _int_attr(obj, name: str, where: str) -> int:
-    if name not in obj.attrs:
-        raise ValueError(f"{where}: attribute {name!r} is missing")
-    if obj.attrs.get_id(name).get_type().get_class() != h5py.h5t.INTEGER:
-        raise ValueError(f"{where}: attribute {name!r} must be an integer")
-    value = obj.attrs[name]
-    if np.ndim(value) != 0 or value < 0:
-        raise ValueError(f"{where}: attribute {name!r} must be an integer >= 0, got {value!r}")
-    return int(value)
-
-
-def _header(f: h5py.File, formats: dict, where: str) -> str:
-    """The file's format, one of `formats` ({format: readable version}), checked with its version."""
-    found = _text_attr(f, "format", where)
-    if found not in formats:
-        raise ValueError(
-            f"{where}: {f.filename!r} is not a {' or '.join(formats)} file (its 'format' attribute is {found!r})"
-        )
-    version = _int_attr(f, "version", where)
-    if version != formats[found]:
-        raise ValueError(
-            f"{where}: {f.filename!r} is {found} version {version}; this tapeflow reads version {formats[found]}"
-        )
-    return found
-
-
-def _write_header(f: h5py.File, fmt: str, version: int) -> None:
-    f.attrs["format"] = np.bytes_(fmt.encode())
-    f.attrs["version"] = np.int64(version)
+    write_text(group, name, json.dumps(value, default=refuse))
 
 
 # ------------------------------------------------------------------ weights
@@ -261,36 +195,25 @@ def save_weights(model, path) -> None:
     where = "save_weights"
     arrays, names = _weight_arrays(model, where)
     with atomic_h5(path) as f:
-        _write_header(f, checkpoint.WEIGHTS_FORMAT, WEIGHTS_VERSION)
+        write_attrs(f, {"format": checkpoint.WEIGHTS_FORMAT, "version": WEIGHTS_VERSION})
         _write_arrays(f.create_group("weights"), arrays)
         _write_json(f, "names", names, where)
+        write_manifest(f)
 
 
-def _is_structured(path, where: str) -> bool:
-    """Whether `path` was written by `save_weights` above (its format attribute is a
-    fixed-length string), rather than by the name-keyed writer of version 1."""
-    with _open(path, where) as f:
-        if "format" not in f.attrs:
-            return False
-        type_id = h5py.h5a.open(f.id, b"format").get_type()
-        return isinstance(type_id, h5py.h5t.TypeStringID) and not type_id.is_variable_str()
-
-
-def _read_weights(f: h5py.File, by_key: dict, where: str, by_name: bool):
+def _read_weights(reader: H5Reader, checked: bool, by_key: dict, where: str, by_name: bool):
     """(report, values by key) for the weights group of an open file."""
-    group = hdf5_child(f, "weights", where)
-    if not isinstance(group, h5py.Group):
-        raise ValueError(f"{where}: {f.filename!r} has no 'weights' group")
+    datasets = reader.datasets(reader.group(reader.file, "weights"), "weights/")
     if not by_name:
-        return _match_weights(by_key, group, where)
-    names = _read_json(f, "names", where)
+        return _match_weights(reader, by_key, datasets, checked)
+    names = reader.json(reader.file, "names", checked)
     if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
-        raise ValueError(f"{where}: 'names' must map keys to weight names")
-    datasets = {names.get(key, key): d for key, d in hdf5_datasets(group, where).items()}
+        raise reader.fail("'names' must map keys to weight names")
+    datasets = {names.get(key, key): d for key, d in datasets.items()}
     named = {var.name: var for var in by_key.values()}
     if len(named) != len(by_key):
         raise ValueError(f"{where}: weights of the model share names; match them by structure instead")
-    report, values = _match_weights(named, group, where, datasets)
+    report, values = _match_weights(reader, named, datasets, checked)
     key_of = {var.name: key for key, var in by_key.items()}
     return report, {key_of[name]: value for name, value in values.items()}
 
@@ -300,7 +223,7 @@ def _mismatch(where: str, path, report: LoadReport, by_name: bool) -> WeightsMis
     how = "full names" if by_name else "place in the model ('<layer path>/<weight>')"
     other = "" if by_name else ", or by_name=True to match them by their full names"
     return WeightsMismatchError(
-        f"{where}: {os.fspath(path)!r} does not match the model, so no weight was changed:\n  {lines}\n"
+        f"{where}: the file does not match the model, so no weight was changed:\n  {lines}\n"
         f"Weights are matched by their {how}. Pass strict=False to load those that match{other}.",
         report,
     )
@@ -311,17 +234,29 @@ def load_weights(model, path, strict: bool = True, by_name: bool = False) -> Loa
 
     With `strict`, a missing, unexpected or wrongly shaped weight raises a
     `WeightsMismatchError` naming every one, and no weight changes; otherwise the weights
-    that match are loaded. A version-1 file (keyed by name) loads by name; a model file
-    (`Model.save`) gives its weights.
+    that match are loaded. A file keyed by name (`tp.io.save_weights`, or a checkpoint)
+    loads by name; a model file (`Model.save`) gives its weights.
     """
-    where = "load_weights"
-    if not _is_structured(path, where):
-        return checkpoint.load_weights(model, path, strict=strict)
-    by_key = weight_paths(model, where)
-    with _open(path, where) as f:
-        _header(f, {checkpoint.WEIGHTS_FORMAT: WEIGHTS_VERSION, MODEL_FORMAT: MODEL_VERSION}, where)
-        report, values = _read_weights(f, by_key, where, by_name)
+    where = f"load_weights({os.fspath(path)!r})"
+    versions = {
+        checkpoint.WEIGHTS_FORMAT: {**checkpoint.NAMED_WEIGHTS_VERSIONS, **STRUCTURED_WEIGHTS_VERSIONS},
+        MODEL_FORMAT: MODEL_VERSIONS,
+        checkpoint.CHECKPOINT_FORMAT: checkpoint.CHECKPOINT_VERSIONS,
+    }
+    with H5Reader(path, where) as reader:
+        fmt, version, checked = reader.header(versions)
+        keyed_by_name = fmt == checkpoint.CHECKPOINT_FORMAT or (
+            fmt == checkpoint.WEIGHTS_FORMAT and version in checkpoint.NAMED_WEIGHTS_VERSIONS
+        )
+        if keyed_by_name:
+            by_key = checkpoint._named_weights(model, where)
+            report, values = checkpoint.read_named_weights(reader, fmt, checked, by_key)
+        else:
+            by_key = weight_paths(model, where)
+            report, values = _read_weights(reader, checked, by_key, where, by_name)
     if strict and not report.ok:
+        if keyed_by_name:
+            raise checkpoint._mismatch_error(where, path, report, "Pass strict=False to load the weights that match.")
         raise _mismatch(where, path, report, by_name)
     for key, value in values.items():
         by_key[key].assign(value)
@@ -396,7 +331,7 @@ def save_model(model, path) -> None:
         tracked, slots = _optimizer_state(model, by_key, where)
     generators = {key: gen.get_state() for key, gen in _generators(model).items()}
     with atomic_h5(path) as f:
-        _write_header(f, MODEL_FORMAT, MODEL_VERSION)
+        write_attrs(f, {"format": MODEL_FORMAT, "version": MODEL_VERSION})
         _write_json(f, "config", config, where)
         _write_json(f, "build", build, where)
         _write_arrays(f.create_group("weights"), {k: np.asarray(v.numpy()) for k, v in by_key.items()})
@@ -404,9 +339,10 @@ def save_model(model, path) -> None:
         if compiled:
             _write_json(f, "compile_config", compile_config, where)
             group = f.create_group("optimizer")
-            group.attrs["iterations"] = np.int64(model.optimizer.iterations)
+            write_attrs(group, {"iterations": int(model.optimizer.iterations)})
             _write_json(group, "variables", tracked, where)
             _write_arrays(group.create_group("slots"), slots)
+        write_manifest(f)
 
 
 def _build(model, build, where: str) -> None:
@@ -421,23 +357,38 @@ def _build(model, build, where: str) -> None:
     model(inputs[0] if len(inputs) == 1 else inputs, training=False)
 
 
-def _restore_optimizer(model, group, by_key: dict, where: str) -> None:
+def _restore_optimizer(model, reader: H5Reader, checked: bool, by_key: dict, where: str) -> None:
     optimizer = model.optimizer
-    keys = _read_json(group, "variables", where)
+    group = reader.group(reader.file, "optimizer", required=False)
+    if group is None:
+        raise reader.fail("has a compile config but no optimizer state")
+    keys = reader.json(group, "variables", checked)
     if not isinstance(keys, list) or any(not isinstance(k, str) or k not in by_key for k in keys):
-        raise ValueError(f"{where}: 'optimizer/variables' must list weights of the model, got {keys!r}")
-    iterations = _int_attr(group, "iterations", where)
-    slots_group = hdf5_child(group, "slots", where, "optimizer/slots")
-    if not isinstance(slots_group, h5py.Group):
-        raise ValueError(f"{where}: 'optimizer/slots' must be a group")
+        raise reader.fail(f"'optimizer/variables' must list weights of the model, got {keys!r:.200}")
+    iterations = reader.attrs(group, checked).get("iterations")
+    if not isinstance(iterations, int) or not 0 <= iterations < 2**63:
+        raise reader.fail("optimizer 'iterations' must be an integer >= 0")
+    slots_group = reader.group(group, "slots", "optimizer/slots")
     optimizer.build([by_key[k] for k in keys])
     targets = {f"{n}/{slot}": var for n, k in enumerate(keys) for slot, var in optimizer.slots(by_key[k]).items()}
-    report, values = _match_weights(targets, slots_group, where)
+    report, values = _match_weights(reader, targets, reader.datasets(slots_group, "optimizer/slots/"), checked)
     if not report.ok:
-        raise ValueError(f"{where}: the optimizer state does not fit {type(optimizer).__name__}: {report.problems()}")
+        raise reader.fail(f"the optimizer state does not fit {type(optimizer).__name__}: {report.problems()}")
     for key, value in values.items():
         targets[key].assign(value)
     optimizer.iterations = iterations
+
+
+@contextlib.contextmanager
+def _rebuilding(reader: H5Reader, what: str):
+    """Any failure to rebuild objects from the file's configs becomes a FileReadError naming
+    the file (the original error is chained)."""
+    try:
+        yield
+    except FileReadError:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever a config from a file makes a constructor raise
+        raise reader.fail(f"{what} cannot be rebuilt: {type(err).__name__}: {err}") from err
 
 
 def load_model(path, custom_objects: dict | None = None, compile: bool = True):
@@ -445,37 +396,41 @@ def load_model(path, custom_objects: dict | None = None, compile: bool = True):
     was compiled (and `compile` is true), compiled again with its optimizer's state, so
     training continues where it stopped. Classes are looked up by name only (tapeflow's,
     registered ones, and `custom_objects`); nothing in the file is executed."""
-    where = "load_model"
-    with _open(path, where) as f, custom_object_scope(custom_objects):
-        _header(f, {MODEL_FORMAT: MODEL_VERSION}, where)
-        model = deserialize(_read_json(f, "config", where))
+    where = f"load_model({os.fspath(path)!r})"
+    with H5Reader(path, where) as reader, custom_object_scope(custom_objects):
+        _, _, checked = reader.header({MODEL_FORMAT: MODEL_VERSIONS})
+        f = reader.file
+        config = reader.json(f, "config", checked)
+        with _rebuilding(reader, "the model's config"):
+            model = deserialize(config)
         if not hasattr(model, "compile"):
-            raise ValueError(f"{where}: {os.fspath(path)!r} holds a {type(model).__name__}, not a model")
+            raise ValueError(f"{where}: the file holds a {type(model).__name__}, not a model")
         if not model.built or not model.weights:
-            _build(model, _read_json(f, "build", where), where)
+            build = reader.json(f, "build", checked)
+            with _rebuilding(reader, "building the model"):
+                _build(model, build, where)
         by_key = weight_paths(model, where)
-        report, values = _read_weights(f, by_key, where, by_name=False)
+        report, values = _read_weights(reader, checked, by_key, where, by_name=False)
         if not report.ok:
             raise _mismatch(where, path, report, False)
         for key, value in values.items():
             by_key[key].assign(value)
         generators = _generators(model)
-        states = _read_json(f, "random", where, required=False) or {}
+        states = reader.json(f, "random", checked, required=False) or {}
         if not isinstance(states, dict) or set(states) != set(generators):
             raise ValueError(f"{where}: the random generators saved ({sorted(states)}) are not the model's")
         for key, gen in generators.items():
             gen.set_state(checkpoint._checked_rng_state(gen, states[key], key, where))
-        compile_config = _read_json(f, "compile_config", where, required=False) if compile else None
+        compile_config = reader.json(f, "compile_config", checked, required=False) if compile else None
         if compile_config is not None:
             if not isinstance(compile_config, dict):
                 raise ValueError(f"{where}: 'compile_config' must be a dict")
             arguments = dict(compile_config)
-            optimizer = optimizers.get(arguments.pop("optimizer"))
-            arguments["loss"] = _restore_entry(arguments.get("loss"), losses.get)
-            arguments["metrics"] = _restore_entry(arguments.get("metrics"), metrics.get)
-            model.compile(optimizer=optimizer, **arguments)
-            group = hdf5_child(f, "optimizer", where)
-            if not isinstance(group, h5py.Group):
-                raise ValueError(f"{where}: {os.fspath(path)!r} has a compile config but no optimizer state")
-            _restore_optimizer(model, group, by_key, where)
+            with _rebuilding(reader, "the compile config"):
+                optimizer = optimizers.get(arguments.pop("optimizer", None))
+                arguments["loss"] = _restore_entry(arguments.get("loss"), losses.get)
+                for key in ("metrics", "weighted_metrics"):
+                    arguments[key] = _restore_entry(arguments.get(key), metrics.get)
+                model.compile(optimizer=optimizer, **arguments)
+            _restore_optimizer(model, reader, checked, by_key, where)
     return model

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 
 from tapeflow import serialization
 
@@ -45,9 +46,16 @@ class LearningRateSchedule:
 
 
 def _positive_steps(owner: str, label: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ValueError(f"{owner}: {label} must be > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{owner}: {label} must be a finite number > 0, got {value!r}")
     return value
+
+
+def _finite(owner: str, label: str, value) -> float:
+    """`value` as a float, or a ValueError for NaN, an infinity or a non-number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{owner}: {label} must be a finite number, got {value!r}")
+    return float(value)
 
 
 class ExponentialDecay(LearningRateSchedule):
@@ -67,9 +75,9 @@ class ExponentialDecay(LearningRateSchedule):
         staircase: bool = False,
         name: str = "ExponentialDecay",
     ):
-        self.initial_learning_rate = float(initial_learning_rate)
+        self.initial_learning_rate = _finite("ExponentialDecay", "initial_learning_rate", initial_learning_rate)
         self.decay_steps = _positive_steps("ExponentialDecay", "decay_steps", decay_steps)
-        self.decay_rate = float(decay_rate)
+        self.decay_rate = _finite("ExponentialDecay", "decay_rate", decay_rate)
         self.staircase = bool(staircase)
         self.name = name
 
@@ -111,11 +119,11 @@ class CosineDecay(LearningRateSchedule):
         warmup_target: float | None = None,
         warmup_steps: int = 0,
     ):
-        self.initial_learning_rate = float(initial_learning_rate)
+        self.initial_learning_rate = _finite("CosineDecay", "initial_learning_rate", initial_learning_rate)
         self.decay_steps = _positive_steps("CosineDecay", "decay_steps", decay_steps)
-        self.alpha = float(alpha)
+        self.alpha = _finite("CosineDecay", "alpha", alpha)
         self.name = name
-        self.warmup_target = None if warmup_target is None else float(warmup_target)
+        self.warmup_target = None if warmup_target is None else _finite("CosineDecay", "warmup_target", warmup_target)
         if warmup_steps < 0:
             raise ValueError(f"CosineDecay: warmup_steps must be >= 0, got {warmup_steps!r}")
         self.warmup_steps = warmup_steps
@@ -163,8 +171,10 @@ class PiecewiseConstantDecay(LearningRateSchedule):
             )
         if any(not lo < hi for lo, hi in zip(boundaries, boundaries[1:], strict=False)):
             raise ValueError(f"PiecewiseConstantDecay: boundaries must increase strictly, got {boundaries}")
+        for v in boundaries:
+            _finite("PiecewiseConstantDecay", "each boundary", v)
         self.boundaries = boundaries
-        self.values = [float(v) for v in values]
+        self.values = [_finite("PiecewiseConstantDecay", "each value", v) for v in values]
         self.name = name
 
     def __call__(self, step) -> float:

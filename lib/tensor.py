@@ -133,6 +133,33 @@ class Tensor:
             return arr.copy()
         return arr
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export the value through DLPack (`torch.from_dlpack(t)`, `np.from_dlpack(t)`).
+
+        The consumer shares this tensor's memory, marked read-only. A consumer that speaks
+        only DLPack before 1.0, which cannot mark memory read-only, gets a copy instead
+        (and a BufferError if it asks for `copy=False`). A Variable exports its current
+        value: a later `assign` gives the variable a new array and leaves the export as it was.
+
+        >>> import numpy as np
+        >>> import tapeflow as tp
+        >>> np.from_dlpack(tp.tensor([1.0, 2.0])).tolist()
+        [1.0, 2.0]
+        """
+        view = self.numpy()
+        if max_version is None or tuple(max_version)[0] < 1:
+            if copy is False:
+                raise BufferError(
+                    "Tensor.__dlpack__: a consumer of DLPack < 1.0 cannot be given read-only memory without "
+                    "a copy, and copy=False forbids one"
+                )
+            return np.array(view, copy=True).__dlpack__(stream=stream, dl_device=dl_device)
+        return view.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(DLPack device type, device id): (1, 0), the host CPU."""
+        return self.numpy().__dlpack_device__()
+
     def to(self, device) -> Tensor:
         """This tensor on another device."""
         dev = parse_device(device)

@@ -14,14 +14,15 @@ from pathlib import Path
 LIB = Path(__file__).resolve().parent.parent / "lib"
 
 STAGES = [
-    {"_kernels", "_compat", "_files", "dtypes", "devices", "elementwise", "serialization"},
+    {"_kernels", "_compat", "_files", "_h5safe", "dtypes", "devices", "elementwise", "serialization"},
     {"backends"},
     {"tensor"},
-    {"ops"},
+    {"ops", "dlpack"},
     {"autodiff", "graph"},
     {"data", "io"},
     {"initializers", "regularizers", "schedules", "losses", "metrics", "optimizers", "callbacks", "layers"}
-    | {"training", "functional", "models", "config", "saving", "word2vec"},
+    | {"training", "training_data", "output_losses", "output_metrics", "functional", "models", "config", "saving"}
+    | {"word2vec"},
     {"distributed"},
     {"__init__", "cli"},
 ]

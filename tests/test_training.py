@@ -105,7 +105,7 @@ def test_history_train_on_batch_and_datasets():
     history = model.fit(data, epochs=2, verbose=0, validation_data=(x, y))
     assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
     assert len(history.history["loss"]) == 2 and history.epoch == [0, 1]
-    logs = model.train_on_batch(x[:10], y[:10])
+    logs = model.train_on_batch(x[:10], y[:10], return_dict=True)
     assert set(logs) == {"loss", "accuracy"} and np.isfinite(logs["loss"])
     assert model.predict(x, batch_size=7).shape == (30, 2)
 

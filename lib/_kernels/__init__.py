@@ -91,8 +91,9 @@ def build_info() -> dict[str, dict]:
 def set_num_threads(n: int) -> None:
     """Set the thread count of every kernel's parallel loops (1 without OpenMP).
 
-    Large gemms are split over these same threads: OpenBLAS itself stays single-threaded
-    (where it can be controlled), so that only one pool of threads ever runs.
+    Large gemms are split over these same threads: while a kernel runs, OpenBLAS is
+    single-threaded (where it can be controlled), so that only one pool of threads runs;
+    between kernel calls OpenBLAS keeps the thread count SciPy and NumPy gave it.
 
     >>> old = get_num_threads(); set_num_threads(1); get_num_threads(); set_num_threads(old)
     1
@@ -121,7 +122,6 @@ def get_num_threads() -> int:
 
 
 _conv, _gemm, _pool, _xent, _embedding, _fused, _fpenv, _elementwise, _word2vec = (_modules[name] for name in MODULES)
-_gemm._pin_blas()
 
 conv2d_forward = _conv.conv2d_forward
 matmul = _gemm.matmul

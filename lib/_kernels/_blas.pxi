@@ -2,23 +2,29 @@
 # gemm on scipy's cython_blas, and one thread pool for all of it.
 #
 # OpenBLAS's worker threads spin for a long while after each threaded call, and on a small
-# machine they take the cores from our OpenMP threads (and ours from them). So while it can
-# be controlled, OpenBLAS stays single-threaded and our OpenMP threads split every large
-# gemm between them instead. Behind another BLAS, whose threads cannot be set, each gemm runs
-# alone and that BLAS threads it.
+# machine they take the cores from our OpenMP threads (and ours from them). So while one of
+# our kernels runs, OpenBLAS is single-threaded and our OpenMP threads split every large
+# gemm between them instead; when the last running kernel returns, OpenBLAS gets back the
+# thread count it had, so that SciPy and NumPy code around tapeflow keeps its threads.
+# Behind another BLAS, whose threads cannot be set, each gemm runs alone and that BLAS
+# threads it.
 
 import ctypes
 
 import scipy.linalg.cython_blas
 
+from tapeflow._kernels.blas_scope import ADDRESS as _SCOPE_ADDRESS
+
 from cython cimport floating
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 from scipy.linalg.cython_blas cimport dgemm, dgemv, sgemm, sgemv
 
 ctypedef int (*get_threads_fn)() noexcept nogil
 ctypedef void (*set_threads_fn)(int) noexcept nogil
 cdef get_threads_fn _blas_get_threads = NULL
 cdef set_threads_fn _blas_set_threads = NULL
+# [kernel calls running, thread count to restore]: one record for every module (blas_scope.py).
+cdef int* _blas_scope = <int*><size_t>_SCOPE_ADDRESS
 
 # Below this many multiply-adds a gemm runs on one thread.
 cdef Py_ssize_t _GEMM_PARALLEL_MIN = 1 << 20
@@ -46,34 +52,48 @@ def _bind_blas_threading():
 BLAS_THREAD_CONTROL = _bind_blas_threading()
 
 
+cdef bint _blas_controlled = BLAS_THREAD_CONTROL
+
+
 def _blas_num_threads():
     """OpenBLAS's current thread count, or None when it cannot be controlled."""
-    return _blas_get_threads() if BLAS_THREAD_CONTROL else None
+    return _blas_get_threads() if _blas_controlled else None
 
 
-cdef bint _single_threaded_blas() noexcept:
-    """Make OpenBLAS single-threaded if anything has changed that; False if it cannot be set.
+cdef void _blas_enter() noexcept:
+    """Pin OpenBLAS to one thread while one of our kernels runs (called with the GIL held).
 
-    Called with the GIL held before each parallel region that runs gemms, so that OpenBLAS's
-    pool never runs beside ours.
+    Calls nest and overlap (several Python threads, a kernel calling another): the first
+    saves OpenBLAS's thread count, the last to leave restores it.
     """
-    if _blas_set_threads == NULL:
-        return False
-    if _blas_get_threads() != 1:
-        _blas_set_threads(1)
-    return True
+    if not _blas_controlled:
+        return
+    if _blas_scope[0] == 0:
+        _blas_scope[1] = _blas_get_threads()
+        if _blas_scope[1] != 1:
+            _blas_set_threads(1)
+    _blas_scope[0] += 1
+
+
+cdef void _blas_leave() noexcept:
+    """End what _blas_enter began (called with the GIL held)."""
+    if not _blas_controlled or _blas_scope[0] == 0:
+        return
+    _blas_scope[0] -= 1
+    if _blas_scope[0] == 0 and _blas_scope[1] != 1:
+        _blas_set_threads(_blas_scope[1])
+
+
+def _blas_calls_running():
+    """How many kernel calls hold OpenBLAS single-threaded now (0 between calls)."""
+    return _blas_scope[0]
 
 
 cdef int _gemm_threads(Py_ssize_t work) noexcept:
     """How many of our threads to give `work` multiply-adds of gemm (1: one plain BLAS call)."""
-    if _num_threads < 2 or work < _GEMM_PARALLEL_MIN or not _single_threaded_blas():
+    if _num_threads < 2 or work < _GEMM_PARALLEL_MIN or not _blas_controlled:
         return 1
     return _num_threads
-
-
-def _pin_blas():
-    """Make OpenBLAS single-threaded (a no-op behind a BLAS that cannot be controlled)."""
-    _single_threaded_blas()
 
 
 cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
@@ -108,17 +128,21 @@ cdef void _gemm_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_s
     step = (extent + threads - 1) // threads
     if by_cols:
         step = (step + 15) // 16 * 16
-    for part in prange(threads, num_threads=threads, schedule="static"):
-        lo = part * step
-        hi = min(lo + step, extent)
-        if lo >= hi:
-            continue
-        if by_cols:
-            _gemm(transa, transb, m, hi - lo, k, alpha, a, lda,
-                  b + (lo * ldb if transb == c'T' else lo), ldb, beta, c + lo, ldc)
-        else:
-            _gemm(transa, transb, hi - lo, n, k, alpha, a + (lo if transa == c'T' else lo * lda),
-                  lda, b, ldb, beta, c + lo * ldc, ldc)
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
+        for part in prange(threads, schedule="static"):
+            lo = part * step
+            hi = min(lo + step, extent)
+            if lo >= hi:
+                continue
+            if by_cols:
+                _gemm(transa, transb, m, hi - lo, k, alpha, a, lda,
+                      b + (lo * ldb if transb == c'T' else lo), ldb, beta, c + lo, ldc)
+            else:
+                _gemm(transa, transb, hi - lo, n, k, alpha, a + (lo if transa == c'T' else lo * lda),
+                      lda, b, ldb, beta, c + lo * ldc, ldc)
+        tapeflow_fpenv_swap(own)
 
 
 # Below this many multiply-adds a matrix-vector product runs on one thread.
@@ -149,8 +173,12 @@ cdef inline void _vec_mat(bint trans_b, Py_ssize_t n, Py_ssize_t k, const floati
         _gemv_part(trans_b, 0, n, k, a, b, ldb, c)
         return
     step = ((n + threads - 1) // threads + 15) // 16 * 16
-    for part in prange(threads, num_threads=threads, schedule="static"):
-        lo = part * step
-        hi = min(lo + step, n)
-        if lo < hi:
-            _gemv_part(trans_b, lo, hi, k, a, b, ldb, c)
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
+        for part in prange(threads, schedule="static"):
+            lo = part * step
+            hi = min(lo + step, n)
+            if lo < hi:
+                _gemv_part(trans_b, lo, hi, k, a, b, ldb, c)
+        tapeflow_fpenv_swap(own)

@@ -1,8 +1,28 @@
-# Shared by every kernel module through `include "_common.pxi"`: build facts and the
-# OpenMP thread count that the module's prange loops use.
+# Shared by every kernel module through `include "_common.pxi"`: build facts, the OpenMP
+# thread count that the module's prange loops use, and the floating-point environment.
+#
+# OpenMP worker threads keep whatever flush-to-zero setting they were started with, so each
+# parallel region hands them the caller's: every thread count then gives the same result
+# (`own = tapeflow_fpenv_swap(env)` on entry, `tapeflow_fpenv_swap(own)` on exit, where `env`
+# is `tapeflow_fpenv_get()` read by the calling thread).
 
 cdef extern from *:
     """
+    #if defined(__SSE__) || defined(_M_X64) || defined(__x86_64__)
+    #include <xmmintrin.h>
+    #define TAPEFLOW_HAS_MXCSR 1
+    static inline unsigned int tapeflow_fpenv_get(void) { return _mm_getcsr(); }
+    static inline unsigned int tapeflow_fpenv_swap(unsigned int env) {
+        unsigned int old = _mm_getcsr();
+        if (old != env) _mm_setcsr(env);
+        return old;
+    }
+    #else
+    #define TAPEFLOW_HAS_MXCSR 0
+    static inline unsigned int tapeflow_fpenv_get(void) { return 0; }
+    static inline unsigned int tapeflow_fpenv_swap(unsigned int env) { (void)env; return 0; }
+    #endif
+    #define TAPEFLOW_FLUSH_BITS 0x8040u  /* MXCSR: flush-to-zero (bit 15) | denormals-are-zero (bit 6) */
     #ifndef TAPEFLOW_SOURCE_SHA256
     #define TAPEFLOW_SOURCE_SHA256 "unknown"
     #endif
@@ -17,7 +37,11 @@ cdef extern from *:
     """
     const char* TAPEFLOW_SOURCE_SHA256
     int TAPEFLOW_OPENMP
+    int TAPEFLOW_HAS_MXCSR
+    unsigned int TAPEFLOW_FLUSH_BITS
     int tapeflow_max_threads() noexcept nogil
+    unsigned int tapeflow_fpenv_get() noexcept nogil
+    unsigned int tapeflow_fpenv_swap(unsigned int env) noexcept nogil
 
 OPENMP = bool(TAPEFLOW_OPENMP)
 SOURCE_SHA256 = TAPEFLOW_SOURCE_SHA256.decode("ascii")

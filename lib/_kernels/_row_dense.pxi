@@ -54,10 +54,16 @@ cdef extern from *:
             return;
         }
         const ptrdiff_t step = ((n + threads - 1) / threads + 63) / 64 * 64;
-        #pragma omp parallel for num_threads(threads) schedule(static)
-        for (int t = 0; t < threads; t++) {
-            const ptrdiff_t lo = t * step, hi = lo + step < n ? lo + step : n;
-            if (lo < hi) tapeflow_row_dense_band(x, w, n, b, y, k, lo, hi, relu);
+        const unsigned int env = tapeflow_fpenv_get();
+        #pragma omp parallel num_threads(threads)
+        {
+            const unsigned int own = tapeflow_fpenv_swap(env);
+            #pragma omp for schedule(static)
+            for (int t = 0; t < threads; t++) {
+                const ptrdiff_t lo = t * step, hi = lo + step < n ? lo + step : n;
+                if (lo < hi) tapeflow_row_dense_band(x, w, n, b, y, k, lo, hi, relu);
+            }
+            tapeflow_fpenv_swap(own);
         }
     }
     """

@@ -82,7 +82,7 @@ cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize, bint whole_images) noexc
     """
     cdef Plan p
     cdef Py_ssize_t fit = max(1, _col_buffer_bytes // max(1, g.ow * g.kh * g.kw * g.c * itemsize))
-    cdef int nt = _num_threads if _num_threads > 1 and _single_threaded_blas() else 1
+    cdef int nt = _num_threads if _num_threads > 1 and _blas_controlled else 1
     cdef bint by_image = fit >= g.oh and (whole_images or g.n >= nt)
     cdef bint in_parallel = nt > 1 and (by_image or not whole_images)
     cdef Py_ssize_t unit = g.oh if by_image else 1
@@ -265,7 +265,10 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     cdef floating* col = NULL
     cdef int failed = 0
     cdef int* failed_p = &failed
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    _blas_enter()
     with nogil, parallel(num_threads=p.threads):
+        own = tapeflow_fpenv_swap(env)
         col = NULL if pointwise else _alloc(p.rows * g.ow * kkc + _band_size(&g), yp)
         if not pointwise and col == NULL:
             failed_p[0] = 1
@@ -281,6 +284,8 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
                 _gemm_split(c'N', c'N', (r1 - r0) * g.ow, g.o, kkc, 1, col, kkc, wp, g.o, 0,
                             yp + r0 * g.ow * g.o, g.o, p.gemm_threads)
         free(col)
+        tapeflow_fpenv_swap(own)
+    _blas_leave()
     if failed:
         raise MemoryError("conv2d_forward: cannot allocate the im2col buffer")
     return y
@@ -312,7 +317,10 @@ def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, 
     cdef floating* col = NULL
     cdef int failed = 0
     cdef int* failed_p = &failed
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    _blas_enter()
     with nogil, parallel(num_threads=p.threads):
+        own = tapeflow_fpenv_swap(env)
         col = NULL if pointwise else _alloc(p.rows * g.ow * kkc, dxp)
         if not pointwise and col == NULL:
             failed_p[0] = 1
@@ -327,6 +335,8 @@ def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, 
                             g.o, wp, g.o, 0, col, kkc, p.gemm_threads)
                 _col2im(&g, col, dxp, r0, r1)
         free(col)
+        tapeflow_fpenv_swap(own)
+    _blas_leave()
     if failed:
         raise MemoryError("conv2d_backward_input: cannot allocate the col2im buffer")
     return dx
@@ -364,7 +374,10 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
     if partials == NULL:
         raise MemoryError("conv2d_backward_filter: cannot allocate partial sums")
     memset(partials, 0, (p.threads - 1) * size * sizeof(floating))
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    _blas_enter()
     with nogil, parallel(num_threads=p.threads):
+        own = tapeflow_fpenv_swap(env)
         col = NULL if pointwise else _alloc(p.rows * g.ow * kkc + _band_size(&g), dwp)
         if not pointwise and col == NULL:
             failed_p[0] = 1
@@ -382,6 +395,8 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
                 _gemm_split(c'T', c'N', kkc, g.o, (r1 - r0) * g.ow, 1, col, kkc,
                             dyp + r0 * g.ow * g.o, g.o, 1, acc, g.o, p.gemm_threads)
         free(col)
+        tapeflow_fpenv_swap(own)
+    _blas_leave()
     with nogil:
         for i in range((p.threads - 1) * size):
             dwp[i % size] += partials[i]

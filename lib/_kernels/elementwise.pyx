@@ -51,7 +51,8 @@ cdef extern from *:
     /* libm's exp builds subnormal results in integer arithmetic, which flush-to-zero does
        not touch: flush them here, as every other kernel's arithmetic does. */
     static inline double tapeflow_exp(double x) {
-        return x < -708.3964185322641 ? 0.0 : exp(x);
+        const double y = exp(x);
+        return y < 2.2250738585072014e-308 ? 0.0 : y;
     }
     static inline float tapeflow_tanhf(float x) {
         float a = fabsf(x);
@@ -60,7 +61,7 @@ cdef extern from *:
                         + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
         float big = 1.0f - 2.0f / (tapeflow_expf(2.0f * a) + 1.0f);
         big = x < 0 ? -big : big;
-        return a < 0.625f ? small : big;
+        return a < 0.625f ? copysignf(small, x) : big;  /* tanh(-0.0) is -0.0 */
     }
 
     /* Opcodes (tapeflow.graph.fused_op maps op names to these through OPCODES). */
@@ -109,11 +110,11 @@ cdef extern from *:
         case TAPEFLOW_EW_SUBTRACT: for (j = 0; j < m; j++) d[j] = x[j] - y[j]; break;      \\
         case TAPEFLOW_EW_MULTIPLY: for (j = 0; j < m; j++) d[j] = x[j] * y[j]; break;      \\
         case TAPEFLOW_EW_DIVIDE: for (j = 0; j < m; j++) d[j] = x[j] / y[j]; break;        \\
-        case TAPEFLOW_EW_MAXIMUM: /* NaN wins, as in np.maximum */                         \\
-            for (j = 0; j < m; j++) { const T u = x[j], v = y[j]; d[j] = (u >= v || u != u) ? u : v; } \\
+        case TAPEFLOW_EW_MAXIMUM: /* as np.maximum: NaN wins, a tie (0.0, -0.0) gives y */  \\
+            for (j = 0; j < m; j++) { const T u = x[j], v = y[j]; d[j] = (u > v || u != u) ? u : v; } \\
             break;                                                                         \\
         case TAPEFLOW_EW_MINIMUM:                                                          \\
-            for (j = 0; j < m; j++) { const T u = x[j], v = y[j]; d[j] = (u <= v || u != u) ? u : v; } \\
+            for (j = 0; j < m; j++) { const T u = x[j], v = y[j]; d[j] = (u < v || u != u) ? u : v; } \\
             break;                                                                         \\
         }                                                                                  \\
     }
@@ -233,8 +234,10 @@ cdef int _run_program(floating* out, Py_ssize_t n, floating** inputs, const int*
     cdef floating* scratch
     cdef floating** regs
     cdef int failed[1]
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     failed[0] = 0
     with parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
         scratch = <floating*>malloc(count * BLOCK * sizeof(floating))
         regs = <floating**>malloc(count * sizeof(floating*))
         if scratch != NULL and regs != NULL:
@@ -246,6 +249,7 @@ cdef int _run_program(floating* out, Py_ssize_t n, floating** inputs, const int*
             failed[0] = -1
         free(scratch)
         free(regs)
+        tapeflow_fpenv_swap(own)
     return failed[0]
 
 

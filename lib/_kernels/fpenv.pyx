@@ -8,28 +8,12 @@ does, and the caller's setting is restored afterwards.
 
 include "_common.pxi"
 
-cdef extern from *:
-    """
-    #if defined(__SSE__) || defined(_M_X64) || defined(__x86_64__)
-    #include <xmmintrin.h>
-    #define TAPEFLOW_HAS_MXCSR 1
-    static unsigned int tapeflow_flush_enter(void) {
-        unsigned int old = _mm_getcsr();
-        _mm_setcsr(old | 0x8040);  /* FTZ (bit 15) | DAZ (bit 6) */
-        return old;
-    }
-    static void tapeflow_flush_leave(unsigned int old) { _mm_setcsr(old); }
-    #else
-    #define TAPEFLOW_HAS_MXCSR 0
-    static unsigned int tapeflow_flush_enter(void) { return 0; }
-    static void tapeflow_flush_leave(unsigned int old) { (void)old; }
-    #endif
-    """
-    int TAPEFLOW_HAS_MXCSR
-    unsigned int tapeflow_flush_enter() noexcept nogil
-    void tapeflow_flush_leave(unsigned int old) noexcept nogil
-
 SUPPORTED = bool(TAPEFLOW_HAS_MXCSR)
+
+
+def current():
+    """This thread's floating-point control word (0 where it cannot be read)."""
+    return tapeflow_fpenv_get()
 
 
 def flush_denormals_enter():
@@ -41,9 +25,9 @@ def flush_denormals_enter():
     True
     >>> flush_denormals_leave(old)
     """
-    return tapeflow_flush_enter()
+    return tapeflow_fpenv_swap(tapeflow_fpenv_get() | TAPEFLOW_FLUSH_BITS)
 
 
 def flush_denormals_leave(unsigned int old):
     """Restore the setting that flush_denormals_enter() returned."""
-    tapeflow_flush_leave(old)
+    tapeflow_fpenv_swap(old)

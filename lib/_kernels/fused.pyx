@@ -35,12 +35,15 @@ cdef extern from *:
     {                                                                                      \\
         const T b1 = (T)beta1, b2 = (T)beta2, c1 = (T)(1 - beta1), c2 = (T)(1 - beta2);    \\
         const T step = (T)(lr / bias_c1), inv_c2 = (T)(1 / bias_c2), e = (T)eps;           \\
+        const unsigned int env = tapeflow_fpenv_get();                                    \\
         _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \\
         {                                                                                  \\
+            const unsigned int own = tapeflow_fpenv_swap(env);                             \\
             Py_ssize_t lo = 0, hi = n;                                                     \\
             TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \\
             NAME##_chunk(p + lo, m + lo, v + lo, g + lo, p_out + lo, m_out + lo,           \\
                          v_out + lo, hi - lo, b1, b2, c1, c2, step, inv_c2, e);            \\
+            tapeflow_fpenv_swap(own);                                                      \\
         }                                                                                  \\
     }
     #ifdef _OPENMP
@@ -73,20 +76,26 @@ cdef extern from *:
     }                                                                                      \
     static void NAME(const T* x, T* out, Py_ssize_t n, int threads)                        \
     {                                                                                      \
+        const unsigned int env = tapeflow_fpenv_get();                                    \
         _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \
         {                                                                                  \
+            const unsigned int own = tapeflow_fpenv_swap(env);                             \
             Py_ssize_t lo = 0, hi = n;                                                     \
             TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \
             NAME##_chunk(x + lo, out + lo, hi - lo);                                       \
+            tapeflow_fpenv_swap(own);                                                      \
         }                                                                                  \
     }                                                                                      \
     static void NAME##_grad(const T* g, const T* y, T* out, Py_ssize_t n, int threads)     \
     {                                                                                      \
+        const unsigned int env = tapeflow_fpenv_get();                                    \
         _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \
         {                                                                                  \
+            const unsigned int own = tapeflow_fpenv_swap(env);                             \
             Py_ssize_t lo = 0, hi = n;                                                     \
             TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \
             NAME##_grad_chunk(g + lo, y + lo, out + lo, hi - lo);                          \
+            tapeflow_fpenv_swap(own);                                                      \
         }                                                                                  \
     }
     TAPEFLOW_RELU(tapeflow_relu_f32, float)

@@ -29,7 +29,7 @@ def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::
         return
     cdef int threads
     if m == 1:
-        threads = _num_threads if _single_threaded_blas() else 1
+        threads = _num_threads if _blas_controlled else 1
         with nogil:
             _vec_mat(trans_b, n, k, &a[0, 0], &b[0, 0], b.shape[1], &c[0, 0], threads)
         return
@@ -61,8 +61,12 @@ def _matmul3d(const floating[:, :, ::1] a, const floating[:, :, ::1] b, floating
                 _gemm_split(ta, tb, m, n, k, 1, ap + i * sa, lda, bp + i * sb, ldb, 0,
                             cp + i * sc, n, threads)
         return
-    for i in prange(batch, nogil=True, num_threads=threads, schedule="static"):
-        _gemm(ta, tb, m, n, k, 1, ap + i * sa, lda, bp + i * sb, ldb, 0, cp + i * sc, n)
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with nogil, parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
+        for i in prange(batch, schedule="static"):
+            _gemm(ta, tb, m, n, k, 1, ap + i * sa, lda, bp + i * sb, ldb, 0, cp + i * sc, n)
+        tapeflow_fpenv_swap(own)
 
 
 cdef tuple _stored(x):
@@ -93,10 +97,14 @@ def matmul(a, b):
     abuf, ta = _stored(a)
     bbuf, tb = _stored(b)
     out = np.empty(a.shape[:nd - 1] + (b.shape[nd - 1],), dtype=a.dtype)
-    if a.ndim == 2:
-        _matmul2d(abuf, bbuf, out, ta, tb)
-    else:
-        _matmul3d(abuf, bbuf, out, ta, tb)
+    _blas_enter()
+    try:
+        if a.ndim == 2:
+            _matmul2d(abuf, bbuf, out, ta, tb)
+        else:
+            _matmul3d(abuf, bbuf, out, ta, tb)
+    finally:
+        _blas_leave()
     return out
 
 
@@ -154,11 +162,14 @@ def _bias_activation(floating[:, ::1] c, const floating[::1] bias, bint relu):
     cdef Py_ssize_t rows = c.shape[0], cols = c.shape[1], i, j
     cdef floating v
     cdef int threads = _num_threads if rows * cols >= (1 << 16) else 1
-    with nogil:
-        for i in prange(rows, num_threads=threads, schedule="static"):
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with nogil, parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
+        for i in prange(rows, schedule="static"):
             for j in range(cols):
                 v = c[i, j] + bias[j]
                 c[i, j] = (0 if v <= 0 else v) if relu else v  # NaN stays NaN, as np.maximum keeps it
+        tapeflow_fpenv_swap(own)
 
 
 def dense(a, w, bias, bint relu):

@@ -160,8 +160,12 @@ def max_pool2d_forward(const floating[:, :, :, ::1] x, int kh, int kw, int sh, i
     cdef Py_ssize_t n
     if y.size == 0:
         return y
-    for n in prange(g.n, nogil=True, schedule="static", num_threads=_num_threads):
-        _max_forward_image(&g, &x[n, 0, 0, 0], &yv[n, 0, 0, 0])
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with nogil, parallel(num_threads=_num_threads):
+        own = tapeflow_fpenv_swap(env)
+        for n in prange(g.n, schedule="static"):
+            _max_forward_image(&g, &x[n, 0, 0, 0], &yv[n, 0, 0, 0])
+        tapeflow_fpenv_swap(own)
     return y
 
 
@@ -186,7 +190,9 @@ def max_pool2d_backward(const floating[:, :, :, ::1] x, const floating[:, :, :, 
     cdef int* best_at = NULL
     cdef int failed = 0
     cdef int* failed_p = &failed
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     with nogil, parallel(num_threads=_num_threads):
+        own = tapeflow_fpenv_swap(env)
         best = <floating*>malloc(g.c * sizeof(floating))
         best_at = <int*>malloc(g.c * sizeof(int))
         if best == NULL or best_at == NULL:
@@ -197,6 +203,7 @@ def max_pool2d_backward(const floating[:, :, :, ::1] x, const floating[:, :, :, 
                                     best, best_at)
         free(best)
         free(best_at)
+        tapeflow_fpenv_swap(own)
     if failed:
         raise MemoryError("max_pool2d_backward: cannot allocate scratch space")
     return dx
@@ -212,8 +219,12 @@ def avg_pool2d_forward(const floating[:, :, :, ::1] x, int kh, int kw, int sh, i
     cdef Py_ssize_t n
     if y.size == 0:
         return y
-    for n in prange(g.n, nogil=True, schedule="static", num_threads=_num_threads):
-        _avg_forward_image(&g, &x[n, 0, 0, 0], &yv[n, 0, 0, 0])
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with nogil, parallel(num_threads=_num_threads):
+        own = tapeflow_fpenv_swap(env)
+        for n in prange(g.n, schedule="static"):
+            _avg_forward_image(&g, &x[n, 0, 0, 0], &yv[n, 0, 0, 0])
+        tapeflow_fpenv_swap(own)
     return y
 
 
@@ -229,6 +240,10 @@ def avg_pool2d_backward(const floating[:, :, :, ::1] dy, int in_h, int in_w, int
     cdef Py_ssize_t n
     if dx.size == 0 or dy.size == 0:
         return dx
-    for n in prange(g.n, nogil=True, schedule="static", num_threads=_num_threads):
-        _avg_backward_image(&g, &dy[n, 0, 0, 0], &dxv[n, 0, 0, 0])
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with nogil, parallel(num_threads=_num_threads):
+        own = tapeflow_fpenv_swap(env)
+        for n in prange(g.n, schedule="static"):
+            _avg_backward_image(&g, &dy[n, 0, 0, 0], &dxv[n, 0, 0, 0])
+        tapeflow_fpenv_swap(own)
     return dx

@@ -5,7 +5,7 @@ include "_common.pxi"
 import numpy as np
 
 from cython cimport floating
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 from libc.math cimport NAN, exp, expf, log
 from libc.stdint cimport int64_t
 
@@ -69,6 +69,10 @@ def sparse_softmax_xent(const floating[:, ::1] logits, const int64_t[::1] labels
     cdef floating[::1] loss_v = loss
     cdef floating[:, ::1] backprop_v = backprop
     cdef int threads = _num_threads if rows * classes >= _PARALLEL_MIN else 1
-    for b in prange(rows, nogil=True, schedule="static", num_threads=threads):
-        _row(&logits[b, 0], labels[b], classes, &loss_v[b], &backprop_v[b, 0])
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with nogil, parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
+        for b in prange(rows, schedule="static"):
+            _row(&logits[b, 0], labels[b], classes, &loss_v[b], &backprop_v[b, 0])
+        tapeflow_fpenv_swap(own)
     return loss, backprop

@@ -18,6 +18,7 @@ import numpy as np
 
 from tapeflow import _kernels
 from tapeflow._kernels import elementwise as _elementwise
+from tapeflow.backends.common import MAX_EXTENT as MAX_DIM
 from tapeflow.backends.common import check_index_range, check_labels, conv_geometry
 
 _FAST = (np.float32, np.float64)
@@ -194,8 +195,13 @@ def relu_grad(g, y):
     return _kernels.relu_grad(_contiguous(g), _contiguous(y))
 
 
+def _blas_sized(*arrays) -> bool:
+    """Every matrix dimension fits the C ints BLAS takes (NumPy's own matmul takes the rest)."""
+    return all(d <= MAX_DIM for a in arrays for d in a.shape[-2:])
+
+
 def matmul(a, b):
-    if a.dtype == b.dtype and a.dtype in _FAST:
+    if a.dtype == b.dtype and a.dtype in _FAST and _blas_sized(a, b):
         if a.ndim == b.ndim == 2 or (a.ndim == b.ndim == 3 and a.shape[0] == b.shape[0]):
             return _kernels.matmul(a, b)
         if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:  # a dense layer over a sequence
@@ -214,7 +220,7 @@ def _bias_activation(out, bias, activation):
 
 
 def fused_matmul(a, w, b, activation):
-    if a.ndim == 2 and a.dtype == w.dtype == b.dtype and a.dtype in _FAST:
+    if a.ndim == 2 and a.dtype == w.dtype == b.dtype and a.dtype in _FAST and _blas_sized(a, w):
         return _kernels.dense(a, w, b, activation == "relu")  # product, bias and relu in one kernel call
     return _bias_activation(matmul(a, w), b, activation)
 
@@ -229,9 +235,15 @@ def fused_conv2d(x, w, b, activation, **conv):
 
 
 # ------------------------------------------------------------ elementwise programs
-@functools.lru_cache(maxsize=512)
 def _encode(program: tuple):
     """The program as the kernel's int32 opcode/argument arrays and float64 constants."""
+    bits = tuple(np.float64(ins[1]).tobytes() for ins in program if ins[0] == "const")
+    return _encode_program(program, bits)
+
+
+@functools.lru_cache(maxsize=512)
+def _encode_program(program: tuple, const_bits: tuple):
+    """_encode, cached by the constants' bits too: programs with 0.0 and -0.0 compare equal."""
     ops, args_a, args_b, consts = [], [], [], []
     for ins in program:
         ops.append(_elementwise.OPCODES[ins[0]])

@@ -420,7 +420,8 @@ class AsyncSession:
             batch = record["batch"]
             y_true = as_tensor(self.y[order[offsets[batch] : offsets[batch + 1]]])
             y_pred = as_tensor(np.asarray(record["predictions"]))
-        return self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(record["loss"])))
+        rows = int(offsets[record["batch"] + 1] - offsets[record["batch"]])
+        return self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(record["loss"])), batch_size=rows)
 
     def _wait(self, replicas) -> None:
         deadline = time.monotonic() + self.strategy.timeout

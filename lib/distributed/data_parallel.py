@@ -515,7 +515,7 @@ class TrainingSession:
             rows = np.concatenate([plan.shard_rows(order, step, s) for s, _, _, _ in shards])
             y_true, y_pred = as_tensor(self.y[rows]), as_tensor(np.concatenate(record["predictions"]))
         callbacks.on_train_batch_begin(step - epoch.first_step)
-        epoch.logs = self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(loss)))
+        epoch.logs = self.model._update_metrics(y_true, y_pred, as_tensor(np.float32(loss)), batch_size=total)
         epoch.reported = step + 1
         callbacks.on_train_batch_end(step - epoch.first_step, epoch.logs)
 

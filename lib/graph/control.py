@@ -17,7 +17,9 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.autodiff import GradientTape
+from tapeflow.graph.ir import GraphError
 from tapeflow.graph.runnable import Graph
+from tapeflow.graph.serialize import MAX_ELEMENTS
 from tapeflow.graph.structure import TensorSpec, flatten_structure, rebuild_structure
 from tapeflow.graph.trace import Tracer, trace
 from tapeflow.ops import control
@@ -89,11 +91,48 @@ def _union(*capture_lists):
     return union, maps
 
 
+# ------------------------------------------------------------ shape rules
+def _fits(shape, declared) -> bool:
+    """Whether a shape fits a declared one (None there matches any size)."""
+    return len(shape) == len(declared) and all(d is None or s == d for s, d in zip(shape, declared, strict=True))
+
+
+def _check_subgraph(op: str, name: str, graph, tensors, mapping, captures) -> None:
+    """`graph` must be a subgraph taking `tensors` then the captures `mapping` picks."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{op}: {name} must be a graph, got {type(graph).__name__}")
+    if not isinstance(mapping, tuple | list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(captures) for i in mapping
+    ):
+        raise ValueError(f"{op}: the capture map of {name} {mapping!r:.80} must hold indices below {len(captures)}")
+    fed = list(tensors) + [captures[i] for i in mapping]
+    if len(graph.inputs) != len(fed):
+        raise ValueError(f"{op}: {name} takes {len(graph.inputs)} inputs but is fed {len(fed)}")
+    for v, t in zip(graph.inputs, fed, strict=True):
+        if v.dtype is not t.dtype or not _fits(tuple(t.shape), v.shape):
+            raise ValueError(f"{op}: {name} input '{v.name}' is {v.type_string()}, fed {t.dtype.name}{list(t.shape)}")
+
+
+def _check_declared(op: str, output_specs, computed) -> list:
+    """The computed output specs, once the node's declared `output_specs` agree with them."""
+    try:
+        declared = tuple((tuple(shape), dtypes.as_dtype(d).name) for shape, d in output_specs)
+    except (TypeError, ValueError):
+        raise ValueError(f"{op}: output_specs {output_specs!r:.120} must list (shape, dtype) pairs") from None
+    if declared != tuple(computed):
+        raise ValueError(
+            f"{op}: output_specs {declared!r:.200} disagree with what the subgraphs compute {tuple(computed)!r:.200}"
+        )
+    return [(shape, dtypes.as_dtype(d)) for shape, d in computed]
+
+
 # ------------------------------------------------------------ cond
-def _cond_infer(pred, *captures, output_specs, **_):
-    if pred.dtype.kind != "b":
-        raise TypeError(f"cond: the predicate must be bool, got {pred.dtype}")
-    return [(shape, dtypes.as_dtype(d)) for shape, d in output_specs]
+def _cond_infer(pred, *captures, then_graph, else_graph, then_map, else_map, output_specs, **_):
+    if pred.dtype.kind != "b" or tuple(pred.shape) not in ((), (1,)):
+        raise TypeError(f"cond: the predicate must be a scalar bool, got {pred.dtype.name}{list(pred.shape)}")
+    _check_subgraph("cond", "then_graph", then_graph, [], then_map, captures)
+    _check_subgraph("cond", "else_graph", else_graph, [], else_map, captures)
+    return _check_declared("cond", output_specs, _merge_specs(then_graph, else_graph))
 
 
 def _cond_vjp(gs, inputs, outputs, then_graph, else_graph, then_map, else_map, output_specs, structure):
@@ -175,11 +214,38 @@ def _loop(cond_graph, body_graph, cond_map, body_map, max_iter, values, caps, tr
             trajectory.append(values)
         values = run_subgraph(body_graph, list(values) + [caps[j] for j in body_map])
         i += 1
+        for k, value in enumerate(values):
+            if np.size(value) > MAX_ELEMENTS:
+                raise GraphError(
+                    f"while_loop: loop variable {k} grew to shape {list(np.shape(value))} after {i} iterations, "
+                    f"past the cap of {MAX_ELEMENTS} elements"
+                )
     return values
 
 
-def _while_infer(*inputs, n_vars, output_specs, **_):
-    return [(shape, dtypes.as_dtype(d)) for shape, d in output_specs]
+def _while_infer(*inputs, n_vars, cond_graph, body_graph, cond_map, body_map, maximum_iterations, output_specs):
+    if not isinstance(n_vars, int) or isinstance(n_vars, bool) or not 0 < n_vars <= len(inputs):
+        raise ValueError(f"while_loop: n_vars must be an int in [1, {len(inputs)}], got {n_vars!r:.40}")
+    _check_iterations(maximum_iterations)
+    values, caps = inputs[:n_vars], inputs[n_vars:]
+    _check_subgraph("while_loop", "cond_graph", cond_graph, values, cond_map, caps)
+    _check_subgraph("while_loop", "body_graph", body_graph, values, body_map, caps)
+    flag = cond_graph.outputs
+    if len(flag) != 1 or flag[0].dtype.kind != "b" or flag[0].shape not in ((), (1,)):
+        raise TypeError("while_loop: cond_graph must return one scalar bool")
+    if len(body_graph.outputs) != n_vars or any(
+        o.dtype is not v.dtype or not _fits(o.shape, tuple(v.shape))
+        for o, v in zip(body_graph.outputs, values, strict=True)
+    ):
+        raise ValueError("while_loop: body_graph must return the loop variables' shapes and dtypes")
+    return _check_declared("while_loop", output_specs, [(tuple(v.shape), v.dtype.name) for v in values])
+
+
+def _check_iterations(maximum_iterations) -> None:
+    if maximum_iterations is not None and (
+        not isinstance(maximum_iterations, int) or isinstance(maximum_iterations, bool) or maximum_iterations < 0
+    ):
+        raise ValueError(f"while_loop: maximum_iterations must be an int >= 0 or None, got {maximum_iterations!r:.40}")
 
 
 def _while_vjp(gs, inputs, outputs, **attrs):
@@ -208,8 +274,17 @@ def _body_gradient_graph(attrs) -> Graph:
         return trace(body_grad, (specs, out_specs), name="while_body_grad")
 
 
-def _while_grad_infer(*inputs, n_vars, **_):
-    return [(t.shape, t.dtype) for t in inputs[: len(inputs) - n_vars]]
+def _while_grad_infer(*inputs, n_vars, body_grad_graph, **attrs):
+    if not isinstance(n_vars, int) or isinstance(n_vars, bool) or not 0 < n_vars < len(inputs):
+        raise ValueError(f"while_loop_grad: n_vars must be an int in [1, {len(inputs)}), got {n_vars!r:.40}")
+    forward = inputs[: len(inputs) - n_vars]
+    _while_infer(*forward, n_vars=n_vars, **attrs)
+    if (
+        not isinstance(body_grad_graph, Graph)
+        or len(body_grad_graph.inputs) != n_vars + len(attrs["body_map"]) + n_vars
+    ):
+        raise ValueError("while_loop_grad: body_grad_graph must take the loop variables, captures and gradients")
+    return [(t.shape, t.dtype) for t in forward]
 
 
 @defop("while_loop_grad", infer=_while_grad_infer, num_outputs=None)

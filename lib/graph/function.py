@@ -27,6 +27,7 @@ import weakref
 import numpy as np
 
 from tapeflow.graph import passes
+from tapeflow.graph.passes.rewrite import attr_key
 from tapeflow.graph.structure import TensorSpec, flatten_structure, rebuild_structure
 from tapeflow.graph.trace import trace
 from tapeflow.ops.registry import as_tensor
@@ -98,7 +99,7 @@ class Function:
                     desc.append(("variable", id(leaf)))
                     spec_leaves.append(leaf)
                 else:
-                    desc.append(("python", _hashable(leaf)))
+                    desc.append(("python", _hashable(leaf), repr(leaf)))
                     spec_leaves.append(leaf)
             names.append(name)
             parts.append((str(structure), tuple(desc)))
@@ -201,6 +202,10 @@ def _check_matches(fname: str, arg: str, spec: TensorSpec, value) -> None:
 
 
 def _hashable(x):
+    """x as a retrace key: numbers by type and bits (1, 1.0 and True, or 0.0 and -0.0, trace
+    different graphs)."""
+    if isinstance(x, bool | int | float | np.generic):
+        return attr_key(x)
     if isinstance(x, list | tuple):
         return tuple(_hashable(v) for v in x)
     if isinstance(x, dict):
@@ -228,7 +233,7 @@ def _describe(desc) -> str:
         elif d[0] == "variable":
             parts.append("a different Variable")
         else:
-            parts.append(repr(d[1]))
+            parts.append(d[2])
     return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
 
 

@@ -2,17 +2,24 @@
 
 A saved graph runs with nothing but tapeflow and the file. Loading never executes
 code from the file: there is no pickle, no eval and no import by name; ops are looked
-up in the op registry, and every node is checked by re-running its shape rule.
+up in the op registry, and every node is checked by re-running its shape rule (for
+`cond` and `while_loop`, the rule re-derives the output specs from the subgraphs, so an
+edited `output_specs` is refused). The file is read through `tapeflow._h5safe`.
 
-File layout (format "tapeflow-graph", version 1; the `.tfg` suffix is conventional):
+File layout (format "tapeflow-graph", version 2; the `.tfg` suffix is conventional):
 
-- root attributes `format` = "tapeflow-graph" and `format_version` = 1;
+- root attributes `format` = "tapeflow-graph" (a fixed-length string), `format_version`
+  = 2 and `crc32` (of the other two);
 - `graph_json`: a uint8 dataset holding UTF-8 JSON with the graph's name, inputs
   (name, shape with null for a dynamic dimension, dtype), constants and state
   (name, shape, dtype, dataset), nodes (name, op, input value names, attrs,
   outputs with name, shape and dtype) in topological order, output value names,
   the output structure and the saved random generators;
-- `state/<i>`, `constants/<i>` and `attr_arrays/<i>`: numeric datasets.
+- `state/<i>`, `constants/<i>` and `attr_arrays/<i>`: numeric datasets;
+- `manifest`: JSON text listing every dataset. Each dataset has a `crc32` attribute, the
+  CRC-32 of its bytes, checked when it is read.
+
+Version 1 files (no checksums or manifest; `format` a variable-length string) still load.
 
 Attributes use a typed JSON encoding: null, booleans, ints, finite floats, strings
 and lists are themselves; every other value is a one-key object naming its type:
@@ -45,14 +52,16 @@ import h5py
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow._files import atomic_h5, hdf5_datasets
+from tapeflow._files import atomic_h5
+from tapeflow._h5safe import FileReadError, H5Reader, write_array, write_attrs, write_manifest
 from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, Node, Value
 from tapeflow.ops import random as random_ops
 from tapeflow.ops.registry import get_op
 from tapeflow.tensor import TracedTensor, Variable
 
 FORMAT = "tapeflow-graph"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+CHECKSUMS_SINCE = 2  # files of this version on hold a CRC-32 of every dataset and of the root attributes
 MAX_ELEMENTS = 2**31  # the most elements a declared shape may hold
 INLINE_ARRAY_LIMIT = 256  # attr arrays up to this size are kept in the JSON, larger ones as datasets
 _MAX_JSON_BYTES = 1 << 30
@@ -61,7 +70,7 @@ _ATTR_DTYPES = frozenset(
 )
 
 
-class GraphFileError(GraphError):
+class GraphFileError(GraphError, FileReadError):
     """A graph file that cannot be read: missing, damaged, hostile or of an unknown version."""
 
 
@@ -244,7 +253,7 @@ class _AttrCodec:
         dtype = _np_dtype(body["dtype"], where)
         shape = _shape(body["shape"], where, dynamic=False)
         if "dataset" in body:
-            return _read_dataset(datasets, body["dataset"], shape, dtype, where, prefix="attr_arrays/")
+            return datasets.read(body["dataset"], shape, dtype, where, prefix="attr_arrays/")
         data = body["data"]
         _check_type(data, list, where, "array data")
         if len(data) != math.prod(shape):
@@ -376,10 +385,10 @@ def save_graph(graph: Graph, path) -> None:
 
 
 def _write(f: h5py.File, arrays: dict) -> None:
-    f.attrs["format"] = FORMAT
-    f.attrs["format_version"] = FORMAT_VERSION
+    write_attrs(f, {"format": FORMAT, "format_version": FORMAT_VERSION})
     for key, array in arrays.items():
-        f.create_dataset(key, data=array)
+        write_array(f, key, array)
+    write_manifest(f)
 
 
 def _is_file_object(target) -> bool:
@@ -416,49 +425,39 @@ def load_graph(path, graph_class: type = Graph) -> Graph:
     >>> tmp.cleanup()
     """
     if _is_file_object(path):
-        return _load_file_object(path, graph_class)
-    path = os.fspath(path)
-    where = f"load_graph({path!r})"
-    if not os.path.isfile(path):
-        raise GraphFileError(f"{where}: no such file")
-    try:
-        is_hdf5 = h5py.is_hdf5(path)
-    except OSError as err:
-        raise GraphFileError(f"{where}: cannot read the file: {err}") from None
-    if not is_hdf5:
-        raise GraphFileError(f"{where}: not an HDF5 file (a graph file starts with the HDF5 signature)")
-    try:
-        with h5py.File(path, "r") as f:
-            return _read(f, where, graph_class)
-    except GraphFileError:
-        raise
-    except RecursionError:
-        raise GraphFileError(f"{where}: the graph description is nested too deeply") from None
-    except (OSError, KeyError, RuntimeError) as err:  # damage h5py only finds while reading
-        raise GraphFileError(f"{where}: the HDF5 file is damaged or truncated: {err}") from None
+        where = f"load_graph(<{type(path).__name__}>)"
+    else:
+        path = os.fspath(path)
+        where = f"load_graph({path!r})"
+    with H5Reader(path, where, error=GraphFileError, missing=GraphFileError) as reader:
+        try:
+            return _read(reader, where, graph_class)
+        except RecursionError:
+            raise GraphFileError(f"{where}: the graph description is nested too deeply") from None
 
 
-def _load_file_object(file, graph_class: type) -> Graph:
-    where = f"load_graph(<{type(file).__name__}>)"
-    try:
-        f = h5py.File(file, "r")
-    except (OSError, ValueError) as err:
-        raise GraphFileError(f"{where}: not a readable HDF5 file: {err}") from None
-    try:
-        with f:
-            return _read(f, where, graph_class)
-    except GraphFileError:
-        raise
-    except RecursionError:
-        raise GraphFileError(f"{where}: the graph description is nested too deeply") from None
-    except (OSError, KeyError, RuntimeError) as err:
-        raise GraphFileError(f"{where}: the HDF5 data is damaged or truncated: {err}") from None
+class _Stored:
+    """The datasets of an open graph file, read on request with their declared shape and dtype."""
+
+    def __init__(self, reader: H5Reader, checked: bool):
+        self.reader = reader
+        self.checked = checked
+        self.datasets = reader.datasets(reader.file)
+
+    def read(self, path, shape: tuple, dtype: np.dtype, where: str, prefix: str) -> np.ndarray:
+        if not isinstance(path, str) or not path.startswith(prefix) or path not in self.datasets:
+            raise GraphFileError(f"{where}: dataset {path!r:.80} is missing (expected one under '{prefix}')")
+        ds = self.datasets[path]
+        if tuple(ds.shape) != tuple(shape) or ds.dtype != dtype:
+            raise GraphFileError(
+                f"{where}: dataset '{path}' is {ds.dtype}{list(ds.shape)}, but the graph declares {dtype}{list(shape)}"
+            )
+        return self.reader.array(ds, self.checked).reshape(shape)
 
 
-def _read(f: h5py.File, where: str, graph_class: type) -> Graph:
-    _check_header(f, where)
-    datasets = _all_datasets(f, where)
-    meta = _read_json(datasets, where)
+def _read(reader: H5Reader, where: str, graph_class: type) -> Graph:
+    store = _Stored(reader, _check_header(reader, where))
+    meta = _read_json(store, where)
     _check_type(meta, dict, where, "the graph description")
     generators = [
         _restore_generator(s, f"{where}: generator {i}") for i, s in enumerate(_list(meta, "generators", where))
@@ -470,12 +469,12 @@ def _read(f: h5py.File, where: str, graph_class: type) -> Graph:
             raise GraphFileError(f"{where}: state name '{name}' is used twice")
         trainable = spec.get("trainable", True)
         _check_type(trainable, bool, f"{where}: state '{name}'", "'trainable'")
-        data = _read_dataset(datasets, spec.get("dataset"), shape, dtype.np, f"{where}: state '{name}'", "state/")
+        data = store.read(spec.get("dataset"), shape, dtype.np, f"{where}: state '{name}'", "state/")
         graph.state[name] = Variable(data, trainable=trainable, name=name)
-    return _read_graph(meta, _AttrCodec(generators, graph_class), datasets, graph, where)
+    return _read_graph(meta, _AttrCodec(generators, graph_class), store, graph, where)
 
 
-def _read_graph(meta: dict, codec: _AttrCodec, datasets: dict, graph: Graph, where: str) -> Graph:
+def _read_graph(meta: dict, codec: _AttrCodec, datasets: _Stored, graph: Graph, where: str) -> Graph:
     """Fill `graph` (its state already read) with the inputs, constants, nodes and outputs of `meta`."""
     values: dict[str, Value] = {}
     declared = _declared_names(meta)
@@ -492,9 +491,7 @@ def _read_graph(meta: dict, codec: _AttrCodec, datasets: dict, graph: Graph, whe
         graph.inputs.append(values[name])
     for i, spec in enumerate(_list(meta, "constants", where)):
         name, shape, dtype = _typed_spec(spec, f"{where}: constant {i}", dynamic=False)
-        data = _read_dataset(
-            datasets, spec.get("dataset"), shape, dtype.np, f"{where}: constant '{name}'", "constants/"
-        )
+        data = datasets.read(spec.get("dataset"), shape, dtype.np, f"{where}: constant '{name}'", "constants/")
         define(Value(name, shape, dtype, kind="const", data=data), "a constant")
         graph.constants.append(values[name])
     node_names: set[str] = set()
@@ -520,13 +517,10 @@ def _read_graph(meta: dict, codec: _AttrCodec, datasets: dict, graph: Graph, whe
     return graph
 
 
-def _check_header(f: h5py.File, where: str) -> None:
-    try:
-        fmt, version = f.attrs.get("format"), f.attrs.get("format_version")
-    except (OSError, TypeError, ValueError) as err:
-        raise GraphFileError(f"{where}: unreadable root attributes: {err}") from None
-    if isinstance(fmt, bytes):
-        fmt = fmt.decode("utf-8", "replace")
+def _check_header(reader: H5Reader, where: str) -> bool:
+    """Check the format and version; returns whether the file holds checksums."""
+    attrs = reader.attrs(reader.file, checked=False, legacy_text=True)
+    fmt, version = attrs.get("format"), attrs.get("format_version")
     if fmt != FORMAT:
         raise GraphFileError(f"{where}: not a {FORMAT} file (its 'format' attribute is {fmt!r:.80})")
     if isinstance(version, bool | np.bool_) or not isinstance(version, int | np.integer) or version < 1:
@@ -536,22 +530,21 @@ def _check_header(f: h5py.File, where: str) -> None:
             f"{where}: the file is {FORMAT} version {int(version)}, written by a newer tapeflow; "
             f"this tapeflow reads version {FORMAT_VERSION}"
         )
+    checked = version >= CHECKSUMS_SINCE
+    if checked:
+        reader.header({FORMAT: {version: True}}, version_key="format_version")
+    return checked
 
 
-def _all_datasets(f: h5py.File, where: str) -> dict[str, h5py.Dataset]:
-    """Every dataset in the file by path, after checking the whole tree."""
-    return hdf5_datasets(f, where, error=GraphFileError)
-
-
-def _read_json(datasets: dict, where: str):
-    ds = datasets.get("graph_json")
+def _read_json(store: _Stored, where: str):
+    ds = store.datasets.get("graph_json")
     if ds is None:
         raise GraphFileError(f"{where}: the 'graph_json' dataset is missing")
     if ds.dtype != np.uint8 or ds.ndim != 1 or ds.shape[0] > _MAX_JSON_BYTES:
         raise GraphFileError(f"{where}: 'graph_json' must be a 1-D uint8 dataset, got {ds.dtype}{ds.shape}")
-    _check_storage(ds, "graph_json", where)
+    data = store.reader.array(ds, store.checked)
     try:
-        text = ds[()].tobytes().decode("utf-8")
+        text = data.tobytes().decode("utf-8")
         return json.loads(text, parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         raise GraphFileError(f"{where}: 'graph_json' is not valid UTF-8 JSON: {err}") from None
@@ -559,24 +552,6 @@ def _read_json(datasets: dict, where: str):
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON; non-finite floats are written as {{'float': 'nan'}}")
-
-
-def _check_storage(ds: h5py.Dataset, path: str, where: str) -> None:
-    """Refuse datasets whose data is not all in the file (unwritten chunks would read as fill values)."""
-    if ds.size and ds.id.get_storage_size() < ds.size * ds.dtype.itemsize:
-        raise GraphFileError(f"{where}: dataset '{path}' holds less data than its shape {ds.shape} needs")
-
-
-def _read_dataset(datasets, path, shape: tuple, dtype: np.dtype, where: str, prefix: str) -> np.ndarray:
-    if not isinstance(path, str) or not path.startswith(prefix) or path not in (datasets or {}):
-        raise GraphFileError(f"{where}: dataset {path!r:.80} is missing (expected one under '{prefix}')")
-    ds = datasets[path]
-    if tuple(ds.shape) != tuple(shape) or ds.dtype != dtype:
-        raise GraphFileError(
-            f"{where}: dataset '{path}' is {ds.dtype}{list(ds.shape)}, but the graph declares {dtype}{list(shape)}"
-        )
-    _check_storage(ds, path, where)
-    return np.asarray(ds[()], dtype=dtype).reshape(shape)
 
 
 def _declared_names(meta: dict) -> set[str]:

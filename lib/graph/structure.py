@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tapeflow import dtypes
+from tapeflow.ops.shapes import MAX_DIM
 from tapeflow.tensor import Tensor
 
 
@@ -23,8 +24,8 @@ class TensorSpec:
     def __init__(self, shape, dtype="float32", name: str | None = None):
         shape = tuple(shape)
         for d in shape:
-            if d is not None and (not isinstance(d, int | np.integer) or isinstance(d, bool) or d < 0):
-                raise ValueError(f"TensorSpec: dimensions must be ints >= 0 or None, got shape {shape}")
+            if d is not None and (not isinstance(d, int | np.integer) or isinstance(d, bool) or not 0 <= d <= MAX_DIM):
+                raise ValueError(f"TensorSpec: dimensions must be ints in [0, {MAX_DIM}] or None, got shape {shape}")
         self.shape = tuple(None if d is None else int(d) for d in shape)
         self.dtype = dtypes.as_dtype(dtype)
         self.name = name

@@ -5,7 +5,7 @@ The callback that writes and restores checkpoints during `fit` is
 
 >>> import tapeflow as tp
 >>> tp.io.checkpoint.WEIGHTS_FORMAT, tp.io.FORMAT_VERSION
-('tapeflow-weights', 1)
+('tapeflow-weights', 3)
 """
 
 from tapeflow.io import checkpoint
@@ -14,6 +14,7 @@ from tapeflow.io.checkpoint import (
     FORMAT_VERSION,
     WEIGHTS_FORMAT,
     CheckpointInfo,
+    FileReadError,
     LoadReport,
     ShapeMismatch,
     WeightsMismatchError,
@@ -29,6 +30,7 @@ __all__ = [
     "FORMAT_VERSION",
     "WEIGHTS_FORMAT",
     "CheckpointInfo",
+    "FileReadError",
     "LoadReport",
     "ShapeMismatch",
     "WeightsMismatchError",

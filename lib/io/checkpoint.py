@@ -1,9 +1,9 @@
 """Weights files and training checkpoints: HDF5, written atomically, read without running code.
 
-Weights file (`tp.io.save_weights`), format "tapeflow-weights", version 1 (`Model.save_weights`
-writes version 2, keyed by each weight's place in the model: see `tapeflow.saving`)::
+Weights file (`tp.io.save_weights`), format "tapeflow-weights", version 3 (`Model.save_weights`
+writes version 4, keyed by each weight's place in the model: see `tapeflow.saving`)::
 
-    /                          attrs: format = "tapeflow-weights" (str), version = 1 (int)
+    /                          attrs: format = "tapeflow-weights", version = 3, crc32
     /<layer name>/<weight>     one dataset per Variable, at the Variable's name ("dense/kernel");
                                a nested layer's weights sit at their own Variable names
 
@@ -12,32 +12,38 @@ names (automatic names such as "dense_1" depend on how many layers a process mad
 pass `name=` when files travel between programs). Values keep the dtype they were saved with;
 loading casts them to each variable's dtype.
 
-Checkpoint file (`save_checkpoint`), format "tapeflow-checkpoint", version 1::
+Checkpoint file (`save_checkpoint`), format "tapeflow-checkpoint", version 2::
 
-    /                          attrs: format = "tapeflow-checkpoint", version = 1,
+    /                          attrs: format = "tapeflow-checkpoint", version = 2,
                                epoch (int: the last completed epoch, 0-based),
-                               rng (JSON text: {"global": state, "layers": {"<layer>/<attr>": state}},
-                                    each state a NumPy `bit_generator.state` dict),
-                               shuffle_seed (int; absent when there is none),
-                               extra (JSON text; absent when None)
+                               shuffle_seed (int; absent when there is none), crc32
+    /rng                       JSON text: {"global": state, "layers": {"<layer>/<attr>": state}},
+                               each state a NumPy `bit_generator.state` dict
+    /extra                     JSON text; absent when None
     /weights/...               as in a weights file
-    /optimizer                 absent when saved without one; attrs: class (str), iterations (int)
+    /optimizer                 absent when saved without one; attrs: class (str), iterations (int), crc32
     /optimizer/slots/<variable name>/<slot>
                                one dataset per slot, keyed as `Optimizer.get_state()` keys them
 
-A newer `version` or a different `format` is refused with a ValueError.
+Strings are fixed-length UTF-8; every dataset carries a `crc32` attribute (the CRC-32 of its
+bytes) and each object's `crc32` attribute covers its other attributes, so a damaged entry
+is refused by name. Version 1 files (weights and checkpoints, without checksums, with
+variable-length strings and `rng` / `extra` as root attributes) still load. A newer
+`version` or a different `format` is refused with a `tapeflow.io.FileReadError` (a ValueError).
 
-Reading runs no code from the file. Only the attributes named above and datasets of bool,
-integer or float dtype are read; strings are parsed only as JSON. A file holding anything
+Reading runs no code from the file and goes through `tapeflow._h5safe`: each attribute's and
+dataset's HDF5 type is checked before it is read; only strings, integers and datasets of
+bool, integer or float dtype are read, strings parsed only as JSON. A file holding anything
 else (object, string, opaque or compound datasets, soft or external links, named types,
 virtual or externally stored datasets, filters other than HDF5's built-in ones and LZF) is
-refused before any value is read. Nothing is unpickled, evaluated or imported.
+refused. Values are cast to each variable's dtype only when they fit it (a float64 1e300 is
+refused for a float32 weight). Nothing is unpickled, evaluated or imported.
 
 Every write goes to `.<name>.<random>.tmp` beside the target, is flushed and fsync'ed,
 and then `os.replace`s the target (the directory is fsync'ed too), so a reader, or a run
 after a crash, sees either the previous complete file or the new one. A writer killed
-mid-save can leave its temp file behind: it is never read, and `remove_temp_files(path)`
-(which `tp.callbacks.BackupAndRestore` calls when training starts) deletes such strays.
+mid-save can leave its temp file behind: it is never read, and the next save of the same
+target deletes it (`remove_temp_files(path)`, which skips temp files a live writer holds).
 
 >>> import os, tempfile
 >>> import tapeflow as tp
@@ -51,7 +57,6 @@ LoadReport(matched=2)
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -60,7 +65,8 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
-from tapeflow._files import atomic_h5, hdf5_child, hdf5_datasets, temp_prefix
+from tapeflow._files import atomic_h5, remove_temp_files
+from tapeflow._h5safe import FileReadError, H5Reader, write_array, write_attrs, write_manifest, write_text
 from tapeflow.ops.random import Generator, global_generator
 
 __all__ = [
@@ -68,6 +74,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "FORMAT_VERSION",
     "CheckpointInfo",
+    "FileReadError",
     "LoadReport",
     "ShapeMismatch",
     "WeightsMismatchError",
@@ -80,7 +87,12 @@ __all__ = [
 
 WEIGHTS_FORMAT = "tapeflow-weights"
 CHECKPOINT_FORMAT = "tapeflow-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 3  # of name-keyed weights files
+CHECKPOINT_VERSION = 2
+# format -> {readable version: whether files of that version hold checksums}
+NAMED_WEIGHTS_VERSIONS = {1: False, 3: True}
+CHECKPOINT_VERSIONS = {1: False, 2: True}
+MAX_EPOCH = 2**62
 
 
 # ------------------------------------------------------------------ reports
@@ -150,75 +162,14 @@ class CheckpointInfo:
     weights: LoadReport
 
 
-# ----------------------------------------------------------- atomic writing
-def remove_temp_files(path) -> list[str]:
-    """Delete temp files that writers of `path` killed mid-save left behind; returns their paths.
-
-    Only call it while nothing else is writing `path`.
-
-    >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.h5")
-    >>> open(os.path.join(os.path.dirname(path), ".ckpt.h5.0a1b.tmp"), "w").close()
-    >>> [os.path.basename(p) for p in remove_temp_files(path)]
-    ['.ckpt.h5.0a1b.tmp']
-    """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    prefix = temp_prefix(path)
-    removed = []
-    for name in sorted(os.listdir(directory)):
-        if name.startswith(prefix) and name.endswith(".tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(directory, name))
-                removed.append(os.path.join(directory, name))
-    return removed
-
-
 # ----------------------------------------------------------- safe reading
-def _open(path, where: str) -> h5py.File:
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{where}: no such file {path!r}")
-    if not h5py.is_hdf5(path):
-        raise ValueError(f"{where}: {path!r} is not an HDF5 file")
-    return h5py.File(path, "r")
-
-
-def _check_header(f: h5py.File, formats: tuple[str, ...], where: str) -> str:
-    fmt, version = f.attrs.get("format"), f.attrs.get("version")
-    if not isinstance(fmt, str) or fmt not in formats:
-        raise ValueError(
-            f"{where}: {f.filename!r} is not a {' or '.join(formats)} file (its 'format' attribute is {fmt!r})"
-        )
-    if isinstance(version, bool) or not isinstance(version, int | np.integer) or version < 1:
-        raise ValueError(f"{where}: {f.filename!r} has an invalid format version {version!r}")
-    if version > FORMAT_VERSION:
-        raise ValueError(
-            f"{where}: {f.filename!r} is {fmt} version {int(version)}, written by a newer tapeflow; "
-            f"this one reads up to version {FORMAT_VERSION}"
-        )
-    return fmt
-
-
-def _int_attr(attrs, key: str, where: str, default=None):
-    value = attrs.get(key, default)
-    if value is default:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{where}: attribute {key!r} must be an integer, got {value!r}")
-    return int(value)
-
-
-def _json_attr(attrs, key: str, where: str, default=None):
-    text = attrs.get(key)
-    if text is None:
-        return default
-    if not isinstance(text, str):
-        raise ValueError(f"{where}: attribute {key!r} must be JSON text, got {type(text).__name__}")
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as err:
-        raise ValueError(f"{where}: attribute {key!r} is not valid JSON: {err}") from None
+def _int_value(attrs: dict, key: str, where: str, low: int, high: int, required: bool = True):
+    value = attrs.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, int) or not low <= value < high:
+        raise FileReadError(f"{where}: attribute {key!r} must be an integer in [{low}, {high}), got {value!r:.40}")
+    return value
 
 
 # ------------------------------------------------------------------ weights
@@ -250,7 +201,7 @@ def _check_paths(names, where: str) -> None:
 
 def _write_arrays(group: h5py.Group, arrays: dict) -> None:
     for name, value in arrays.items():
-        group.create_dataset(name, data=value)
+        write_array(group, name, value)
 
 
 def _weight_arrays(model, where: str) -> dict[str, np.ndarray]:
@@ -259,10 +210,9 @@ def _weight_arrays(model, where: str) -> dict[str, np.ndarray]:
     return {name: np.asarray(var.numpy()) for name, var in named.items()}
 
 
-def _match_weights(named: dict, group: h5py.Group, where: str, datasets=None) -> tuple[LoadReport, dict]:
-    """The report, and the matched values cast to each variable's dtype (read only when they fit);
-    `datasets` (the group's, by default) are keyed like `named`."""
-    datasets = hdf5_datasets(group, where) if datasets is None else datasets
+def _match_weights(reader: H5Reader, named: dict, datasets: dict, checked: bool) -> tuple[LoadReport, dict]:
+    """The report, and the matched values cast to each variable's dtype (read only when the
+    shapes fit; a value the cast would change is refused); `datasets` are keyed like `named`."""
     matched, mismatched, values = [], [], {}
     for name, var in named.items():
         dataset = datasets.get(name)
@@ -272,7 +222,7 @@ def _match_weights(named: dict, group: h5py.Group, where: str, datasets=None) ->
             mismatched.append(ShapeMismatch(name, tuple(dataset.shape), tuple(var.shape)))
             continue
         matched.append(name)
-        values[name] = np.asarray(dataset[()]).astype(var.dtype.np)
+        values[name] = reader.array(dataset, checked, dtype=var.dtype.np)
     report = LoadReport(
         matched=tuple(matched),
         missing=tuple(name for name in named if name not in datasets),
@@ -285,7 +235,7 @@ def _match_weights(named: dict, group: h5py.Group, where: str, datasets=None) ->
 def _mismatch_error(where: str, path, report: LoadReport, hint: str) -> WeightsMismatchError:
     lines = "\n  ".join(report.problems())
     return WeightsMismatchError(
-        f"{where}: {os.fspath(path)!r} does not match the model, so no weight was changed:\n  {lines}\n"
+        f"{where}: the file does not match the model, so no weight was changed:\n  {lines}\n"
         f"Weights are matched by their names '<layer name>/<weight name>'; layers named automatically "
         f"(dense, dense_1, ...) are named in creation order, so pass name= to layers whose files travel. {hint}",
         report,
@@ -303,9 +253,9 @@ def save_weights(model, path) -> None:
     """
     arrays = _weight_arrays(model, "save_weights")
     with atomic_h5(path) as f:
-        f.attrs["format"] = WEIGHTS_FORMAT
-        f.attrs["version"] = np.int64(FORMAT_VERSION)
+        write_attrs(f, {"format": WEIGHTS_FORMAT, "version": FORMAT_VERSION})
         _write_arrays(f, arrays)
+        write_manifest(f)
 
 
 def load_weights(model, path, strict: bool = True) -> LoadReport:
@@ -326,19 +276,24 @@ def load_weights(model, path, strict: bool = True) -> LoadReport:
     >>> load_weights(big, path, strict=False)
     LoadReport(matched=2, missing=['b/kernel', 'b/bias'])
     """
-    where = "load_weights"
+    where = f"load_weights({os.fspath(path)!r})"
     named = _named_weights(model, where)
-    with _open(path, where) as f:
-        fmt = _check_header(f, (WEIGHTS_FORMAT, CHECKPOINT_FORMAT), where)
-        group = f if fmt == WEIGHTS_FORMAT else hdf5_child(f, "weights", where)
-        if not isinstance(group, h5py.Group):
-            raise ValueError(f"{where}: {f.filename!r} has no 'weights' group")
-        report, values = _match_weights(named, group, where)
+    with H5Reader(path, where) as reader:
+        fmt, _, checked = reader.header(
+            {WEIGHTS_FORMAT: NAMED_WEIGHTS_VERSIONS, CHECKPOINT_FORMAT: CHECKPOINT_VERSIONS}
+        )
+        report, values = read_named_weights(reader, fmt, checked, named)
     if strict and not report.ok:
         raise _mismatch_error(where, path, report, "Pass strict=False to load the weights that match.")
     for name, value in values.items():
         named[name].assign(value)
     return report
+
+
+def read_named_weights(reader: H5Reader, fmt: str, checked: bool, named: dict) -> tuple[LoadReport, dict]:
+    """(report, values) of the name-keyed weights of an open weights or checkpoint file."""
+    group = reader.file if fmt == WEIGHTS_FORMAT else reader.group(reader.file, "weights")
+    return _match_weights(reader, named, reader.datasets(group), checked)
 
 
 # -------------------------------------------------------------- checkpoints
@@ -408,46 +363,48 @@ def save_checkpoint(path, model, optimizer, epoch: int, extra: Any = None, *, sh
         state = optimizer.get_state()
         iterations = np.int64(state.pop("iterations"))
         _check_paths(state, where)
+    header = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "epoch": int(epoch)}
+    if shuffle_seed is not None:
+        header["shuffle_seed"] = int(shuffle_seed)
     with atomic_h5(path) as f:
-        f.attrs["format"] = CHECKPOINT_FORMAT
-        f.attrs["version"] = np.int64(FORMAT_VERSION)
-        f.attrs["epoch"] = np.int64(epoch)
-        f.attrs["rng"] = json.dumps(rng)
-        if shuffle_seed is not None:
-            f.attrs["shuffle_seed"] = np.uint64(shuffle_seed)
+        write_attrs(f, header)
+        write_text(f, "rng", json.dumps(rng))
         if extra_text is not None:
-            f.attrs["extra"] = extra_text
+            write_text(f, "extra", extra_text)
         _write_arrays(f.create_group("weights"), weights)
         if optimizer is not None:
             group = f.create_group("optimizer")
-            group.attrs["class"] = type(optimizer).__name__
-            group.attrs["iterations"] = iterations
+            write_attrs(group, {"class": type(optimizer).__name__, "iterations": int(iterations)})
             _write_arrays(group.create_group("slots"), state)
+        write_manifest(f)
 
 
-def _read_optimizer_state(f: h5py.File, optimizer, where: str) -> dict | None:
+def _read_optimizer_state(reader: H5Reader, optimizer, checked: bool, where: str) -> dict | None:
     if optimizer is None:
         return None
-    group = hdf5_child(f, "optimizer", where)
-    if not isinstance(group, h5py.Group):
-        raise ValueError(f"{where}: {f.filename!r} holds no optimizer state")
-    saved_class = group.attrs.get("class")
-    if not isinstance(saved_class, str) or saved_class != type(optimizer).__name__:
-        raise ValueError(f"{where}: the checkpoint holds {saved_class!r} state, not {type(optimizer).__name__} state")
-    iterations = _int_attr(group.attrs, "iterations", where)
-    if iterations is None:
-        raise ValueError(f"{where}: the optimizer group has no 'iterations' attribute")
-    slots = hdf5_child(group, "slots", where, "optimizer/slots")
-    if slots is not None and not isinstance(slots, h5py.Group):
-        raise ValueError(f"{where}: 'optimizer/slots' must be a group")
-    arrays = {} if slots is None else {k: d[()] for k, d in hdf5_datasets(slots, where).items()}
+    group = reader.group(reader.file, "optimizer", required=False)
+    if group is None:
+        raise reader.fail("holds no optimizer state")
+    attrs = reader.attrs(group, checked, legacy_text=not checked)
+    saved_class = attrs.get("class")
+    if saved_class != type(optimizer).__name__:
+        raise ValueError(
+            f"{where}: the checkpoint holds {saved_class!r:.60} state, not {type(optimizer).__name__} state"
+        )
+    iterations = _int_value(attrs, "iterations", f"{where}: optimizer", 0, 2**63)
+    slots = reader.group(group, "slots", "optimizer/slots", required=False)
+    datasets = {} if slots is None else reader.datasets(slots, "optimizer/slots/")
+    arrays = {k: reader.array(d, checked) for k, d in datasets.items()}
     return {"iterations": np.int64(iterations), **arrays}
 
 
-def _read_rng(f: h5py.File, generators: dict[str, Generator], where: str) -> dict:
-    rng = _json_attr(f.attrs, "rng", where)
+def _read_rng(reader: H5Reader, attrs: dict, checked: bool, generators: dict[str, Generator], where: str) -> dict:
+    if checked:
+        rng = reader.json(reader.file, "rng", checked)
+    else:
+        rng = reader.parse_json(attrs["rng"], "attribute 'rng'") if isinstance(attrs.get("rng"), str) else None
     if not isinstance(rng, dict) or not isinstance(rng.get("layers"), dict) or "global" not in rng:
-        raise ValueError(f"{where}: {f.filename!r} has no valid 'rng' attribute")
+        raise reader.fail("has no valid 'rng' entry")
     saved = rng["layers"]
     missing = sorted(set(generators) - set(saved))
     unexpected = sorted(set(saved) - set(generators))
@@ -470,28 +427,31 @@ def load_checkpoint(path, model, optimizer) -> CheckpointInfo:
     model's variables (as its first update would). Pass `optimizer=None` to skip the
     optimizer state. Returns the epoch, shuffle seed and extra as a `CheckpointInfo`.
     """
-    where = "load_checkpoint"
+    where = f"load_checkpoint({os.fspath(path)!r})"
     named = _named_weights(model, where)
     generators = _layer_generators(model)
-    with _open(path, where) as f:
-        _check_header(f, (CHECKPOINT_FORMAT,), where)
-        epoch = _int_attr(f.attrs, "epoch", where)
-        if epoch is None:
-            raise ValueError(f"{where}: {f.filename!r} has no 'epoch' attribute")
-        shuffle_seed = _int_attr(f.attrs, "shuffle_seed", where)
-        extra = _json_attr(f.attrs, "extra", where)
-        rng_states = _read_rng(f, generators, where)
-        group = hdf5_child(f, "weights", where)
-        if not isinstance(group, h5py.Group):
-            raise ValueError(f"{where}: {f.filename!r} has no 'weights' group")
-        report, values = _match_weights(named, group, where)
+    with H5Reader(path, where) as reader:
+        fmt, _, checked = reader.header({CHECKPOINT_FORMAT: CHECKPOINT_VERSIONS})
+        attrs = reader.attrs(reader.file, checked, legacy_text=not checked)
+        here = where
+        epoch = _int_value(attrs, "epoch", here, 0, MAX_EPOCH)
+        shuffle_seed = _int_value(attrs, "shuffle_seed", here, 0, 2**64, required=False)
+        if checked:
+            extra = reader.json(reader.file, "extra", checked, required=False)
+        else:
+            extra = reader.parse_json(attrs["extra"], "attribute 'extra'") if "extra" in attrs else None
+        rng_states = _read_rng(reader, attrs, checked, generators, where)
+        report, values = read_named_weights(reader, fmt, checked, named)
         if not report.ok:
             raise _mismatch_error(where, path, report, "Resuming needs every weight.")
-        opt_state = _read_optimizer_state(f, optimizer, where)
+        opt_state = _read_optimizer_state(reader, optimizer, checked, where)
     if opt_state is not None:  # validates everything before it assigns; a fresh optimizer first tracks the variables
         saved_vars = {key.rsplit("/", 1)[0] for key in opt_state if key != "iterations"}
         var_list = [v for v in model.trainable_weights if v.name in saved_vars]
-        optimizer.set_state(opt_state, var_list=var_list or None)
+        try:
+            optimizer.set_state(opt_state, var_list=var_list or None)
+        except (ValueError, TypeError, KeyError) as err:
+            raise FileReadError(f"{where}: the optimizer state does not fit the optimizer: {err}", path) from err
     for name, value in values.items():
         named[name].assign(value)
     for key, state in rng_states.items():

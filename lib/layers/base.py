@@ -29,6 +29,7 @@ from tapeflow.graph.ir import Graph
 from tapeflow.graph.trace import TensorSpec, Tracer
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
+from tapeflow.ops.shapes import as_dims
 from tapeflow.tensor import Tensor, Variable, eager_scope
 
 _REGISTRY: dict[str, type] = {}  # class name -> tapeflow's own Layer subclasses, for deserialize()
@@ -107,12 +108,7 @@ def Input(
 
 
 def _as_shape(shape) -> tuple:
-    if isinstance(shape, int | np.integer):
-        shape = (shape,)
-    try:
-        return tuple(None if d is None else int(d) for d in shape)
-    except (TypeError, ValueError):
-        raise TypeError(f"expected a shape (a sequence of ints or None), got {shape!r}") from None
+    return as_dims("Input", shape, unknown=True)
 
 
 def _as_shapes(shape):

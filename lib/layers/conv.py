@@ -14,6 +14,7 @@ from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serial
 from tapeflow.layers.core import get_activation, serialize_activation
 from tapeflow.ops import nn
 from tapeflow.ops.array import concat, split
+from tapeflow.ops.shapes import as_int
 
 
 def pair(layer: str, label: str, value) -> tuple[int, int]:
@@ -22,10 +23,10 @@ def pair(layer: str, label: str, value) -> tuple[int, int]:
     >>> pair("conv2d", "strides", 2)
     (2, 2)
     """
-    values = (value, value) if isinstance(value, int | np.integer) else tuple(value)
-    if len(values) != 2 or any(not isinstance(v, int | np.integer) or v < 1 for v in values):
+    values = (value, value) if not isinstance(value, list | tuple) else tuple(value)
+    if len(values) != 2:
         raise ValueError(f"{layer}: {label} must be a positive int or a pair of them, got {value!r}")
-    return tuple(int(v) for v in values)
+    return tuple(as_int(layer, label, v, low=1) for v in values)
 
 
 def padding_mode(layer: str, padding: str) -> str:
@@ -54,9 +55,7 @@ class _Conv(Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(filters, int | np.integer) or filters < 1:
-            raise ValueError(f"{self.name}: filters must be a positive integer, got {filters!r}")
-        self.filters = int(filters)
+        self.filters = as_int(self.name, "filters", filters, low=1)
         self.kernel_size = pair(self.name, "kernel_size", kernel_size)
         self.strides = pair(self.name, "strides", strides)
         self.padding = padding_mode(self.name, padding)

@@ -16,6 +16,7 @@ from tapeflow.ops import nn
 from tapeflow.ops.array import reshape
 from tapeflow.ops.math import matmul, sigmoid, tanh
 from tapeflow.ops.random import Generator, global_generator
+from tapeflow.ops.shapes import as_int
 
 
 # -------------------------------------------------------------- activations
@@ -72,9 +73,7 @@ def serialize_activation(fn):
 
 
 def _check_positive(layer: str, label: str, value) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{layer}: {label} must be a positive integer, got {value!r}")
-    return value
+    return as_int(layer, label, value, low=1)
 
 
 # -------------------------------------------------------------------- Dense
@@ -268,7 +267,7 @@ class Reshape(Layer):
 
     def __init__(self, target_shape, **kwargs):
         super().__init__(**kwargs)
-        self.target_shape = tuple(int(d) for d in target_shape)
+        self.target_shape = tuple(as_int(self.name, "each dimension of target_shape", d, low=-1) for d in target_shape)
         if self.target_shape.count(-1) > 1 or any(d < -1 or d == 0 for d in self.target_shape):
             raise ValueError(
                 f"{self.name}: target_shape must hold positive sizes and at most one -1, got {target_shape}"

@@ -8,12 +8,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from tapeflow.layers.base import Layer, serialize_initializer, serialize_regularizer
 from tapeflow.ops import nn
 from tapeflow.ops.math import cast, not_equal
 from tapeflow.ops.registry import as_tensor
+from tapeflow.ops.shapes import as_int
 from tapeflow.tensor import TracedTensor
 
 
@@ -54,11 +53,8 @@ class Embedding(Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for label, value in (("input_dim", input_dim), ("output_dim", output_dim)):
-            if not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(f"{self.name}: {label} must be a positive integer, got {value!r}")
-        self.input_dim = int(input_dim)
-        self.output_dim = int(output_dim)
+        self.input_dim = as_int(self.name, "input_dim", input_dim, low=1)
+        self.output_dim = as_int(self.name, "output_dim", output_dim, low=1)
         self.embeddings_initializer = embeddings_initializer
         self.embeddings_regularizer = embeddings_regularizer
         self.mask_zero = bool(mask_zero)

@@ -9,6 +9,9 @@ averages at inference) and LayerNormalization (statistics of each example).
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
 from tapeflow.ops.array import reshape
 from tapeflow.ops.math import rsqrt, stop_gradient
@@ -21,6 +24,16 @@ def _normalize_axes(layer: str, axis, ndim: int) -> tuple[int, ...]:
         if not isinstance(a, int) or not -ndim <= a < ndim:
             raise ValueError(f"{layer}: axis {axis!r} is out of range for an input of rank {ndim}")
     return tuple(sorted({a % ndim for a in axes}))
+
+
+def _in_range(owner: str, label: str, value, low: float, high: float, low_open: bool = False) -> float:
+    """`value` as a float in [low, high] ((low, high] with `low_open`; NaN never), or a ValueError."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (low < value if low_open else low <= value) and value <= high
+    if not ok:
+        bounds = f"> {low}" if high == math.inf else f"in {'(' if low_open else '['}{low}, {high}]"
+        raise ValueError(f"{owner}: {label} must be a finite number {bounds}, got {value!r}")
+    return float(value)
 
 
 class _Normalization(Layer):
@@ -40,7 +53,7 @@ class _Normalization(Layer):
     ):
         super().__init__(**kwargs)
         self.axis = axis if isinstance(axis, int) else list(axis)
-        self.epsilon = float(epsilon)
+        self.epsilon = _in_range(self.name, "epsilon", epsilon, 0.0, math.inf, low_open=True)
         self.center = bool(center)
         self.scale = bool(scale)
         self.beta_initializer = beta_initializer
@@ -147,7 +160,7 @@ class BatchNormalization(_Normalization):
         )
         if not isinstance(axis, int):
             raise ValueError(f"{self.name}: axis must be one int, got {axis!r}")
-        self.momentum = float(momentum)
+        self.momentum = _in_range(self.name, "momentum", momentum, 0.0, 1.0)
         self.moving_mean_initializer = moving_mean_initializer
         self.moving_variance_initializer = moving_variance_initializer
 

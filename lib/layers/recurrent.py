@@ -16,8 +16,6 @@ step) makes masked steps carry the previous state and output forward, as Keras.
 
 from __future__ import annotations
 
-import numpy as np
-
 from tapeflow import initializers
 from tapeflow.layers.base import (
     InputSpec,
@@ -33,6 +31,7 @@ from tapeflow.ops.array import concat, reshape, split, stack
 from tapeflow.ops.creation import full_like, ones, zeros
 from tapeflow.ops.math import cast, matmul, where
 from tapeflow.ops.registry import as_tensor
+from tapeflow.ops.shapes import as_int
 
 
 # -------------------------------------------------------------------- cells
@@ -57,9 +56,7 @@ class _Cell(Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(units, int | np.integer) or units < 1:
-            raise ValueError(f"{self.name}: units must be a positive integer, got {units!r}")
-        self.units = int(units)
+        self.units = as_int(self.name, "units", units, low=1)
         self.activation = get_activation(activation)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = kernel_initializer

@@ -32,8 +32,8 @@ def _resolve_shape(name: str, in_shape: tuple, shape: tuple) -> tuple:
         if d is None:
             if i >= len(in_shape):
                 raise ValueError(f"{name}: None at position {i} of {shape} has no input dimension {in_shape} to keep")
-        elif not isinstance(d, int | np.integer) or d < -1:
-            raise ValueError(f"{name}: invalid dimension {d!r} in shape {shape}")
+        else:
+            shapes.as_int(name, "each dimension of shape (or -1)", d, low=-1)
     shape = tuple(in_shape[i] if d is None else d for i, d in enumerate(shape))
     if None in shape or None in in_shape:
         return tuple(None if d == -1 else d for d in shape)
@@ -68,9 +68,11 @@ def reshape(x, shape) -> Tensor:
     (6,)
     """
     x = as_tensor(x, name="reshape")
-    if isinstance(shape, int | np.integer):
-        shape = (int(shape),)
-    shape = tuple(None if d is None else int(d) for d in shape)
+    if hasattr(type(shape), "__index__") and not isinstance(shape, bool):
+        shape = (shape,)
+    shape = tuple(
+        None if d is None else shapes.as_int("reshape", "each dimension of shape (or -1)", d, low=-1) for d in shape
+    )
     if shape == x.shape:
         return x
     return apply(_RESHAPE, (x,), {"shape": shape})
@@ -99,7 +101,10 @@ def transpose(x, perm=None) -> Tensor:
     (2, 4, 3)
     """
     x = as_tensor(x, name="transpose")
-    perm = tuple(range(x.ndim - 1, -1, -1)) if perm is None else tuple(int(p) for p in perm)
+    if perm is None:
+        perm = tuple(range(x.ndim - 1, -1, -1))
+    else:
+        perm = tuple(shapes.as_int("transpose", "perm", p, low=-shapes.MAX_DIM) for p in perm)
     return apply(_TRANSPOSE, (x,), {"perm": perm})
 
 
@@ -169,7 +174,7 @@ def broadcast_to(x, shape) -> Tensor:
     (2, 3)
     """
     x = as_tensor(x, name="broadcast_to")
-    shape = tuple(int(d) for d in shape)
+    shape = shapes.as_dims("broadcast_to", shape)
     if shape == x.shape:
         return x
     return apply(_BROADCAST_TO, (x,), {"shape": shape})
@@ -268,7 +273,7 @@ def split(x, num_or_size_splits, axis: int = 0) -> list[Tensor]:
             raise ValueError(f"split: axis {a} of size {x.shape[a]} cannot be split into {n} equal parts")
         sizes = (x.shape[a] // n,) * n
     else:
-        sizes = tuple(int(s) for s in num_or_size_splits)
+        sizes = tuple(shapes.as_int("split", "each size", s, low=-1) for s in num_or_size_splits)
     return list(apply(_SPLIT, (x,), {"sizes": sizes, "axis": a}))
 
 
@@ -301,7 +306,7 @@ def pad(x, paddings, constant_values=0) -> Tensor:
     """
     x = as_tensor(x, name="pad")
     try:
-        pairs = tuple((int(a), int(b)) for a, b in paddings)
+        pairs = tuple((shapes.as_int("pad", "padding", a), shapes.as_int("pad", "padding", b)) for a, b in paddings)
     except (TypeError, ValueError):
         raise ValueError(f"pad: paddings must be (before, after) integer pairs, got {paddings!r}") from None
     return apply(_PAD, (x,), {"paddings": pairs, "constant_value": float(constant_values)})
@@ -336,7 +341,7 @@ def tile(x, multiples) -> Tensor:
     (4, 3)
     """
     x = as_tensor(x, name="tile")
-    return apply(_TILE, (x,), {"multiples": tuple(int(m) for m in multiples)})
+    return apply(_TILE, (x,), {"multiples": shapes.as_dims("tile", multiples, label="multiples")})
 
 
 # ---------------------------------------------------------------- indexing
@@ -358,11 +363,13 @@ def _normalize_index(index) -> tuple:
         elif isinstance(item, bool | np.bool_):
             out.append(np.asarray(item))
         elif isinstance(item, int | np.integer):
-            out.append(int(item))
+            out.append(shapes.as_int("getitem", "an index", item, low=-(2**63), high=2**63 - 1))
         else:
             arr = np.asarray(item)
             if arr.dtype.kind not in "iub":
                 raise TypeError(f"getitem: indices must be integers, slices or bool masks, got dtype {arr.dtype}")
+            if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+                raise ValueError(f"getitem: index {arr.max()} does not fit int64")
             out.append(arr.astype(np.int64) if arr.dtype.kind in "iu" else arr)
     return tuple(out)
 
@@ -582,15 +589,9 @@ def scatter_nd_add(x, indices, updates) -> Tensor:
     return apply(_SCATTER_ND_ADD, (x, as_tensor(indices, name="scatter_nd_add"), upd), {})
 
 
-_MAX_DEPTH = 2**31 - 1  # a one-hot axis longer than this is a mistake, not a request
-
-
 def _one_hot_infer(indices, depth, on_value, off_value, dtype):
     _index_check("one_hot", None, indices)
-    if isinstance(depth, bool) or not isinstance(depth, int | np.integer):
-        raise TypeError(f"one_hot: depth must be an integer, got {depth!r}")
-    if not 0 <= depth <= _MAX_DEPTH:
-        raise ValueError(f"one_hot: depth must be in [0, {_MAX_DEPTH}], got {depth}")
+    depth = shapes.as_int("one_hot", "depth", depth)
     return [(tuple(indices.shape) + (depth,), dtypes.as_dtype(dtype))]
 
 

@@ -14,6 +14,8 @@ with its branches as subgraphs; both forms have gradients.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tapeflow.ops.registry import as_tensor
 from tapeflow.tensor import Tensor, TracedTensor
 
@@ -40,17 +42,34 @@ def cond(pred, true_fn, false_fn):
     return true_fn() if _truth("cond", pred) else false_fn()
 
 
+def _iteration_limit(limit) -> int | None:
+    """`maximum_iterations` as an int >= 0 or None (an integer scalar tensor is read once, as TF does)."""
+    if isinstance(limit, Tensor) and not isinstance(limit, TracedTensor) and limit.shape in ((), (1,)):
+        if limit.dtype.kind in "iu":
+            limit = int(limit.numpy().reshape(()))
+    elif isinstance(limit, np.integer):
+        limit = int(limit)
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ValueError(f"while_loop: maximum_iterations must be an int >= 0 or None, got {limit!r:.60}")
+    return limit
+
+
 def while_loop(cond_fn, body, loop_vars, maximum_iterations: int | None = None):
-    """Repeat `loop_vars = body(*loop_vars)` while `cond_fn(*loop_vars)` holds
-    (at most `maximum_iterations` times); returns the final loop_vars.
+    """Repeat `loop_vars = body(*loop_vars)` while `cond_fn(*loop_vars)` holds, at most
+    `maximum_iterations` times (as in TensorFlow: an int >= 0, or an integer scalar tensor,
+    or None for no limit); returns the final loop_vars. Eager, frozen and under a
+    GradientTape alike; a frozen loop keeps the limit in its graph (and its file).
 
     `loop_vars` is a tuple or list of tensors; `body` returns the same number
     of tensors with the same shapes and dtypes.
+
+    >>> import tapeflow as tp
+    >>> tp.while_loop(lambda i: i < 100, lambda i: i + 1, tp.tensor(0), maximum_iterations=5).item()
+    5
     """
     if not callable(cond_fn) or not callable(body):
         raise TypeError("while_loop: cond and body must be callables")
-    if maximum_iterations is not None and (not isinstance(maximum_iterations, int) or maximum_iterations < 0):
-        raise ValueError(f"while_loop: maximum_iterations must be an int >= 0 or None, got {maximum_iterations!r}")
+    maximum_iterations = _iteration_limit(maximum_iterations)
     single = not isinstance(loop_vars, list | tuple)
     given = [loop_vars] if single else loop_vars
     values = [v if isinstance(v, Tensor) else as_tensor(v, name="while_loop") for v in given]

@@ -7,10 +7,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.devices import current_device, parse_device
+from tapeflow.ops import shapes
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
 
@@ -42,15 +45,7 @@ def apply_cast(x: Tensor, dtype) -> Tensor:
 
 
 def _shape_of(name: str, shape) -> tuple:
-    if isinstance(shape, int | np.integer):
-        shape = (shape,)
-    try:
-        out = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: shape must be a sequence of ints, got {shape!r}") from None
-    if any(d < 0 for d in out):
-        raise ValueError(f"{name}: negative dimension in shape {out}")
-    return out
+    return shapes.as_dims(name, shape)
 
 
 def _filled(shape, value, dtype, name) -> Tensor:
@@ -99,6 +94,9 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
         start, stop = 0, start
     if step == 0:
         raise ValueError("arange: step cannot be zero")
+    count = math.ceil((stop - start) / step) if all(map(math.isfinite, (start, stop, step))) else math.inf
+    if count > shapes.MAX_DIM:
+        raise ValueError(f"arange: [{start}, {stop}) in steps of {step} has {count} values, more than {shapes.MAX_DIM}")
     d = dtypes.as_dtype(dtype) if dtype is not None else dtypes.result_type(start, stop, step)
     return Tensor._wrap(np.arange(start, stop, step, dtype=d.np), current_device())
 
@@ -110,9 +108,9 @@ def linspace(start, stop, num: int, dtype="float32") -> Tensor:
     >>> tp.linspace(0, 1, 3).numpy().tolist()
     [0.0, 0.5, 1.0]
     """
-    if num < 0:
-        raise ValueError(f"linspace: num must be non-negative, got {num}")
-    arr = np.linspace(start, stop, int(num), dtype=np.float64).astype(dtypes.as_dtype(dtype).np)
+    arr = np.linspace(start, stop, shapes.as_int("linspace", "num", num), dtype=np.float64).astype(
+        dtypes.as_dtype(dtype).np
+    )
     return Tensor._wrap(arr, current_device())
 
 
@@ -124,7 +122,12 @@ def eye(n: int, m: int | None = None, dtype="float32") -> Tensor:
     [[1.0, 0.0], [0.0, 1.0]]
     """
     return Tensor._wrap(
-        np.eye(int(n), None if m is None else int(m), dtype=dtypes.as_dtype(dtype).np), current_device()
+        np.eye(
+            shapes.as_int("eye", "n", n),
+            None if m is None else shapes.as_int("eye", "m", m),
+            dtype=dtypes.as_dtype(dtype).np,
+        ),
+        current_device(),
     )
 
 

@@ -38,6 +38,7 @@ from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import apply, defop, get_op
 
 ACTIVATIONS = ("linear", "relu")
+_FLOAT_MAX = float(np.finfo(np.float64).max)
 
 
 # ------------------------------------------------------------ bias and activation
@@ -118,7 +119,9 @@ def check_program(program, n_inputs: int) -> None:
         if ok and ins[0] == "input":
             ok = len(ins) == 2 and isinstance(ins[1], int) and 0 <= ins[1] < n_inputs
         elif ok and ins[0] == "const":
-            ok = len(ins) == 2 and isinstance(ins[1], int | float)
+            c = ins[1] if len(ins) == 2 else None
+            # an int like 10**400 fits no float; non-finite floats are kept as they are
+            ok = isinstance(c, float) or isinstance(c, int) and not isinstance(c, bool) and abs(c) <= _FLOAT_MAX
         elif ok:
             arity = ARITY.get(ins[0], 0)
             ok = arity > 0 and len(ins) == arity + 1 and all(isinstance(a, int) and 0 <= a < k for a in ins[1:])

@@ -274,6 +274,8 @@ def where(condition, x, y) -> Tensor:
 def _clip_infer(x, lo, hi):
     if x.dtype.kind == "b":
         raise TypeError("clip: expected a numeric tensor, got bool")
+    if (lo is not None and lo != lo) or (hi is not None and hi != hi):
+        raise ValueError(f"clip: bounds must not be NaN, got {lo} and {hi}")
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"clip: lower bound {lo} is above upper bound {hi}")
     return [(x.shape, x.dtype)]

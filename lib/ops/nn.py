@@ -154,6 +154,8 @@ def softmax(logits, axis: int = -1) -> Tensor:
 
 # ------------------------------------------------------------- convolution
 def _pair(name: str, value) -> tuple:
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected a positive int or a pair of them, got {value!r}")
     if isinstance(value, int | np.integer):
         return (int(value), int(value))
     if not isinstance(value, list | tuple):
@@ -164,7 +166,7 @@ def _pair(name: str, value) -> tuple:
     if len(value) != 2:
         raise ValueError(f"{name}: expected an int or a pair, got {value!r}")
     for v in value:
-        if not isinstance(v, int | np.integer):
+        if not isinstance(v, int | np.integer) or isinstance(v, bool):
             raise ValueError(f"{name}: expected integers, got {value!r}")
     return tuple(int(v) for v in value)
 
@@ -176,9 +178,10 @@ def _padding(name: str, padding):
             raise ValueError(f"{name}: padding must be 'SAME', 'VALID' or explicit pairs, got {padding!r}")
         return p
     try:
-        pairs = tuple(tuple(int(v) for v in pair) for pair in padding)
-    except (TypeError, ValueError):
+        pairs = tuple(tuple(pair) for pair in padding)
+    except TypeError:
         raise ValueError(f"{name}: padding must be 'SAME', 'VALID' or ((top, bottom), (left, right))") from None
+    pairs = tuple(tuple(shapes.as_int(name, "padding", v) for v in pair) for pair in pairs)
     if len(pairs) == 4:  # [[0, 0], [t, b], [l, r], [0, 0]]
         pairs = pairs[1:3]
     if len(pairs) != 2 or any(len(p) != 2 for p in pairs) or any(v < 0 for p in pairs for v in p):
@@ -349,7 +352,7 @@ def conv2d_transpose(x, filters, output_shape, strides=1, padding="VALID", dilat
     """
     x = as_tensor(x, name="conv2d_transpose")
     w = as_tensor(filters, name="conv2d_transpose")
-    size = tuple(int(d) for d in output_shape)
+    size = shapes.as_dims("conv2d_transpose", output_shape, label="output_shape")
     size = size[1:3] if len(size) == 4 else size
     if len(size) != 2:
         raise ValueError(f"conv2d_transpose: output_shape must be (N, H, W, C) or (H, W), got {output_shape}")

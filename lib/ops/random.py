@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tapeflow import dtypes
+from tapeflow.ops import shapes
 from tapeflow.ops.array import gather
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
@@ -58,7 +59,7 @@ _GLOBAL = Generator(None)
 
 def seed(value: int) -> None:
     """Reset the global random stream."""
-    _GLOBAL.reset(int(value))
+    _GLOBAL.reset(shapes.as_int("random.seed", "seed", value, high=2**64 - 1))
 
 
 def global_generator() -> Generator:
@@ -70,8 +71,8 @@ def _generator(g) -> Generator:
         return _GLOBAL
     if isinstance(g, Generator):
         return g
-    if isinstance(g, int | np.integer):
-        return Generator(int(g))
+    if isinstance(g, int | np.integer) and not isinstance(g, bool):
+        return Generator(shapes.as_int("random", "generator seed", g, high=2**64 - 1))
     raise TypeError(f"random: generator must be a tp.random.Generator, an int seed or None, got {g!r}")
 
 
@@ -108,12 +109,7 @@ def _TRUNCATED(shape, dtype, generator, mean, stddev):
 
 
 def _shape(name, shape) -> tuple:
-    if isinstance(shape, int | np.integer):
-        return (int(shape),)
-    try:
-        return tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: shape must be a sequence of ints, got {shape!r}") from None
+    return shapes.as_dims(name, shape)
 
 
 def _sample(opdef, shape, dtype, generator, **params) -> Tensor:
@@ -186,7 +182,11 @@ def categorical(logits, num_samples: int, generator=None) -> Tensor:
     [[1, 1, 1]]
     """
     logits = as_tensor(logits, name="categorical")
-    return apply(_CATEGORICAL, (logits,), {"num_samples": int(num_samples), "generator": _generator(generator)})
+    return apply(
+        _CATEGORICAL,
+        (logits,),
+        {"num_samples": shapes.as_int("categorical", "num_samples", num_samples), "generator": _generator(generator)},
+    )
 
 
 def _permutation_infer(n, generator):

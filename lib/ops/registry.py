@@ -222,14 +222,14 @@ def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
         arr = np.asarray(value, dtype=npd)
     else:
         arr = np.asarray(value)
+        if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"{name}: uint64 value {arr.max()} does not fit int64, tapeflow's widest integer type")
         if not isinstance(value, np.ndarray | np.generic):
             if arr.dtype == np.float64:
                 arr = arr.astype(np.float32)
             elif arr.dtype.kind in "iu":
                 arr = arr.astype(np.int64)
         if arr.dtype not in dtypes._BY_NP:
-            if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
-                raise ValueError(f"{name}: uint64 value {arr.max()} does not fit int64, tapeflow's widest integer type")
             if arr.dtype.kind == "u" or arr.dtype in (np.int8, np.int16):
                 arr = arr.astype(np.int64)
             else:

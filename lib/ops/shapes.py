@@ -2,7 +2,52 @@
 
 from __future__ import annotations
 
+import operator
+
 from tapeflow import dtypes
+from tapeflow.backends.common import MAX_EXTENT
+
+# The largest dimension, count or index an op takes: the compiled kernels (and BLAS) hold
+# them in C ints.
+MAX_DIM = MAX_EXTENT
+
+
+def as_int(name: str, label: str, value, low: int = 0, high: int = MAX_DIM) -> int:
+    """`value` as a Python int in [low, high], or a TypeError / ValueError naming op `name`.
+
+    Integers of any kind are accepted (NumPy's too); floats, bools and strings are not, so
+    2.7 is never silently read as 2.
+
+    >>> as_int("tile", "multiples", 3)
+    3
+    >>> as_int("tile", "multiples", 2**31)
+    Traceback (most recent call last):
+    ...
+    ValueError: tile: multiples must be an integer in [0, 2147483647], got 2147483648
+    """
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{name}: {label} must be an integer, got {value!r}")
+    number = operator.index(value)
+    if not low <= number <= high:
+        what = f"a positive integer (at most {high})" if low == 1 else f"an integer in [{low}, {high}]"
+        raise ValueError(f"{name}: {label} must be {what}, got {number}")
+    return number
+
+
+def as_dims(name: str, shape, *, unknown: bool = False, label: str = "shape") -> tuple:
+    """A shape (one int or a sequence of them) as a tuple of ints in [0, MAX_DIM]; with
+    `unknown`, None marks a dimension known only at run time.
+
+    >>> as_dims("zeros", 3), as_dims("zeros", (2, None), unknown=True)
+    ((3,), (2, None))
+    """
+    if hasattr(type(shape), "__index__") and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        items = tuple(shape)
+    except TypeError:
+        raise TypeError(f"{name}: {label} must be a sequence of integers, got {shape!r}") from None
+    return tuple(None if d is None and unknown else as_int(name, f"each dimension of {label}", d) for d in items)
 
 
 def same(x, **_):

@@ -165,3 +165,17 @@ def test_each_elementwise_primitive_has_its_opcode(primitive, dtype):
     got = get_op("fused_elementwise").bound_kernel("cpu", {"program": program})(*inputs)
     tol = 1e-12 if dtype == np.float64 else 1e-6
     np.testing.assert_allclose(got, get_op(primitive).reference(*inputs), rtol=tol, atol=tol)
+
+
+def test_matrices_beyond_blas_int_range_go_to_numpy(monkeypatch):
+    """scipy's BLAS takes C ints: a dimension past 2**31 - 1 must not reach it (shown here
+    with the limit lowered, as such matrices do not fit in memory)."""
+    called = []
+    monkeypatch.setattr(numpy_backend, "MAX_DIM", 4)
+    monkeypatch.setattr(numpy_backend._kernels, "matmul", lambda a, b: called.append(1))
+    monkeypatch.setattr(numpy_backend._kernels, "dense", lambda *args: called.append(1))
+    rng = np.random.default_rng(3)
+    a, b, bias = rng.standard_normal((5, 3)), rng.standard_normal((3, 2)), rng.standard_normal(2)
+    np.testing.assert_allclose(numpy_backend.matmul(a, b), a @ b)
+    np.testing.assert_allclose(numpy_backend.fused_matmul(a, b, bias, "relu"), np.maximum(a @ b + bias, 0))
+    assert called == []

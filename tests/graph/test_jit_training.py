@@ -68,8 +68,8 @@ def test_frozen_training_matches_eager_after_20_steps(name, optimizer):
     eager, frozen = _pair(name, optimizer, x)
     for step in range(20):
         batch = slice((step % 4) * 16, (step % 4 + 1) * 16)
-        logs_e = eager.train_on_batch(x[batch], y[batch])
-        logs_f = frozen.train_on_batch(x[batch], y[batch])
+        logs_e = eager.train_on_batch(x[batch], y[batch], return_dict=True)
+        logs_f = frozen.train_on_batch(x[batch], y[batch], return_dict=True)
         assert logs_f["loss"] == pytest.approx(logs_e["loss"], rel=1e-4, abs=1e-6)
     for a, b in zip(eager.get_weights(), frozen.get_weights(), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
@@ -91,3 +91,44 @@ def test_fit_and_evaluate_with_jit():
     ev_e, ev_f = eager.evaluate(x, y, verbose=0), frozen.evaluate(x, y, verbose=0)
     assert ev_f["loss"] == pytest.approx(ev_e["loss"], rel=1e-4)
     assert ev_f["accuracy"] == pytest.approx(ev_e["accuracy"])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 3e38])
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_jit_reports_the_loss_eager_reports_on_hostile_inputs(name, bad):
+    """A NaN loss was hidden by the frozen step (relu turned NaN into 0) while the weights went NaN."""
+    x, y = DATA[name][1](32), RNG.integers(0, 5, 32)
+    x.reshape(32, -1)[5, 3] = bad
+    eager, frozen = _pair(name, "sgd", x[6:])
+    h_e = eager.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    h_f = frozen.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    np.testing.assert_allclose(h_f.history["loss"], h_e.history["loss"], rtol=1e-4)  # NaN where NaN
+    for a, b in zip(eager.get_weights(), frozen.get_weights(), strict=True):
+        np.testing.assert_array_equal(np.isnan(b), np.isnan(a))
+
+
+@pytest.mark.parametrize(
+    ("targets", "message"),
+    [
+        (lambda y: y + 0.99, "labels must be integer class ids, got [0-9.]+99"),
+        (lambda y: np.where(y == 1, 7, y), "out of range"),
+        (lambda y: np.where(y == 1, -1, y), "out of range"),
+    ],
+)
+def test_jit_refuses_the_targets_eager_refuses(targets, message):
+    """Non-integer labels were truncated silently by the frozen step; eager refuses them."""
+    x, y = DATA["mlp"][1](16), RNG.integers(0, 5, 16)
+    y[0] = 1
+    bad = targets(y)
+    eager, frozen = _pair("mlp", "adam", x)
+    before = [w.copy() for w in frozen.get_weights()]
+    errors = []
+    for model in (eager, frozen):
+        for call in (model.train_on_batch, model.test_on_batch):
+            with pytest.raises(ValueError, match=message) as info:
+                call(x, bad)
+            errors.append(str(info.value))
+    assert len(set(errors)) == 1, errors  # the same error, word for word
+    for a, b in zip(before, frozen.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)  # refused before any update
+    assert frozen.optimizer.iterations == 0

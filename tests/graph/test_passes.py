@@ -203,9 +203,12 @@ def test_folding_respects_the_size_cap():
 @pytest.mark.parametrize(
     ("fn", "shape", "left"),
     [
-        (lambda x: x * 1.0 + 0.0, (2, 3), {}),
+        (lambda x: x * 1.0 + 0.0, (2, 3), {"add": 1}),  # -0.0 + 0.0 is 0.0: kept
+        (lambda x: x * 1.0 + -0.0, (2, 3), {}),
         (lambda x: 1.0 * x - 0.0, (2, 3), {}),
-        (lambda x: 0.0 + x / 1.0, (2, 3), {}),
+        (lambda x: 1.0 * x - -0.0, (2, 3), {"subtract": 1}),  # -0.0 - -0.0 is 0.0: kept
+        (lambda x: 0.0 + x / 1.0, (2, 3), {"add": 1}),
+        (lambda x: -0.0 + x / 1.0, (2, 3), {}),
         (lambda x: x * np.ones((4, 1, 3), np.float32), (2, 3), {"multiply": 1}),  # broadcasting: kept
         (lambda x: x * 0.0, (2, 3), {"multiply": 1}),  # NaN * 0 is NaN: kept
         (lambda x: tp.transpose(tp.transpose(x, (1, 0, 2)), (1, 0, 2)), (2, 3, 4), {}),

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tp
+from tapeflow._h5safe import write_array, write_attrs, write_manifest
 from tapeflow.graph.serialize import FORMAT_VERSION, GraphFileError
 
 
@@ -219,9 +220,10 @@ def test_file_holds_no_pickle_only_numeric_datasets(tmp_path):
     graph.save(tmp_path / "g.tfg")
     kinds = {}
     with h5py.File(tmp_path / "g.tfg", "r") as f:
-        assert f.attrs["format"] == "tapeflow-graph" and f.attrs["format_version"] == FORMAT_VERSION
+        assert f.attrs["format"] == b"tapeflow-graph" and f.attrs["format_version"] == FORMAT_VERSION
         f.visititems(lambda name, obj: kinds.update({name: obj.dtype}) if isinstance(obj, h5py.Dataset) else None)
         meta = json.loads(f["graph_json"][()].tobytes())
+    assert kinds.pop("manifest").kind == "S"  # the list of entries, a fixed-length string
     assert all(dt.kind in "biuf" for dt in kinds.values()), kinds
     assert {"graph_json", "state/0"} <= set(kinds)
     assert [s["name"] for s in meta["state"]] == ["w"]
@@ -301,19 +303,23 @@ def read_parts(path):
         meta = json.loads(f["graph_json"][()].tobytes())
         arrays = {}
         f.visititems(lambda name, obj: arrays.update({name: obj[()]}) if isinstance(obj, h5py.Dataset) else None)
-        attrs = dict(f.attrs)
-    del arrays["graph_json"]
+        attrs = {k: v.decode() if isinstance(v, bytes) else int(v) for k, v in f.attrs.items() if k != "crc32"}
+    del arrays["graph_json"], arrays["manifest"]
     return meta, arrays, attrs
 
 
 def write_parts(path, meta, arrays, attrs):
+    """A crafted file, with valid checksums (so that the loader's other checks are what refuse it)."""
     with h5py.File(path, "w") as f:
-        for key, value in attrs.items():
-            f.attrs[key] = value
+        write_attrs(f, attrs)
         text = meta if isinstance(meta, str) else json.dumps(meta)
-        f.create_dataset("graph_json", data=np.frombuffer(text.encode(), np.uint8))
+        write_array(f, "graph_json", np.frombuffer(text.encode(), np.uint8))
         for key, value in arrays.items():
-            f.create_dataset(key, data=value)
+            if np.asarray(value).dtype.kind in "biuf":
+                write_array(f, key, value)
+            else:
+                f.create_dataset(key, data=value)
+        write_manifest(f)
 
 
 @pytest.fixture

@@ -98,10 +98,10 @@ def test_recurrent_mask_and_initial_state_shapes():
 @pytest.mark.parametrize(
     "make, error, message",
     [
-        (lambda: L.Dense(0, name="x"), ValueError, r"^x: units must be a positive integer, got 0"),
+        (lambda: L.Dense(0, name="x"), ValueError, r"^x: units must be a positive integer \(at most \d+\), got 0"),
         (lambda: L.Conv2D(2, 3, padding="full", name="x"), ValueError, r"^x: padding must be 'valid' or 'same'"),
         (lambda: L.Conv2D(3, 3, groups=2, name="x"), ValueError, r"^x: groups must be a positive divisor"),
-        (lambda: L.Conv2D(2, (3, 3, 3), name="x"), ValueError, r"^x: kernel_size must be a positive int or a pair"),
+        (lambda: L.Conv2D(2, (3, 3, 3), name="x"), ValueError, r"^x: kernel_size must be a positive int"),
         (lambda: L.Dropout(1.0, name="x"), ValueError, r"^x: rate must be in \[0, 1\)"),
         (lambda: L.Dense(2, activation="swishy"), ValueError, r"unknown activation 'swishy'"),
         (lambda: L.Dense(2, bogus=1), TypeError, r"Dense: unexpected keyword arguments \['bogus'\]"),

@@ -191,8 +191,8 @@ def test_uint64_values_beyond_int64_are_refused_not_wrapped():
 @pytest.mark.parametrize(
     "depth, error, message",
     [
-        (2**63, ValueError, r"one_hot: depth must be in \[0, 2147483647\], got 9223372036854775808"),
-        (-1, ValueError, r"one_hot: depth must be in \[0, 2147483647\], got -1"),
+        (2**63, ValueError, r"one_hot: depth must be an integer in \[0, 2147483647\], got 9223372036854775808"),
+        (-1, ValueError, r"one_hot: depth must be an integer in \[0, 2147483647\], got -1"),
         (2.7, TypeError, r"one_hot: depth must be an integer, got 2.7"),
         (True, TypeError, r"one_hot: depth must be an integer, got True"),
     ],
@@ -209,7 +209,10 @@ def test_one_hot_depth_is_a_sensible_integer(depth, error, message):
     [
         (lambda x, w: tp.nn.conv2d(x, w, strides=2**31, padding="SAME"), r"conv2d: strides must be integers in \[1, "),
         (lambda x, w: tp.nn.conv2d(x, w, 1, "VALID", dilations=2**40), r"conv2d: dilations must be integers in \[1, "),
-        (lambda x, w: tp.nn.conv2d(x, w, 1, ((0, 2**31), (0, 0))), r"conv2d: padding must be in \[0, 2147483647\]"),
+        (
+            lambda x, w: tp.nn.conv2d(x, w, 1, ((0, 2**31), (0, 0))),
+            r"conv2d: padding must be an integer in \[0, 2147483647\]",
+        ),
         (lambda x, w: tp.nn.max_pool2d(x, 2**31, 1, "SAME"), r"max_pool2d: window must be integers in \[1, "),
     ],
 )

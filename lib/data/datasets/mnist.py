@@ -19,12 +19,15 @@ Example (needs the data files, so not a doctest)::
 from __future__ import annotations
 
 import gzip
+import io
+import math
 import os
 import zlib
 from pathlib import Path
 
 import numpy as np
 
+from tapeflow._h5safe import FileReadError, check_regular_file
 from tapeflow.data.datasets._download import fetch, sha256_of
 
 VARIANTS = ("mnist", "fashion")
@@ -71,6 +74,7 @@ _IDX_DTYPES = {
     0x0E: np.dtype(">f8"),
 }
 _GZIP_MAGIC = b"\x1f\x8b"
+_MAX_IDX_BYTES = 1 << 34  # 16 GiB: far above any IDX data set
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
@@ -88,39 +92,58 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     [7, 8, 9]
     """
     path = os.fspath(path)
+    check_regular_file(path, "read_idx")  # a FIFO would block, a directory is no file
     with open(path, "rb") as f:
         data = f.read()
     if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as err:
-            raise ValueError(f"read_idx: {path}: corrupt gzip stream ({err})") from None
+        data = _gunzip_idx(data, path)
     return _parse_idx(data, path)
+
+
+def _gunzip_idx(data: bytes, path: str) -> bytes:
+    """The decompressed IDX bytes, read no further than the header says (no gzip bomb)."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            head = stream.read(4)
+            head += stream.read(4 * head[3]) if len(head) == 4 else b""
+            if len(head) < 4 or len(head) < 4 + 4 * head[3] or head[2] not in _IDX_DTYPES:
+                return head  # _parse_idx names what is wrong
+            dims = np.frombuffer(head, dtype=">u4", count=head[3], offset=4)
+            expected = math.prod(int(d) for d in dims) * _IDX_DTYPES[head[2]].itemsize
+            if expected > _MAX_IDX_BYTES:
+                raise FileReadError(f"read_idx: {path}: dims {tuple(map(int, dims))} need {expected} bytes; too large")
+            return head + stream.read(expected + 1)
+    except (OSError, EOFError, zlib.error) as err:
+        raise FileReadError(f"read_idx: {path}: corrupt gzip stream ({err})", path) from None
 
 
 def _parse_idx(data: bytes, path: str) -> np.ndarray:
     if len(data) < 4:
-        raise ValueError(f"read_idx: {path}: {len(data)} bytes is too short for an IDX header")
+        raise FileReadError(f"read_idx: {path}: {len(data)} bytes is too short for an IDX header", path)
     if data[0] != 0 or data[1] != 0:
-        raise ValueError(
+        raise FileReadError(
             f"read_idx: {path}: bad magic number 0x{data[:4].hex()}; an IDX file starts with two "
-            "zero bytes (is it an IDX file?)"
+            "zero bytes (is it an IDX file?)",
+            path,
         )
     dtype = _IDX_DTYPES.get(data[2])
     if dtype is None:
         known = ", ".join(f"0x{code:02X}" for code in _IDX_DTYPES)
-        raise ValueError(f"read_idx: {path}: unknown dtype code 0x{data[2]:02X} (known: {known})")
+        raise FileReadError(f"read_idx: {path}: unknown dtype code 0x{data[2]:02X} (known: {known})", path)
     ndim = data[3]
     header = 4 + 4 * ndim
     if len(data) < header:
-        raise ValueError(f"read_idx: {path}: header declares {ndim} dims but the file ends at byte {len(data)}")
+        raise FileReadError(
+            f"read_idx: {path}: header declares {ndim} dims but the file ends at byte {len(data)}", path
+        )
     shape = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize
     payload = len(data) - header
     if payload != expected:
-        raise ValueError(
+        raise FileReadError(
             f"read_idx: {path}: payload has {payload} bytes but dims {shape} of {dtype.name} "
-            f"need {expected} ({'truncated' if payload < expected else 'trailing bytes'})"
+            f"need {expected} ({'truncated' if payload < expected else 'trailing bytes'})",
+            path,
         )
     array = np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
     return array.astype(dtype.newbyteorder("="))  # a writable copy, native byte order

@@ -6,7 +6,7 @@ dead code, fold bias adds and relus into the matmul or conv before them
 into single `fused_elementwise` kernels (`FUSION`).
 
 >>> import tapeflow as tp
->>> g = tp.freeze(lambda x: x * 1.0 + 0.0, tp.TensorSpec((3,)), optimize=False)
+>>> g = tp.freeze(lambda x: x * 1.0 - 0.0, tp.TensorSpec((3,)), optimize=False)
 >>> optimize(g)["changed"], g.op_counts()
 (True, {})
 """

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from tapeflow.backends import backend
 from tapeflow.graph.ir import ASSIGN, READ, Graph
 from tapeflow.graph.passes.rewrite import replace_uses
 from tapeflow.ops.registry import get_op
@@ -40,7 +41,7 @@ class ConstantFolding:
             if sum(math.prod(v.shape) for v in node.outputs) > self.max_elements:
                 continue
             try:
-                result = op.kernel(graph.device.family)(*(v.data for v in node.inputs), **node.public_attrs)
+                result = _evaluate(op, graph.device.family, node)
             except Exception:  # noqa: BLE001 - left in place: the executor reports it with the node named
                 continue
             results = (result,) if op.num_outputs == 1 else tuple(result)
@@ -55,3 +56,15 @@ class ConstantFolding:
         graph.nodes = kept
         replace_uses(graph, folded)
         return bool(folded)
+
+
+def _evaluate(op, family: str, node):
+    """The node's outputs, computed as the executor would: same kernel, same numerics (so a
+    subnormal result is flushed exactly as it would be at run time)."""
+    kernels = backend(family)
+    numerics = kernels.enter_numerics()
+    try:
+        with np.errstate(all="ignore"):
+            return op.kernel(family)(*(v.data for v in node.inputs), **node.public_attrs)
+    finally:
+        kernels.leave_numerics(numerics)

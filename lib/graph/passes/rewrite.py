@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from tapeflow.graph.ir import Graph, Value
@@ -35,10 +37,11 @@ def consumer_counts(graph: Graph) -> dict[int, int]:
 
 
 def attr_key(value):
-    """A hashable form of an attribute that compares by value (arrays by dtype, shape and bytes).
+    """A hashable form of an attribute that compares by value: arrays by dtype, shape and
+    bytes, floats by their bits (0.0 and -0.0 differ, and a NaN equals itself).
 
-    >>> attr_key((1, 2)) == attr_key((1, 2)), attr_key(1) == attr_key(1.0)
-    (True, False)
+    >>> attr_key((1, 2)) == attr_key((1, 2)), attr_key(1) == attr_key(1.0), attr_key(0.0) == attr_key(-0.0)
+    (True, False, False)
     """
     if isinstance(value, np.ndarray):
         return ("ndarray", value.dtype.str, value.shape, value.tobytes())
@@ -48,15 +51,21 @@ def attr_key(value):
         return ("dict", tuple(sorted((str(k), attr_key(v)) for k, v in value.items())))
     if isinstance(value, np.generic):
         return ("np", value.dtype.str, value.tobytes())
+    if isinstance(value, float):
+        return ("float", struct.pack("<d", value))
     if value is None or isinstance(value, bool | int | float | str | bytes):
         return (type(value).__name__, value)
     return ("object", id(value))  # anything else is equal only to itself
 
 
 def scalar_value(v: Value):
-    """The single value of a constant whose elements are all equal, else None."""
+    """The single value of a constant whose elements are all the same (bit for bit: 0.0 and
+    -0.0 differ), else None."""
     if v.kind != "const" or v.data is None or v.data.size == 0:
         return None
     flat = v.data.reshape(-1)
     first = flat[0]
-    return first.item() if np.all(flat == first) else None
+    same = flat == first
+    if flat.dtype.kind == "f":
+        same &= np.signbit(flat) == np.signbit(first)
+    return first.item() if np.all(same) else None

@@ -1,8 +1,9 @@
 """Algebraic simplification: rewrite nodes that compute nothing new.
 
-- ``x * 1``, ``1 * x``, ``x + 0``, ``0 + x``, ``x - 0``, ``x / 1`` become ``x`` when the
-  result has x's shape and dtype (a broadcasting constant is kept). ``x * 0`` is kept:
-  it is NaN where x is NaN or infinite.
+- ``x * 1``, ``1 * x``, ``x + (-0.0)``, ``(-0.0) + x``, ``x - 0.0``, ``x / 1`` become ``x``
+  when the result has x's shape and dtype (a broadcasting constant is kept); for integers
+  any zero will do. ``x + 0.0`` is kept: it is 0.0 where x is -0.0. ``x * 0`` is kept: it
+  is NaN where x is NaN or infinite.
 - ``identity``, ``stop_gradient`` and a cast to x's own dtype become ``x``.
 - ``transpose(transpose(x))`` becomes one transpose (or ``x``), ``reshape(reshape(x))``
   one reshape (or ``x`` when the shape is x's own).
@@ -10,18 +11,21 @@
 Rewritten nodes lose their readers; dead-code elimination then drops them.
 
 >>> import tapeflow as tp
->>> g = tp.freeze(lambda x: x * 1.0 + 0.0, tp.TensorSpec((3,)), optimize=False)
+>>> g = tp.freeze(lambda x: x * 1.0 - 0.0, tp.TensorSpec((3,)), optimize=False)
 >>> AlgebraicSimplification().run(g), g.outputs[0] is g.inputs[0]
 (True, True)
 """
 
 from __future__ import annotations
 
+import math
+
 from tapeflow.graph.ir import Graph
 from tapeflow.graph.passes.rewrite import replace_uses, scalar_value
 
-# op -> (value of a neutral right operand, value of a neutral left operand or None)
-_NEUTRAL = {"add": (0, 0), "subtract": (0, None), "multiply": (1, 1), "divide": (1, None)}
+# op -> (value of a neutral right operand, value of a neutral left operand or None); the sign
+# of a float zero counts: -0.0 + x is x for every x, 0.0 + x is not for x = -0.0
+_NEUTRAL = {"add": (-0.0, -0.0), "subtract": (0.0, None), "multiply": (1, 1), "divide": (1, None)}
 _PASS_THROUGH = ("identity", "stop_gradient")
 
 
@@ -78,7 +82,9 @@ def _merge_with_producer(node) -> bool:
 
 def _is(v, neutral) -> bool:
     value = scalar_value(v)
-    return value is not None and not isinstance(value, bool) and value == neutral
+    if value is None or isinstance(value, bool) or value != neutral:
+        return False
+    return not isinstance(value, float) or math.copysign(1.0, value) == math.copysign(1.0, neutral)
 
 
 def _keeps(x, out) -> bool:
