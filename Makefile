@@ -7,7 +7,18 @@ KERNEL_SOURCES := $(wildcard lib/_kernels/*.pyx lib/_kernels/*.pxd lib/_kernels/
 KERNELS_BUILT := lib/_kernels/.built
 FASHION := /usr/share/datasets/fashion-mnist
 
-.PHONY: all build test tutorial bench lint data clean
+# The XLA backend's test environment: torch_xla 2.9.0 pins torch 2.9.0, while the main
+# environment's test oracle is a newer torch, so it lives in a venv of its own. tapeflow is
+# not installed there: a .pth file puts lib/ (with the kernels built above) on its path.
+# PyPI's torch for x86_64 pulls several GB of CUDA wheels; where download.pytorch.org is
+# reachable, XLA_TORCH_INDEX=https://download.pytorch.org/whl/cpu fetches a CPU-only build.
+VENV_XLA := .venv-xla
+XLA_BIN := $(VENV_XLA)/bin
+XLA_INSTALLED := $(VENV_XLA)/.installed
+XLA_TORCH_INDEX ?=
+XLA_TESTS := tests/backends/test_xla_backend.py tests/ops/test_ops_on_devices.py tests/test_devices.py
+
+.PHONY: all build test test-xla xla-env tutorial bench bench-xla lint data clean
 
 all: build
 
@@ -29,6 +40,21 @@ $(KERNELS_BUILT): $(INSTALLED) $(KERNEL_SOURCES) setup.py
 
 build: $(KERNELS_BUILT)
 
+# numpy is pinned to the main environment's, which the kernels were compiled against.
+$(XLA_INSTALLED): $(INSTALLED) Makefile
+	test -x $(XLA_BIN)/python || $(PYTHON) -m venv $(VENV_XLA)
+	$(XLA_BIN)/python -m pip install --upgrade pip
+	$(XLA_BIN)/python -m pip install $(if $(XLA_TORCH_INDEX),--index-url $(XLA_TORCH_INDEX)) "torch==2.9.0"
+	$(XLA_BIN)/python -m pip install "torch-xla==2.9.0" "numpy==$$($(BIN)/python -c 'import numpy; print(numpy.__version__)')" \
+		scipy h5py ml_dtypes pytest pytest-timeout
+	mkdir -p $(VENV_XLA)/src && ln -sfn $(CURDIR)/lib $(VENV_XLA)/src/tapeflow
+	$(XLA_BIN)/python -c "import site, sys; open(site.getsitepackages()[0] + '/tapeflow.pth', 'w').write(sys.argv[1] + chr(10))" \
+		$(CURDIR)/$(VENV_XLA)/src
+	PJRT_DEVICE=CPU $(XLA_BIN)/python -c "import torch_xla, tapeflow; print('xla env:', tapeflow.list_devices())"
+	touch $@
+
+xla-env: $(XLA_INSTALLED)
+
 # Fashion-MNIST, the embedded default data set, from Debian's package.
 data:
 	@if [ ! -d $(FASHION) ]; then \
@@ -40,8 +66,12 @@ data:
 		fi; \
 	fi
 
-test: build data
+test: build data test-xla
 	$(BIN)/python -m pytest
+
+# The XLA backend on the CPU (PJRT_DEVICE=CPU): the op suite, training and compile counts.
+test-xla: build $(XLA_INSTALLED)
+	PJRT_DEVICE=CPU $(XLA_BIN)/python -m pytest -p no:cacheprovider $(XLA_TESTS)
 
 tutorial: build data
 	$(BIN)/python tutorials/mnist/train.py
@@ -53,6 +83,9 @@ bench: build
 	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/distributed.py
 	$(BIN)/python bench/word2vec.py
+
+bench-xla: build $(XLA_INSTALLED)
+	PJRT_DEVICE=CPU $(XLA_BIN)/python bench/xla.py
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check lib tests bench tutorials setup.py

@@ -77,7 +77,7 @@ def kernel_extensions() -> list[Extension]:
 setup(
     package_dir={"tapeflow": "lib"},
     packages=["tapeflow", *(f"tapeflow.{name}" for name in find_packages("lib"))],
-    package_data={"tapeflow._kernels": ["*.pyx", "*.pxi"]},
+    package_data={"tapeflow._kernels": ["*.pyx", "*.pxi"], "tapeflow._kernels.cuda": ["*.cu"]},
     exclude_package_data={"tapeflow._kernels": ["*.c"]},
     ext_modules=cythonize(
         kernel_extensions(),

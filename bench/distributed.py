@@ -1,6 +1,6 @@
 """Synchronous data-parallel training on Dask against one process, side by side in one run.
 
-    python bench/distributed.py [--quick]
+    python bench/distributed.py [--quick] [--only pipeline]
 
 Every measurement runs in a fresh subprocess, one after another. A step's time is its
 marginal cost: the difference between `fit` epochs of 2k and k steps, divided by k (the
@@ -25,6 +25,15 @@ reported as the time of a one-step epoch).
 - Overhead: a null model (Dense(1) on one feature, batch 4) per replica count 1, 2, 4.
 - Traffic: bytes through the loopback interface per step per replica, against the
   model's parameter bytes (the cluster runs on 127.0.0.1, so all its traffic is there).
+- Pipeline: the 4-stage MLP 784-512-512-512-10 (one Dense per stage, batch 256, Adam)
+  with `Pipeline(stages=4)` on 2 workers (two stages each) and m = 1, 2, 4, 8
+  micro-batches, against one process. Here a step's time is the median over the steps
+  of an epoch (the client's timing of each pipeline step; each batch of `fit` in one
+  process), which a loaded machine disturbs less than the difference of two epochs.
+  The bubble fraction is measured per step as 1 - (mean seconds a stage computed) /
+  (step seconds), next to the GPipe ideal (K-1)/(m+K-1), which is the step time's
+  excess (m+K-1)/m over no bubble; then float32 against float16 transfers at m = 4:
+  bytes crossing between workers per step and the step time.
 """
 
 from __future__ import annotations
@@ -62,6 +71,10 @@ def _model(kind: str, batch: int | None = None):
 
     if kind == "null":
         return tp.Sequential([tp.layers.Dense(1)]), (1,), 4
+    if kind == "mlp4":
+        tp.random.seed(0)
+        layers = [tp.layers.Dense(512, activation="relu") for _ in range(3)] + [tp.layers.Dense(10)]
+        return tp.Sequential(layers), (784,), batch or 256
     features, default = ((28, 28, 1), 50) if kind == "cnn" else ((784,), 128)
     return tapeflow_model(kind, dropout=False), features, batch or default
 
@@ -101,14 +114,55 @@ def _measure(kind: str, steps: int, distribute, repeats: int, after_long=None, b
     return result
 
 
+def _median_batch_seconds(kind: str, steps: int) -> dict:
+    """{"step": the median time of a `fit` batch in this process}, over an epoch of `steps`
+    batches after a warm-up epoch (the pipeline section's reference)."""
+    import tapeflow as tp
+
+    class BatchTimer(tp.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds, self.started = [], 0.0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.started = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seconds.append(time.perf_counter() - self.started)
+
+    model, features, batch = _model(kind)
+    rng = np.random.default_rng(0)
+    x, y = rng.random((steps * batch, *features), dtype=np.float32), rng.integers(0, 10, steps * batch)
+    model.compile(optimizer=tp.optimizers.Adam(1e-3), loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+    timer = BatchTimer()
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[timer])
+    return {"step": float(np.median(timer.seconds))}
+
+
 def worker(args) -> dict:
     """One measurement, in this process: `single` (threads) or `dist` (replicas, backups, delay)."""
     import tapeflow as tp
 
+    if args.mode == "single-median":
+        tp.set_num_threads(args.threads)
+        return _median_batch_seconds(args.kind, args.steps)
     if args.mode == "single":
         tp.set_num_threads(args.threads)
         return _measure(args.kind, args.steps, None, args.repeats, batch=args.batch)
     tp.set_num_threads(1)
+    if args.mode == "pipe":
+        with tp.distributed.Cluster(n_workers=2, threads_per_worker=1) as cluster:
+            strategy = tp.distributed.Pipeline(
+                cluster, stages=4, micro_batches=args.micro, compression=args.compression or None
+            )
+
+            def pipeline_figures(result):
+                result["bubble"] = float(np.median([s.bubble_fraction for s in strategy.steps]))
+                result["step"] = float(np.median([s.seconds for s in strategy.steps]))  # robust to load
+                result["between"] = float(np.mean([s.bytes_between_workers for s in strategy.steps]))
+
+            return _measure(args.kind, args.steps, strategy, args.repeats, pipeline_figures, args.batch)
     workers = args.replicas + args.backups
     with tp.distributed.Cluster(n_workers=workers, threads_per_worker=1) as cluster:
         if args.mode == "async":
@@ -208,6 +262,33 @@ def main(quick: bool) -> None:
             f" ({per_replica / r['params']:.2f}x)"
         )
 
+    pipeline(repeats, mlp_steps)
+
+
+def pipeline(repeats: int, steps: int) -> None:
+    """The pipeline section (see the module docstring)."""
+    stages = 4
+    print("\npipeline: MLP 784-512-512-512-10, one Dense per stage, Adam, batch 256, 2 workers (2 stages each)")
+    alone = run(mode="single-median", kind="mlp4", threads=2, steps=steps, repeats=repeats)
+    print(f"  1 process, 2 threads   {alone['step'] * 1e3:8.1f} ms/step")
+    print("  micro-batches  ms/step  1 process / pipeline  bubble measured  ideal (K-1)/(m+K-1)  (m+K-1)/m")
+    by_m = {}
+    for m in (1, 2, 4, 8):
+        r = by_m[m] = run(mode="pipe", kind="mlp4", micro=m, compression="", steps=steps, repeats=repeats)
+        ideal = (stages - 1) / (m + stages - 1)
+        print(
+            f"  {m:13d}  {r['step'] * 1e3:7.1f}  {alone['step'] / r['step']:20.2f}  {r['bubble']:15.2f}"
+            f"  {ideal:19.2f}  {(m + stages - 1) / m:9.2f}"
+        )
+    half = run(mode="pipe", kind="mlp4", micro=4, compression="float16", steps=steps, repeats=repeats)
+    full = by_m[4]
+    print("  transfers at m = 4      bytes between workers per step   ms/step")
+    print(f"  float32                 {full['between'] / 1e6:21.3f} MB   {full['step'] * 1e3:7.1f}")
+    print(
+        f"  float16                 {half['between'] / 1e6:21.3f} MB   {half['step'] * 1e3:7.1f}"
+        f"   ({half['between'] / full['between']:.2f}x the bytes)"
+    )
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -220,8 +301,13 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--delay", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--slowed", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--micro", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--compression", type=str, default="", help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["pipeline"], help="run one section only")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
+    elif args.only == "pipeline":
+        pipeline(1 if args.quick else 3, 10 if args.quick else 30)
     else:
         main(args.quick)

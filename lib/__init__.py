@@ -19,6 +19,7 @@ from tapeflow import (
     layers,
     losses,
     metrics,
+    mixed_precision,
     optimizers,
     regularizers,
     saving,
@@ -26,13 +27,15 @@ from tapeflow import (
     word2vec,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
+from tapeflow.backends import UnsupportedOpError, device_stats, memory_stats
 from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads
 from tapeflow.data import datasets
-from tapeflow.devices import Device, device, list_devices
+from tapeflow.devices import Device, DeviceMismatchError, device, list_devices
 from tapeflow.dlpack import from_dlpack
 from tapeflow.dtypes import (
     DType,
     as_dtype,
+    bfloat16,
     bool_,
     float16,
     float32,
@@ -48,7 +51,7 @@ from tapeflow.models import Model, Sequential
 from tapeflow.ops import *  # noqa: F403 - the op namespace is the public API
 from tapeflow.ops import nn, random
 from tapeflow.ops.registry import get_op
-from tapeflow.tensor import Tensor, Variable
+from tapeflow.tensor import IndexedSlices, Tensor, Variable
 
 io.BackupAndRestore = callbacks.BackupAndRestore  # the checkpoint callback, beside the checkpoints it writes
 

@@ -23,6 +23,7 @@ def _try_import(name: str):
 
 cupy = _try_import("cupy")
 has_cupy = cupy is not None
+ml_dtypes = _try_import("ml_dtypes")  # bfloat16 for NumPy
 
 
 def _gpu_count() -> int:
@@ -76,6 +77,15 @@ def require_dask_config():
     return _require("dask.config", has_dask, "tapeflow.distributed", _DASK_INSTALL)
 
 
+def require_cupy():
+    """CuPy, or an ImportError that says how to install it.
+
+    >>> require_cupy().__name__ if has_cupy else "cupy"
+    'cupy'
+    """
+    return _require("cupy", has_cupy, "the GPU backend", "pip install 'tapeflow[gpu]' (CuPy for CUDA 12)")
+
+
 _DASK_INSTALL = "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"
 
 
@@ -96,3 +106,90 @@ def gensim_test_data() -> Path:
     if not folder.is_dir():
         raise FileNotFoundError(f"gensim is installed but its test data folder {folder} is missing")
     return folder
+
+
+_XLA_INSTALL = (
+    "pip install torch==2.9.0 torch-xla==2.9.0 (each torch_xla release pins the torch release of its own "
+    "version; `make test` builds such an environment in .venv-xla)"
+)
+
+
+class XlaRuntime:
+    """What the xla backend uses of torch and torch_xla: the modules, the device, launching
+    the recorded work, and the compile and execute counters."""
+
+    def __init__(self, torch, torch_xla):
+        self.torch = torch
+        self._torch_xla = torch_xla
+        self._metrics = importlib.import_module("torch_xla.debug.metrics")
+
+    def device(self, index: int = 0):
+        return self._torch_xla.device(index)
+
+    def sync(self) -> None:
+        self._torch_xla.sync()
+
+    def counters(self) -> dict:
+        """Compilations and executions so far, with the seconds spent compiling."""
+        compiles = self._metrics.metric_data("CompileTime")
+        executes = self._metrics.metric_data("ExecuteTime")
+        return {
+            "compiles": compiles[0] if compiles else 0,
+            "compile_seconds": compiles[1] / 1e9 if compiles else 0.0,
+            "executions": executes[0] if executes else 0,
+            "cached_compiles": self._metrics.counter_value("CachedCompile") or 0,
+        }
+
+
+_xla_runtime = None
+
+
+def xla_version_problem(torch_version: str | None, xla_version: str | None) -> str | None:
+    """What is wrong with this pair of torch and torch_xla versions, with the fix; None if
+    they match (each torch_xla release works only with the torch release of its version).
+
+    >>> xla_version_problem("2.9.0+cpu", "2.9.0") is None
+    True
+    >>> print(xla_version_problem("2.13.0", "2.9.0"))  # doctest: +ELLIPSIS
+    the xla backend found torch_xla 2.9.0 with torch 2.13.0, but torch_xla 2.9.0 works only with torch 2.9.x: ...
+    """
+    release = {}
+    for name, version in (("torch", torch_version), ("torch_xla", xla_version)):
+        release[name] = ".".join((version or "").split("+")[0].split(".")[:2])
+    if torch_version is not None and release["torch"] == release["torch_xla"]:
+        return None
+    return (
+        f"the xla backend found torch_xla {xla_version} with torch {torch_version}, but torch_xla {xla_version} "
+        f"works only with torch {release['torch_xla']}.x: {_XLA_INSTALL}"
+    )
+
+
+def require_xla() -> XlaRuntime:
+    """torch and torch_xla, imported on first use, or an ImportError that says how to fix them.
+
+    torch_xla is built against one torch release; a different torch fails at import with a
+    linker error, so the versions are compared first and a mismatch is named instead.
+
+    >>> runtime = require_xla() if has_xla else None
+    """
+    global _xla_runtime
+    if _xla_runtime is not None:
+        return _xla_runtime
+    if not has_xla:
+        raise ImportError(f"the xla backend needs the torch_xla package, which is missing: {_XLA_INSTALL}")
+    from importlib import metadata
+
+    versions = []
+    for dist in ("torch", "torch_xla"):
+        try:
+            versions.append(metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            versions.append(None)
+    problem = xla_version_problem(*versions)
+    if problem:
+        raise ImportError(problem)
+    try:
+        _xla_runtime = XlaRuntime(importlib.import_module("torch"), importlib.import_module("torch_xla"))
+    except Exception as exc:  # noqa: BLE001 - any failure to load is reported with the fix
+        raise ImportError(f"the xla backend could not import torch_xla ({exc}): {_XLA_INSTALL}") from exc
+    return _xla_runtime

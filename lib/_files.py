@@ -1,6 +1,6 @@
 """Files written atomically, and the temp files of killed writers cleaned up safely.
 
-`atomic_h5` writes to a temp file beside the target, fsyncs it and renames it over the
+`atomic_file` (and `atomic_h5` on it) writes to a temp file beside the target, fsyncs it and renames it over the
 target: a process killed mid-write leaves the previous file as it was (plus, at worst, a
 temp file whose name starts with `temp_prefix(path)`). A writer holds an exclusive
 `flock` on its temp file from creation to rename, so `remove_temp_files`, which every
@@ -140,7 +140,6 @@ def atomic_file(path):
 
 @contextlib.contextmanager
 def atomic_h5(path):
-    """An h5py.File on a temp file beside `path` that replaces `path` only once complete.
-    Stale temp files of `path` (from killed writers) are removed first."""
-    with atomic_file(path) as tmp, h5py.File(tmp, "w", locking=False) as f:  # atomic_file's flock guards it
+    """An h5py.File on a temp file beside `path` that replaces `path` only once complete."""
+    with atomic_file(path) as tmp, h5py.File(tmp, "w", locking=False) as f:  # the flock guards the file
         yield f

@@ -25,6 +25,7 @@ naming the file.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import mmap
 import os
@@ -419,9 +420,11 @@ class H5Reader:
         (overflow to inf, out-of-range or fractional integers). Errors name the dataset by
         its path in the file."""
         path = ds.name.lstrip("/")
-        array = np.asarray(ds[()])
         if checked:
-            self._verify(ds, crc32(array), f"dataset '{path}'")
+            array, crc = _read_with_crc(ds)
+            self._verify(ds, crc, f"dataset '{path}'")
+        else:
+            array = np.asarray(ds[()])
         return array if dtype is None else self.cast(array, np.dtype(dtype), f"dataset '{path}'")
 
     def _verify(self, ds: h5py.Dataset, crc: int, what: str) -> None:
@@ -484,6 +487,29 @@ class H5Reader:
             return json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as err:
             raise self.fail(f"{what} is not valid JSON: {err}") from None
+
+
+_OVERLAP_BYTES = 1 << 26  # datasets this large are read in blocks, each checksummed while the next is read
+
+
+def _read_with_crc(ds: h5py.Dataset) -> tuple[np.ndarray, int]:
+    """A dataset's data and the CRC-32 of its little-endian bytes. A large one is read in
+    blocks of rows, each block's CRC computed on a thread (zlib releases the GIL) while
+    the next block is read, so the checksum costs little time beyond the read."""
+    row_bytes = ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64)) if ds.ndim else 0
+    if ds.size * ds.dtype.itemsize < 2 * _OVERLAP_BYTES or not row_bytes or ds.dtype.byteorder == ">":
+        array = np.asarray(ds[()])
+        return array, crc32(array)
+    out = np.empty(ds.shape, ds.dtype)
+    step = max(1, _OVERLAP_BYTES // row_bytes)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(int, 0)
+        for start in range(0, ds.shape[0], step):
+            rows = np.s_[start : start + step]
+            ds.read_direct(out, rows, rows)
+            block = out[rows].reshape(-1).view(np.uint8)
+            pending = pool.submit(lambda previous, data: zlib.crc32(data, previous.result()), pending, block)
+        return out, pending.result()
 
 
 def _is_text(ds: h5py.Dataset) -> bool:

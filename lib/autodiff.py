@@ -20,11 +20,11 @@ from __future__ import annotations
 import functools
 import inspect
 
-from tapeflow.ops import registry
+from tapeflow.devices import colocate_with
+from tapeflow.ops import registry, sparse
 from tapeflow.ops.creation import ones_like, zeros_like
-from tapeflow.ops.math import add, cast
 from tapeflow.ops.registry import OpDef, apply, as_tensor, defop
-from tapeflow.tensor import TRACING, Tensor, Variable
+from tapeflow.tensor import TRACING, IndexedSlices, Tensor, Variable
 
 
 class TapeError(ValueError):
@@ -163,16 +163,25 @@ def backprop(records, targets, seeds, sources, vjp_tensors) -> dict[int, Tensor]
         if id(t) in reachable:
             _accumulate(grads, id(t), seeds(t) if callable(seeds) else seeds[i])
     for rec in reversed(relevant):  # reverse execution order is a topological order
-        out_grads = [grads.get(id(o)) for o in rec.outputs]
+        out_grads = [_dense(grads.get(id(o))) for o in rec.outputs]
         if rec.op.vjp is None or all(g is None for g in out_grads):
             continue
         needs = tuple(id(t) in reachable and t.dtype.kind == "f" for t in rec.inputs)
         inputs, outputs = vjp_tensors(rec)
-        in_grads = call_vjp(rec.op, out_grads, inputs, outputs, rec.attrs, needs)
+        if TRACING.tracer is None:
+            in_grads = call_vjp(rec.op, out_grads, inputs, outputs, rec.attrs, needs)
+        else:  # traced gradient nodes go to the device of the op they differentiate
+            with colocate_with(outputs):
+                in_grads = call_vjp(rec.op, out_grads, inputs, outputs, rec.attrs, needs)
         for t, g, wanted in zip(rec.inputs, in_grads, needs, strict=True):
             if wanted and g is not None:
-                _accumulate(grads, id(t), g if g.dtype is t.dtype else cast(g, t.dtype))
+                _accumulate(grads, id(t), g if g.dtype is t.dtype else sparse.cast_gradient(g, t.dtype))
     return grads
+
+
+def _dense(g):
+    """An op's VJP takes dense gradients: an IndexedSlices reaching one is densified."""
+    return sparse.indexed_slices_to_dense(g) if isinstance(g, IndexedSlices) else g
 
 
 def call_vjp(op: OpDef, out_grads, inputs, outputs, attrs: dict, needs: tuple) -> tuple:
@@ -197,9 +206,9 @@ def _tensors_at_record_time(rec: _Record) -> tuple:
     return tuple(out), rec.outputs
 
 
-def _accumulate(grads: dict, key: int, g: Tensor) -> None:
+def _accumulate(grads: dict, key: int, g) -> None:
     prev = grads.get(key)
-    grads[key] = g if prev is None else add(prev, g)
+    grads[key] = g if prev is None else sparse.add_gradients(prev, g)
 
 
 def _seeds(targets, output_gradients):

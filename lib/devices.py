@@ -1,13 +1,26 @@
 """Devices and the `tp.device(...)` context that picks where new tensors live.
 
+Tensors move between devices only when asked (`tensor.to(device)`); an op on tensors
+from two devices is a `DeviceMismatchError`.
+
+A local name ("cpu", "gpu:1") places eager tensors in this process. A worker name
+("/worker:1", "/worker:1/gpu:0") places graph nodes instead: ops traced inside the
+block (by `tp.freeze`, `tp.function` or a model's freezing) record that device on their
+nodes, and partitioning (tapeflow.graph.partition) cuts the graph where it changes.
+A worker name never changes where eager tensors live here.
+
 >>> import tapeflow as tp
 >>> with tp.device("cpu"):
 ...     tp.ones((2,)).device
 Device('cpu:0')
+>>> with tp.device("/worker:1") as where:
+...     str(where), tp.devices.current_placement()
+('/worker:1/cpu:0', '/worker:1/cpu:0')
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from contextlib import contextmanager
 
@@ -37,6 +50,30 @@ class Device:
 
 
 CPU = Device("cpu", 0)
+
+
+class DeviceMismatchError(ValueError):
+    """An op's inputs live on different devices (tensors are never copied implicitly)."""
+
+
+def check_same_device(name: str, tensors) -> Device:
+    """The one device all `tensors` live on, or a DeviceMismatchError naming both.
+
+    >>> import tapeflow as tp
+    >>> check_same_device("add", [tp.ones(()), tp.zeros(())])
+    Device('cpu:0')
+    """
+    first = tensors[0]._device
+    for t in tensors:
+        dev = t._device
+        if dev is not first and dev != first:
+            raise DeviceMismatchError(
+                f"{name}: inputs live on different devices, {first} and {dev}; "
+                f"move one explicitly with tensor.to({str(first)!r}) or tensor.to({str(dev)!r})"
+            )
+    return first
+
+
 _FAMILIES = ("cpu", "gpu", "xla")
 
 
@@ -57,6 +94,54 @@ def parse_device(spec) -> Device:
     return dev
 
 
+class WorkerDevice:
+    """A device on a worker of a cluster, "/worker:<w>/<family>:<index>": where graph nodes
+    placed with `tp.device("/worker:1")` run. It is not checked against this process's
+    devices, since it names another machine's.
+
+    >>> WorkerDevice.parse("/worker:2/gpu:1")
+    WorkerDevice('/worker:2/gpu:1')
+    >>> WorkerDevice.parse("/worker:0").family
+    'cpu'
+    """
+
+    __slots__ = ("worker", "family", "index")
+
+    def __init__(self, worker: int, family: str = "cpu", index: int = 0):
+        self.worker, self.family, self.index = worker, family, index
+
+    @classmethod
+    def parse(cls, spec: str) -> WorkerDevice:
+        """Parse "/worker:W" or "/worker:W/<cpu|gpu|xla>:N" (a ValueError names a bad one)."""
+        match = _WORKER_NAME.fullmatch(spec.strip().lower()) if isinstance(spec, str) else None
+        if match is None:
+            raise ValueError(
+                f"device: unknown worker device {spec!r}; expected '/worker:W' or '/worker:W/<cpu|gpu|xla>:N'"
+            )
+        worker, family, index = match.groups()
+        return cls(int(worker), family or "cpu", int(index or 0))
+
+    def __str__(self) -> str:
+        return f"/worker:{self.worker}/{self.family}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"WorkerDevice('{self}')"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, WorkerDevice) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+_WORKER_NAME = re.compile(r"/worker:(\d+)(?:/(cpu|gpu|xla):(\d+))?")
+
+
+def canonical_placement(spec) -> str:
+    """The canonical name of a worker device ("/worker:1" -> "/worker:1/cpu:0")."""
+    return str(spec if isinstance(spec, WorkerDevice) else WorkerDevice.parse(spec))
+
+
 def list_devices() -> list[Device]:
     """Every device this process can use.
 
@@ -66,6 +151,8 @@ def list_devices() -> list[Device]:
     devices = [CPU]
     if _compat.has_gpu:
         devices += [Device("gpu", i) for i in range(_compat._gpu_count())]
+    if _compat.has_xla:
+        devices.append(Device("xla", 0))
     return devices
 
 
@@ -78,9 +165,50 @@ def current_device() -> Device:
     return stack[-1] if stack else CPU
 
 
+def current_placement(resolve=None) -> str | None:
+    """The worker device that graph nodes traced now are placed on, or None.
+
+    Inside `colocate_with(tensors)` (an op's gradient is computed there) that is
+    `resolve(tensors)`, the device of the node that made them as the active tracer knows
+    it, unless that is None; otherwise the innermost `tp.device("/worker:...")` block's.
+    """
+    for entry in reversed(getattr(_state, "placements", None) or ()):
+        if isinstance(entry, str):
+            return entry
+        found = resolve(entry) if resolve is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+@contextmanager
+def colocate_with(tensors: tuple):
+    """Place graph nodes traced in the block beside `tensors` (see `current_placement`)."""
+    stack = getattr(_state, "placements", None)
+    if stack is None:
+        stack = _state.placements = []
+    stack.append(tuple(tensors))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
 @contextmanager
 def device(spec):
-    """Place tensors created inside the block on `spec` ("cpu", "gpu:0", ...)."""
+    """Place tensors created inside the block on `spec` ("cpu", "gpu:0", ...), or graph
+    nodes traced inside it on a worker device ("/worker:1", "/worker:1/gpu:0")."""
+    if isinstance(spec, WorkerDevice) or isinstance(spec, str) and spec.lstrip().startswith("/"):
+        name = canonical_placement(spec)
+        stack = getattr(_state, "placements", None)
+        if stack is None:
+            stack = _state.placements = []
+        stack.append(name)
+        try:
+            yield WorkerDevice.parse(name)
+        finally:
+            stack.pop()
+        return
     dev = parse_device(spec)
     stack = getattr(_state, "stack", None)
     if stack is None:

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeflow import _compat
+
 
 class DType:
     """A tensor element type: a name, its NumPy dtype and its family."""
 
     __slots__ = ("name", "np", "kind", "bits")
 
-    def __init__(self, name: str, kind: str, bits: int):
+    def __init__(self, name: str, kind: str, bits: int, npdtype=None):
         self.name = name
-        self.np = np.dtype(name)
+        self.np = np.dtype(name if npdtype is None else npdtype)
         self.kind = kind  # "b" bool, "i" integer, "f" floating
         self.bits = bits
 
@@ -72,7 +74,10 @@ int32 = DType("int32", "i", 32)
 int64 = DType("int64", "i", 64)
 bool_ = DType("bool", "b", 8)
 
-ALL_DTYPES = (float16, float32, float64, int32, int64, bool_)
+# bfloat16 (8 exponent bits, 7 mantissa bits) comes from ml_dtypes, NumPy's home of it
+bfloat16 = DType("bfloat16", "f", 16, _compat.ml_dtypes.bfloat16) if _compat.ml_dtypes is not None else None
+
+ALL_DTYPES = tuple(d for d in (float16, bfloat16, float32, float64, int32, int64, bool_) if d is not None)
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
 
@@ -113,7 +118,9 @@ def promote(a: DType, b: DType) -> DType:
     ra, rb = _FAMILY_RANK[a.kind], _FAMILY_RANK[b.kind]
     if ra != rb:
         return a if ra > rb else b
-    return a if a.bits >= b.bits else b
+    if a.bits == b.bits:  # float16 and bfloat16: neither holds the other
+        return float32
+    return a if a.bits > b.bits else b
 
 
 def weak_scalar_dtype(tensor_dtype: DType, scalar) -> DType:

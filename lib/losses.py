@@ -55,8 +55,9 @@ __all__ = [
 
 # ------------------------------------------------------------------ inputs
 def _predictions(name: str, y_pred) -> Tensor:
+    """Predictions as floats of at least 32 bits: losses compute in float32 under mixed precision."""
     y_pred = as_tensor(y_pred, name=name)
-    return y_pred if y_pred.dtype.kind == "f" else cast(y_pred, "float32")
+    return y_pred if y_pred.dtype.kind == "f" and y_pred.dtype.bits >= 32 else cast(y_pred, "float32")
 
 
 def _matched(name: str, y_true, y_pred) -> tuple[Tensor, Tensor]:

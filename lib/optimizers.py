@@ -23,12 +23,14 @@ import numpy as np
 
 from tapeflow import schedules, serialization
 from tapeflow.autodiff import GradientTape
+from tapeflow.ops import sparse
+from tapeflow.ops.array import gather
 from tapeflow.ops.math import cast, clip, maximum, sqrt, square
 from tapeflow.ops.optim import adam_update
 from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import as_tensor
 from tapeflow.schedules import LearningRateSchedule
-from tapeflow.tensor import Tensor, Variable, eager_scope
+from tapeflow.tensor import IndexedSlices, Tensor, Variable, eager_scope
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "get", "serialize", "schedules"]
 
@@ -50,8 +52,12 @@ class Optimizer:
     decay, per-variable slots and a step counter.
 
     Subclasses declare their slots in `slot_initials` and implement
-    `update_step(gradient, variable, learning_rate)`. `iterations` counts the
-    updates applied; a schedule sees it before the update (0 on the first).
+    `update_rule(gradient, value, slots, learning_rate)`, which serves dense gradients
+    and the rows of sparse ones (IndexedSlices, as from an Embedding): those update only
+    their rows of the variable and its slots. A subclass may instead implement
+    `update_step(gradient, variable, learning_rate)`, which gets dense gradients.
+    Weight decay always applies to the whole variable. `iterations` counts the updates
+    applied; a schedule sees it before the update (0 on the first).
     """
 
     def __init__(
@@ -202,7 +208,7 @@ class Optimizer:
             self._apply_pairs(pairs, learning_rate, step)
 
     def _apply_pairs(self, pairs, lr, step) -> None:
-        grads = self._clipped([g for g, _ in pairs])
+        grads = self._clipped([sparse.coalesce(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs])
         variables = [v for _, v in pairs]
         for var in variables:
             self._track(var)
@@ -211,8 +217,15 @@ class Optimizer:
             for var in variables:
                 if self._decays(var):
                     var.assign(var - var * (lr * self.weight_decay))
+        own_step = type(self).update_step is not Optimizer.update_step  # written for dense gradients
         for grad, var in zip(grads, variables, strict=True):
+            if own_step and isinstance(grad, IndexedSlices):
+                grad = sparse.convert_to_tensor(grad)
             self.update_step(grad, var, lr)
+
+    def scale_loss(self, loss):
+        """The loss to differentiate: `loss` itself here, scaled by a LossScaleOptimizer."""
+        return loss
 
     def apply(self, grads, trainable_variables) -> None:
         """`apply_gradients(zip(grads, trainable_variables))`, the Keras 3 form."""
@@ -241,11 +254,30 @@ class Optimizer:
         self.apply_gradients(zip(grads, variables, strict=True))
         return value
 
-    def update_step(self, gradient: Tensor, variable: Variable, learning_rate: float) -> None:
-        """Update one variable (its slots are in `self.slots(variable)`)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement update_step")
+    def update_step(self, gradient, variable: Variable, learning_rate) -> None:
+        """Update one variable and its slots by `update_rule`. A sparse gradient (an
+        IndexedSlices, each row once) updates only its rows of the variable and of the
+        slots; the other rows stay as they are, bit for bit."""
+        slots = self.slots(variable)
+        if not isinstance(gradient, IndexedSlices):
+            new_value, new_slots = self.update_rule(gradient, variable, dict(slots), learning_rate)
+            for name, slot in slots.items():
+                slot.assign(new_slots[name])
+            variable.assign(new_value)
+            return
+        rows = gradient.indices
+        old = {name: gather(slot, rows) for name, slot in slots.items()}
+        new_value, new_slots = self.update_rule(gradient.values, gather(variable, rows), old, learning_rate)
+        for name, slot in slots.items():
+            slot.scatter_update(IndexedSlices(new_slots[name], rows, slot.shape))
+        variable.scatter_update(IndexedSlices(new_value, rows, variable.shape))
 
-    def _checked_pairs(self, grads_and_vars) -> list[tuple[Tensor, Variable]]:
+    def update_rule(self, gradient: Tensor, value: Tensor, slots: dict, learning_rate):
+        """(new value, {slot name: new slot value}) from a gradient, the current value and
+        slots; the same rule serves whole variables and the rows a sparse gradient touches."""
+        raise NotImplementedError(f"{type(self).__name__} must implement update_rule or update_step")
+
+    def _checked_pairs(self, grads_and_vars) -> list[tuple]:
         owner = f"{type(self).__name__}.apply_gradients"
         pairs, missing = [], []
         for g, v in grads_and_vars:
@@ -254,30 +286,31 @@ class Optimizer:
             if g is None:
                 missing.append(v.name)
                 continue
-            g = g if isinstance(g, Tensor) else as_tensor(g, name=owner)
-            if g.shape != v.shape:
+            g = g if isinstance(g, Tensor | IndexedSlices) else as_tensor(g, name=owner)
+            if tuple(g.shape) != tuple(v.shape):
                 raise ValueError(f"{owner}: gradient of shape {g.shape} for variable '{v.name}' of shape {v.shape}")
             if g.dtype.kind != "f":
                 raise TypeError(f"{owner}: gradient for variable '{v.name}' has non-float dtype {g.dtype}")
-            pairs.append((g if g.dtype is v.dtype else cast(g, v.dtype), v))
+            pairs.append((g if g.dtype is v.dtype else sparse.cast_gradient(g, v.dtype), v))
         if missing and not pairs:
             raise ValueError(f"{owner}: no gradients provided for any variable (all None for {missing})")
         if missing:
             warnings.warn(f"{owner}: gradients do not exist for variables {missing}; skipped", stacklevel=3)
         return pairs
 
-    def _clipped(self, grads: list[Tensor]) -> list[Tensor]:
+    def _clipped(self, grads: list) -> list:
+        """Clipped gradients; a sparse one (rows distinct) is clipped as its dense form would be."""
         if self.clipnorm is not None:
             c = self.clipnorm
-            return [g * c / maximum(sqrt(reduce_sum(square(g))), c) for g in grads]
+            return [sparse.scale_gradient(g, c / maximum(sqrt(reduce_sum(square(_values(g)))), c)) for g in grads]
         if self.global_clipnorm is not None:
             c = self.global_clipnorm
-            total = sqrt(sum(cast(reduce_sum(square(g)), "float64") for g in grads))
+            total = sqrt(sum(cast(reduce_sum(square(_values(g))), "float64") for g in grads))
             # An infinite or NaN norm makes the scale NaN (as in Keras) rather than zero.
             scale = c / maximum(total, c) + (total - total)
-            return [g * cast(scale, g.dtype) for g in grads]
+            return [sparse.scale_gradient(g, cast(scale, g.dtype)) for g in grads]
         if self.clipvalue is not None:
-            return [clip(g, -self.clipvalue, self.clipvalue) for g in grads]
+            return [_map_values(g, lambda v: clip(v, -self.clipvalue, self.clipvalue)) for g in grads]
         return grads
 
     # ------------------------------------------------------------ weight decay
@@ -370,9 +403,20 @@ class Optimizer:
         self.iterations = int(steps)
 
 
+def _values(g):
+    """The stored values of a dense or sparse gradient."""
+    return g.values if isinstance(g, IndexedSlices) else g
+
+
+def _map_values(g, fn):
+    return IndexedSlices(fn(g.values), g.indices, g.dense_shape) if isinstance(g, IndexedSlices) else fn(g)
+
+
 class SGD(Optimizer):
     """Gradient descent, with optional (Nesterov) momentum, as in Keras:
     m = momentum * m - lr * g; w += m (Nesterov: w += momentum * m - lr * g).
+    A sparse gradient updates only its rows, momentum included (untouched rows keep
+    their momentum instead of decaying it), as TensorFlow's sparse momentum does.
 
     >>> import tapeflow as tp
     >>> w = tp.Variable([1.0])
@@ -389,17 +433,13 @@ class SGD(Optimizer):
     def slot_initials(self, variable: Variable) -> dict[str, float]:
         return {"momentum": 0.0} if self.momentum else {}
 
-    def update_step(self, gradient, variable, learning_rate):
+    def update_rule(self, gradient, value, slots, learning_rate):
         if not self.momentum:
-            variable.assign(variable - gradient * learning_rate)
-            return
-        m = self.slots(variable)["momentum"]
-        m_new = m * self.momentum - gradient * learning_rate
-        m.assign(m_new)
+            return value - gradient * learning_rate, {}
+        m_new = slots["momentum"] * self.momentum - gradient * learning_rate
         if self.nesterov:
-            variable.assign(variable + (m_new * self.momentum - gradient * learning_rate))
-        else:
-            variable.assign(variable + m_new)
+            return value + (m_new * self.momentum - gradient * learning_rate), {"momentum": m_new}
+        return value + m_new, {"momentum": m_new}
 
     def get_config(self) -> dict:
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
@@ -409,6 +449,14 @@ class Adam(Optimizer):
     """Adam (Kingma and Ba) in the Keras form, with epsilon added to sqrt(v) before
     bias correction: w -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + epsilon).
     `amsgrad` divides by the running maximum of v instead.
+
+    A sparse gradient (an IndexedSlices, as from an Embedding) makes Adam lazy, as
+    TensorFlow's LazyAdam: only the rows in the batch update m, v and the weights. Dense
+    Adam would also decay m and v of every other row and keep moving those rows by the
+    decayed momentum; lazy Adam leaves them as they are until their row appears again,
+    and the bias correction uses the global step count. The two agree on the first step
+    and on rows present in every batch; they drift apart on rare rows, which is the
+    point: a step costs the batch's rows, not the table's.
 
     >>> import tapeflow as tp
     >>> w = tp.Variable([1.0, 2.0])
@@ -438,19 +486,15 @@ class Adam(Optimizer):
         names = ("momentum", "velocity", "velocity_hat") if self.amsgrad else ("momentum", "velocity")
         return dict.fromkeys(names, 0.0)
 
-    def update_step(self, gradient, variable, learning_rate):
-        slots = self.slots(variable)
+    def update_rule(self, gradient, value, slots, learning_rate):
         m, v = slots["momentum"], slots["velocity"]
         step = self._step
         b1, b2 = self.beta_1, self.beta_2
         if not self.amsgrad:
             p_new, m_new, v_new = adam_update(
-                variable, m, v, gradient, learning_rate, step, b1, b2, self.epsilon, epsilon_on_sqrt_v=True
+                value, m, v, gradient, learning_rate, step, b1, b2, self.epsilon, epsilon_on_sqrt_v=True
             )
-            variable.assign(p_new)
-            m.assign(m_new)
-            v.assign(v_new)
-            return
+            return p_new, {"momentum": m_new, "velocity": v_new}
         m_new = m + (gradient - m) * (1.0 - b1)
         v_new = v + (square(gradient) - v) * (1.0 - b2)
         v_hat = maximum(slots["velocity_hat"], v_new)
@@ -458,10 +502,8 @@ class Adam(Optimizer):
             alpha = learning_rate * sqrt(1.0 - b2**step) / (1.0 - b1**step)
         else:
             alpha = learning_rate * math.sqrt(1.0 - b2**step) / (1.0 - b1**step)
-        variable.assign(variable - m_new * alpha / (sqrt(v_hat) + self.epsilon))
-        m.assign(m_new)
-        v.assign(v_new)
-        slots["velocity_hat"].assign(v_hat)
+        p_new = value - m_new * alpha / (sqrt(v_hat) + self.epsilon)
+        return p_new, {"momentum": m_new, "velocity": v_new, "velocity_hat": v_hat}
 
     def get_config(self) -> dict:
         return {
@@ -535,25 +577,21 @@ class RMSprop(Optimizer):
         names = ["velocity"] + ["momentum"] * (self.momentum > 0) + ["average_gradient"] * self.centered
         return dict.fromkeys(names, 0.0)
 
-    def update_step(self, gradient, variable, learning_rate):
-        slots = self.slots(variable)
+    def update_rule(self, gradient, value, slots, learning_rate):
         rho = self.rho
-        velocity = slots["velocity"]
-        v_new = velocity * rho + square(gradient) * (1.0 - rho)
-        velocity.assign(v_new)
+        v_new = slots["velocity"] * rho + square(gradient) * (1.0 - rho)
+        new_slots = {"velocity": v_new}
         if self.centered:
-            average = slots["average_gradient"]
-            a_new = average * rho + gradient * (1.0 - rho)
-            average.assign(a_new)
+            a_new = slots["average_gradient"] * rho + gradient * (1.0 - rho)
+            new_slots["average_gradient"] = a_new
             denominator = v_new - square(a_new) + self.epsilon
         else:
             denominator = v_new + self.epsilon
         increment = gradient * learning_rate / sqrt(denominator)
         if self.momentum > 0:
-            momentum = slots["momentum"]
-            increment = momentum * self.momentum + increment
-            momentum.assign(increment)
-        variable.assign(variable - increment)
+            increment = slots["momentum"] * self.momentum + increment
+            new_slots["momentum"] = increment
+        return value - increment, new_slots
 
     def get_config(self) -> dict:
         return {
@@ -592,11 +630,9 @@ class Adagrad(Optimizer):
     def slot_initials(self, variable: Variable) -> dict[str, float]:
         return {"accumulator": self.initial_accumulator_value}
 
-    def update_step(self, gradient, variable, learning_rate):
-        accumulator = self.slots(variable)["accumulator"]
-        a_new = accumulator + square(gradient)
-        accumulator.assign(a_new)
-        variable.assign(variable - gradient * learning_rate / sqrt(a_new + self.epsilon))
+    def update_rule(self, gradient, value, slots, learning_rate):
+        a_new = slots["accumulator"] + square(gradient)
+        return value - gradient * learning_rate / sqrt(a_new + self.epsilon), {"accumulator": a_new}
 
     def get_config(self) -> dict:
         return {

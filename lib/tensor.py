@@ -18,7 +18,8 @@ import threading
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.devices import CPU, parse_device
+from tapeflow.backends import backend
+from tapeflow.devices import CPU, current_device, parse_device
 
 _ops = None  # the tapeflow.ops namespace, bound by bind_operators()
 
@@ -100,11 +101,15 @@ class Tensor:
     # ----- metadata -----
     @property
     def shape(self) -> tuple:
-        return self._value.shape
+        shape = self._value.shape
+        return shape if type(shape) is tuple else tuple(shape)
 
     @property
     def dtype(self) -> dtypes.DType:
-        return dtypes._BY_NP[self._value.dtype]
+        try:
+            return dtypes._BY_NP[self._value.dtype]
+        except (KeyError, TypeError):  # an accelerator's array
+            return dtypes._BY_NP[backend(self._device.family).dtype_of(self._value)]
 
     @property
     def device(self):
@@ -112,16 +117,22 @@ class Tensor:
 
     @property
     def ndim(self) -> int:
-        return self._value.ndim
+        return len(self._value.shape)
 
     @property
     def size(self) -> int:
-        return self._value.size
+        value = self._value
+        return value.size if type(value) is np.ndarray else int(np.prod(value.shape, dtype=np.int64))
+
+    def _host(self) -> np.ndarray:
+        """The value as a NumPy array (a copy from the device for an accelerator)."""
+        value = self._value
+        return value if type(value) is np.ndarray else backend(self._device.family).to_host(value)
 
     # ----- conversion -----
     def numpy(self) -> np.ndarray:
-        """A read-only NumPy view of the value."""
-        view = self._value.view()
+        """A read-only NumPy view of the value (copied to the host from an accelerator)."""
+        view = self._host().view()
         view.flags.writeable = False
         return view
 
@@ -161,36 +172,43 @@ class Tensor:
         return self.numpy().__dlpack_device__()
 
     def to(self, device) -> Tensor:
-        """This tensor on another device."""
+        """This tensor on `device`: itself when it is there already, else a copy (the only
+        way a tensor changes device).
+
+        >>> import tapeflow as tp
+        >>> tp.ones((2,)).to("cpu").device
+        Device('cpu:0')
+        """
         dev = parse_device(device)
         if dev == self._device:
             return self
-        raise ValueError(f"Tensor.to: no transfer from {self._device} to {dev} in this build")
+        return Tensor._wrap(backend(dev.family).from_host(self._host(), dev.index), dev)
 
     def item(self):
-        return self._value.item()
+        return self._host().item()
 
     def tolist(self):
-        return self._value.tolist()
+        return self._host().tolist()
 
     def __repr__(self) -> str:
-        body = np.array2string(self._value, separator=", ", prefix="Tensor(")
-        return f"Tensor({body}, shape={self.shape}, dtype={self.dtype.name})"
+        body = np.array2string(self._host(), separator=", ", prefix="Tensor(")
+        where = "" if self._device is CPU or self._device == CPU else f", device={self._device}"
+        return f"Tensor({body}, shape={self.shape}, dtype={self.dtype.name}{where})"
 
     def __bool__(self) -> bool:
-        if self._value.size != 1:
+        if self.size != 1:
             raise ValueError(
                 f"bool: the truth value of a tensor of shape {self.shape} is ambiguous; "
                 "reduce it first (tp.max, tp.min) or index one element"
             )
-        return bool(self._value)
+        return bool(self._host())
 
     def _scalar(self, kind: str):
-        if self._value.size != 1:
+        if self.size != 1:
             raise TypeError(
                 f"{kind}: only a tensor with one element converts to a Python {kind}, got shape {self.shape}"
             )
-        return self._value.item()
+        return self._host().item()
 
     def __float__(self) -> float:
         return float(self._scalar("float"))
@@ -199,12 +217,12 @@ class Tensor:
         return int(self._scalar("int"))
 
     def __index__(self) -> int:
-        if self.dtype.kind != "i" or self._value.ndim != 0:
+        if self.dtype.kind != "i" or self.ndim != 0:
             raise TypeError(f"__index__: only a scalar integer tensor can be an index, got {self.dtype} {self.shape}")
-        return int(self._value)
+        return int(self._host())
 
     def __len__(self) -> int:
-        if self._value.ndim == 0:
+        if not self._value.shape:
             raise TypeError("len: a scalar tensor has no length")
         return self._value.shape[0]
 
@@ -335,7 +353,8 @@ class Tensor:
 class Variable(Tensor):
     """Mutable state, such as a weight: read like a tensor, changed by assign*.
 
-    Trainable variables are watched by every GradientTape automatically.
+    Trainable variables are watched by every GradientTape automatically. A variable
+    lives on the device current when it is made (or the device of its initial tensor).
 
     >>> import tapeflow as tp
     >>> v = tp.Variable(tp.zeros((2,)), name="v")
@@ -349,8 +368,9 @@ class Variable(Tensor):
     def __init__(self, initial_value, trainable: bool = True, name: str | None = None, dtype=None):
         if callable(initial_value):
             initial_value = initial_value()
+        device = initial_value._device if isinstance(initial_value, Tensor) else current_device()
         if isinstance(initial_value, Tensor):
-            arr = initial_value._value
+            arr = initial_value._host()
         else:
             arr = np.asarray(initial_value)
             if arr.dtype == np.float64 and not isinstance(initial_value, np.ndarray):
@@ -358,10 +378,20 @@ class Variable(Tensor):
         if dtype is not None:
             arr = arr.astype(dtypes.as_dtype(dtype).np)
         super().__init__(np.array(arr, copy=True))
+        if device != CPU:
+            self._value = backend(device.family).from_host(self._value, device.index)
+            self._device = device
         self.name = name or "Variable"
         self.trainable = bool(trainable)
 
-    def _checked(self, value, method: str) -> np.ndarray:
+    def _checked(self, value, method: str):
+        if isinstance(value, Tensor) and value._device != self._device:
+            raise ValueError(
+                f"Variable.{method}: variable '{self.name}' lives on {self._device}, the value on {value._device}; "
+                f"move it explicitly with .to({str(self._device)!r})"
+            )
+        if type(self._value) is not np.ndarray:
+            return self._checked_on_device(value, method)
         arr = value._value if isinstance(value, Tensor) else np.asarray(value)
         if arr.shape != self._value.shape:
             raise ValueError(
@@ -375,13 +405,29 @@ class Variable(Tensor):
             arr = arr.astype(self._value.dtype)
         return arr
 
+    def _checked_on_device(self, value, method: str):
+        kernels = backend(self._device.family)
+        if isinstance(value, Tensor):
+            if value.dtype != self.dtype:
+                raise TypeError(
+                    f"Variable.{method}: variable '{self.name}' has dtype {self.dtype}, value has dtype {value.dtype}"
+                )
+            arr = value._value
+        else:
+            arr = kernels.from_host(np.asarray(value, dtype=self.dtype.np), self._device.index)
+        if tuple(arr.shape) != self.shape:
+            raise ValueError(
+                f"Variable.{method}: variable '{self.name}' has shape {self.shape}, value has shape {tuple(arr.shape)}"
+            )
+        return kernels.conform(arr, self.dtype.np)
+
     def assign(self, value) -> Variable:
         """Replace the value (same shape and dtype)."""
         if TRACING.tracer is not None:
             return TRACING.tracer.assign(self, value, "assign")
         arr = self._checked(value, "assign")
         # A tensor's array is never written in place, so it can be shared.
-        self._value = arr if isinstance(value, Tensor) else np.array(arr, copy=True)
+        self._value = arr if isinstance(value, Tensor) or type(arr) is not np.ndarray else np.array(arr, copy=True)
         return self
 
     def assign_add(self, delta) -> Variable:
@@ -397,6 +443,28 @@ class Variable(Tensor):
             return TRACING.tracer.assign(self, delta, "assign_sub")
         self._value = self._value - self._checked(delta, "assign_sub")
         return self
+
+    def scatter_update(self, sparse_delta: IndexedSlices) -> Variable:
+        """Replace the rows `sparse_delta.indices` by `sparse_delta.values` (repeated rows:
+        the last wins). Only those rows are written: in place when nothing else holds the
+        variable's array (a tape, a tensor read from it, a NumPy view), on a copy otherwise.
+
+        >>> import tapeflow as tp
+        >>> v = tp.Variable(tp.zeros((3, 2)))
+        >>> _ = v.scatter_update(tp.IndexedSlices(tp.ones((1, 2)), [2], (3, 2)))
+        >>> v.numpy().tolist()
+        [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+        """
+        return _ops.write_rows(self, sparse_delta, "update")
+
+    def scatter_add(self, sparse_delta: IndexedSlices) -> Variable:
+        """Add `sparse_delta.values` to the rows `sparse_delta.indices` (repeats sum), as
+        `scatter_update` writes them."""
+        return _ops.write_rows(self, sparse_delta, "add")
+
+    def scatter_sub(self, sparse_delta: IndexedSlices) -> Variable:
+        """Subtract `sparse_delta.values` from the rows `sparse_delta.indices` (repeats sum)."""
+        return _ops.write_rows(self, sparse_delta, "sub")
 
     def read_value(self) -> Tensor:
         """The current value as an immutable tensor."""
@@ -415,8 +483,70 @@ class Variable(Tensor):
         return super()._scalar(kind)
 
     def __repr__(self) -> str:
-        body = np.array2string(self._value, separator=", ", prefix="Variable(")
+        body = np.array2string(self._host(), separator=", ", prefix="Variable(")
         return f"Variable('{self.name}', {body}, shape={self.shape}, dtype={self.dtype.name})"
+
+
+class IndexedSlices:
+    """A sparse stand-in for a dense tensor of shape `dense_shape`: rows `indices` of
+    its first axis hold `values`, the other rows are zero, and repeated indices add up.
+
+    The gradient of `gather` (axis 0) and of `embedding_lookup` is an IndexedSlices, so
+    an embedding's gradient costs the rows a batch touches, not the whole table.
+    Optimizers apply it to those rows only; `np.asarray`, `numpy()`, `tp.convert_to_tensor`
+    and any op that takes it as an input densify it.
+
+    >>> import tapeflow as tp
+    >>> g = tp.IndexedSlices(tp.ones((2, 2)), [0, 0], (3, 2))
+    >>> np.asarray(g).tolist()
+    [[2.0, 2.0], [0.0, 0.0], [0.0, 0.0]]
+    """
+
+    __array_priority__ = 100
+
+    def __init__(self, values, indices, dense_shape):
+        self.values = values if isinstance(values, Tensor) else Tensor(values)
+        self.indices = indices if isinstance(indices, Tensor) else Tensor(np.asarray(indices, dtype=np.int64))
+        self.dense_shape = tuple(None if d is None else int(d) for d in dense_shape)
+        if self.indices.dtype.kind != "i" or len(self.indices.shape) != 1:
+            raise TypeError(
+                f"IndexedSlices: indices must be a 1-D integer tensor, got shape {self.indices.shape} "
+                f"and dtype {self.indices.dtype}"
+            )
+        if not self.dense_shape or tuple(self.values.shape[1:]) != self.dense_shape[1:]:
+            raise ValueError(
+                f"IndexedSlices: values of shape {self.values.shape} do not fit rows of dense_shape {self.dense_shape}"
+            )
+
+    @property
+    def shape(self) -> tuple:
+        return self.dense_shape
+
+    @property
+    def dtype(self) -> dtypes.DType:
+        return self.values.dtype
+
+    @property
+    def device(self):
+        return self.values.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dense_shape)
+
+    def to_dense(self) -> Tensor:
+        """The dense tensor (rows scattered into zeros; recorded by tapes like any op)."""
+        return _ops.indexed_slices_to_dense(self)
+
+    def numpy(self) -> np.ndarray:
+        return self.to_dense().numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        return self.to_dense().__array__(dtype, copy)
+
+    def __repr__(self) -> str:
+        shapes = f"indices={self.indices.shape}, values={self.values.shape}"
+        return f"IndexedSlices({shapes}, dense_shape={self.dense_shape})"
 
 
 class TracedTensor(Tensor):

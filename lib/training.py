@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from tapeflow import callbacks as callbacks_module
+from tapeflow import dtypes, mixed_precision
 from tapeflow import metrics as metrics_module
 from tapeflow import optimizers as optimizers_module
 from tapeflow import training_data as data
@@ -87,6 +88,10 @@ class Trainer:
         if loss is None:
             raise ValueError("compile: a loss is required")
         self.optimizer = optimizers_module.get(optimizer)
+        if mixed_precision.global_policy().compute_dtype is dtypes.float16 and not isinstance(
+            self.optimizer, mixed_precision.LossScaleOptimizer
+        ):  # float16 gradients underflow without loss scaling (as Keras wraps it)
+            self.optimizer = mixed_precision.LossScaleOptimizer(self.optimizer)
         names = self._output_names_for(loss)
         self._output_losses = OutputLosses(loss, loss_weights, names)
         resolved = self._output_losses.losses
@@ -137,8 +142,9 @@ class Trainer:
         with GradientTape() as tape:
             y_pred = self(x, training=True)
             loss, values = self._compute_loss(y, y_pred, sample_weight)
+            scaled = self.optimizer.scale_loss(loss)
         variables = self.trainable_weights
-        grads = tape.gradient(loss, variables)
+        grads = tape.gradient(scaled, variables)
         self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return self._update_metrics(y, y_pred, loss, sample_weight, values)
 
@@ -163,8 +169,9 @@ class Trainer:
                 with GradientTape() as tape:
                     y_pred = self(x, training=True)
                     loss, values = self._compute_loss(y, y_pred, sample_weight)
+                    scaled = self.optimizer.scale_loss(loss)
                 variables = self.trainable_weights
-                grads = tape.gradient(loss, variables)
+                grads = tape.gradient(scaled, variables)
                 self.optimizer.apply_gradients_at(zip(grads, variables, strict=True), learning_rate, step)
                 return y_pred, loss, values if logged else []
 

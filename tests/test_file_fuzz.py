@@ -29,7 +29,8 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_fuzz_wor
 KINDS = ("graph", "weights", "named_weights", "model", "checkpoint")
 # the same files as written by tapeflow before checksums (format versions 1 and 2)
 LEGACY_ORIGINALS = os.path.join(os.path.dirname(WORKER), "io", "legacy", "fuzz")
-LOAD_TIMEOUT_S = 10.0  # generous on a busy machine; a sound load takes milliseconds
+LOAD_TIMEOUT_S = 10.0
+STARTUP_TIMEOUT_S = 300.0  # generous on a busy machine; a sound load takes milliseconds
 
 
 def _package_root() -> str:
@@ -53,6 +54,13 @@ class Worker:
         )
         self.replies: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
+        try:  # importing tapeflow on a busy machine is not part of any load's time
+            ready = self.replies.get(timeout=STARTUP_TIMEOUT_S)
+        except queue.Empty:
+            ready = None
+        if ready != {"ready": True}:
+            self.close()
+            raise RuntimeError(f"the fuzz worker did not start (with PYTHONPATH={pythonpath})")
 
     def _read(self) -> None:
         for line in self.process.stdout:

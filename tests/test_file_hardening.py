@@ -545,3 +545,40 @@ def test_checksums_are_crc32_of_the_little_endian_bytes():
     a = np.arange(5, dtype=">f4")
     assert crc32(a) == zlib.crc32(a.astype("<f4").tobytes())
     assert crc32(np.zeros((0, 3))) == 0
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("format", np.array([b"tapeflow-graph", b"tapeflow-graph"])),  # an array: ambiguous truth value
+        ("format_version", np.float64(2.0)),
+        ("format_version", np.array([2, 2])),
+        ("format", np.void(b"tapeflow-graph")),  # opaque
+    ],
+)
+def test_root_attributes_of_an_unexpected_type_or_shape_are_refused_naming_the_file(tmp_path, name, value):
+    path = tmp_path / "g.tfg"
+    tp.freeze(lambda x: x * 2.0, tp.TensorSpec((2,))).save(path)
+    with h5py.File(path, "a") as f:
+        f.attrs[name] = value
+    with pytest.raises(GraphFileError, match=rf"g.tfg.*attribute '/' '{name}'"):
+        tp.load_graph(path)
+
+
+def test_large_datasets_are_checksummed_block_by_block_exactly(tmp_path, monkeypatch):
+    from tapeflow import _h5safe
+
+    monkeypatch.setattr(_h5safe, "_OVERLAP_BYTES", 1000)  # blocks of a few rows, as 64 MiB ones are
+    model = tp.Sequential([tp.Input((300,)), tp.layers.Dense(70, name="wide")])
+    model.set_weights([np.random.default_rng(3).standard_normal(w.shape).astype(np.float32) for w in model.weights])
+    path = tmp_path / "w.weights.h5"
+    model.save_weights(path)
+    with h5py.File(path, "r") as f:
+        data, crc = _h5safe._read_with_crc(f["weights/layers/dense/kernel"])
+        assert crc == crc32(f["weights/layers/dense/kernel"][()]) and (data == model.weights[0].numpy()).all()
+    target = tp.Sequential([tp.Input((300,)), tp.layers.Dense(70, name="wide")])
+    target.load_weights(path)
+    np.testing.assert_array_equal(flat(target), flat(model))
+    _flip_first_byte_of(path, "weights/layers/dense/kernel")
+    with pytest.raises(tp.io.FileReadError, match="'weights/layers/dense/kernel' is corrupt"):
+        target.load_weights(path)

@@ -21,14 +21,27 @@ STAGES = [
     {"autodiff", "graph"},
     {"data", "io"},
     {"initializers", "regularizers", "schedules", "losses", "metrics", "optimizers", "callbacks", "layers"}
-    | {"training", "training_data", "output_losses", "output_metrics", "functional", "models", "config", "saving"}
-    | {"word2vec"},
+    | {
+        "training",
+        "training_data",
+        "output_losses",
+        "output_metrics",
+        "functional",
+        "models",
+        "config",
+        "saving",
+        "word2vec",
+    }
+    | {"mixed_precision"},
     {"distributed"},
     {"__init__", "cli"},
 ]
 STAGE = {part: i for i, parts in enumerate(STAGES) for part in parts}
 MAY_NAME_DEVICES = ("backends", "devices")  # where "cpu" and the compiled kernels may appear
-OP_FAMILIES = {f"tapeflow.ops.{name}" for name in ("array", "creation", "math", "reduce", "nn", "random", "fused")}
+OP_FAMILIES = {
+    f"tapeflow.ops.{name}"
+    for name in ("array", "creation", "math", "reduce", "nn", "sampled_losses", "random", "fused")
+}
 
 
 def _modules() -> dict[str, Path]:

@@ -31,6 +31,35 @@ set_num_threads = _kernels.set_num_threads
 get_num_threads = _kernels.get_num_threads
 build_info = _kernels.build_info
 
+# ------------------------------------------------------------ the device boundary
+FALLS_BACK_TO_REFERENCE = True  # the NumPy references are this backend's own code
+HOLDS_NUMPY = True  # its arrays are NumPy arrays
+RUNS_ON_HOST: frozenset = frozenset()  # every op runs here
+
+
+def from_host(array, index: int = 0) -> np.ndarray:
+    return np.asarray(array)
+
+
+def to_host(array) -> np.ndarray:
+    return np.asarray(array)
+
+
+def conform(array, npdtype) -> np.ndarray:
+    return np.asarray(array, dtype=npdtype)
+
+
+def dtype_of(array) -> np.dtype:
+    return np.asarray(array).dtype
+
+
+def stats(index: int = 0) -> dict:
+    return {}
+
+
+def memory_stats(index: int = 0) -> dict:
+    return {}  # NumPy allocates from the C heap: no pool to report
+
 
 def _ready(*arrays):
     """Arrays as C-contiguous float32/float64 for the kernels (float16 widened)."""
@@ -136,6 +165,19 @@ def scatter_add(x, indices, updates, axis):
     ids = np.where(ids < 0, ids + x.shape[0], ids)
     _kernels.scatter_add_rows(out, ids, np.ascontiguousarray(updates.reshape(ids.shape[0], x.shape[1])))
     return out
+
+
+def unique_sum(indices, values, num_rows):
+    check_index_range("unique_sum", indices, num_rows, 0)
+    rows = indices.astype(np.int64, copy=False)
+    unique, inverse = np.unique(np.where(rows < 0, rows + num_rows, rows), return_inverse=True)
+    inverse = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
+    sums = np.zeros((unique.shape[0], *values.shape[1:]), dtype=values.dtype)
+    if values.ndim == 2 and values.dtype in _FAST:
+        _kernels.scatter_add_rows(sums, inverse, np.ascontiguousarray(values))
+    else:
+        np.add.at(sums, inverse, values)
+    return unique, inverse, sums
 
 
 def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):

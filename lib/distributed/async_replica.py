@@ -21,7 +21,7 @@ from tapeflow.distributed.epoch_data import rows_reader
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
 from tapeflow.distributed.local_actor import in_process
 from tapeflow.distributed.placement import Block, join_blocks
-from tapeflow.distributed.replica import _answer
+from tapeflow.distributed.replica import actor_answer
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def run_async_replica(job: AsyncReplicaJob, graphs: dict, data, order: np.ndarra
     reader = rows_reader(data)
     taking = log.take()
     answers = _all(job, [ps.pull() for ps in shards], "pull")
-    batch = _answer(taking, job.timeout, "the update log")
+    batch = actor_answer(taking, job.timeout, "the update log")
     applied = 0
     while batch is not None and answers is not None:
         pulled, parameters = _parameters(job, answers)
@@ -59,7 +59,7 @@ def run_async_replica(job: AsyncReplicaJob, graphs: dict, data, order: np.ndarra
         if job.delay:
             time.sleep(job.delay)
         commit = log.commit(batch, job.replica, pulled, float(loss), predictions)
-        step, batch = _answer(commit, job.timeout, f"the update log (batch {batch})")
+        step, batch = actor_answer(commit, job.timeout, f"the update log (batch {batch})")
         if step is not None:
             pushes = [
                 ps.push(step, [b.take(arrays[b.variable]) for b in blocks])
@@ -74,7 +74,7 @@ def run_async_replica(job: AsyncReplicaJob, graphs: dict, data, order: np.ndarra
 
 def _all(job: AsyncReplicaJob, calls: list, what: str):
     """Every shard's (version, arrays) answer, or None once a shard has stopped."""
-    answers = [_answer(c, job.timeout, f"parameter shard {i} ({what})") for i, c in enumerate(calls)]
+    answers = [actor_answer(c, job.timeout, f"parameter shard {i} ({what})") for i, c in enumerate(calls)]
     return None if any(a is None for a in answers) else answers
 
 

@@ -598,8 +598,8 @@ def _check_loss(loss) -> None:
     reduction = getattr(loss, "reduction", "sum_over_batch_size")
     if reduction not in _MEAN_REDUCTIONS:
         raise ValueError(
-            f"fit: the loss's reduction {reduction!r} does not split over replicas; use a loss that averages "
-            f"over the batch ({', '.join(map(repr, _MEAN_REDUCTIONS))}) with distribute="
+            f"fit: the loss's reduction {reduction!r} does not split over replicas or micro-batches; use a loss "
+            f"that averages over the batch ({', '.join(map(repr, _MEAN_REDUCTIONS))}) with distribute="
         )
 
 
@@ -608,6 +608,6 @@ def _count(label: str, value, minimum: int, owner: str = "DataParallel") -> None
         raise ValueError(f"{owner}: {label} must be an integer >= {minimum}, got {value!r}")
 
 
-def _seconds(label: str, value) -> None:
+def _seconds(label: str, value, owner: str = "DataParallel") -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"DataParallel: {label} must be a number of seconds > 0, got {value!r}")
+        raise ValueError(f"{owner}: {label} must be a number of seconds > 0, got {value!r}")

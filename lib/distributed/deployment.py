@@ -39,6 +39,22 @@ def launch_replicas(client, run, jobs, workers, shared: tuple) -> list:
     ]
 
 
+def watched_result(future, what: str, timeout: float, watch, deadline: float | None = None):
+    """The result of a Dask or actor future, calling `watch` (which may raise, when a
+    worker died) every half second; a TimeoutError naming `what` at `deadline`
+    (`timeout` seconds from now by default)."""
+    deadline = time.monotonic() + timeout if deadline is None else deadline
+    while True:
+        try:
+            return future.result(timeout=min(_WATCH_EVERY, max(deadline - time.monotonic(), 0.01)))
+        except TimeoutError:
+            if future.done():  # it ended as the wait did: its own result, or its own error
+                return future.result()
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"fit: {what} did not answer within {timeout:g}s")
+        watch()
+
+
 @dataclass(frozen=True)
 class ShardSpec:
     """What the parameter shards are made from: per variable its name, shape, whether an
@@ -217,16 +233,7 @@ class Deployment:
     def _result(self, future, what: str, deadline: float | None = None):
         """The result of a Dask or actor future, calling `watch` every half second; a
         TimeoutError naming `what` at `deadline` (`timeout` seconds from now by default)."""
-        deadline = time.monotonic() + self.timeout if deadline is None else deadline
-        while True:
-            try:
-                return future.result(timeout=min(_WATCH_EVERY, max(deadline - time.monotonic(), 0.01)))
-            except TimeoutError:
-                if future.done():  # it ended as the wait did: its own result, or its own error
-                    return future.result()
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"fit: {what} did not answer within {self.timeout:g}s")
-            self.watch()
+        return watched_result(future, what, self.timeout, self.watch, deadline)
 
     @property
     def _log_name(self) -> str:

@@ -51,12 +51,20 @@ def freeze_gradient_step(model, x, y, shard_sizes, with_predictions: bool):
     frozen gradient step per shard size in `shard_sizes`, for batches shaped like `x` (an
     array, or a tuple of arrays) and `y`. A model that cannot be frozen raises tapeflow's
     FreezeError, naming the line."""
+    graphs, layout, variables = trace_gradient_steps(model, x, y, shard_sizes, with_predictions)
+    return {size: graph_bytes(graph) for size, graph in graphs.items()}, layout, variables
+
+
+def trace_gradient_steps(model, x, y, shard_sizes, with_predictions: bool, forward=None):
+    """As `freeze_gradient_step`, but the graphs themselves; `forward(inputs, training)`
+    replaces the model's call (to place its layers on devices, say)."""
     trainable = list(model.trainable_weights)
     connected: list[int] = []
+    forward = forward or model
 
     def gradient_step(inputs, labels):
         with GradientTape() as tape:
-            predictions = model(inputs, training=True)
+            predictions = forward(inputs, training=True)
             loss = model._total_loss(labels, predictions)
         grads = tape.gradient(loss, trainable)
         connected[:] = [i for i, g in enumerate(grads) if g is not None]
@@ -73,10 +81,15 @@ def freeze_gradient_step(model, x, y, shard_sizes, with_predictions: bool):
             variables = [trainable[i] for i in connected]
             variables += [v for v in model.non_trainable_weights if by_variable.get(id(v)) in written]
             layout = GradientLayout(tuple(by_variable[id(v)] for v in variables), len(connected), with_predictions)
-        buffer = io.BytesIO()
-        graph.save(buffer)
-        graphs[size] = buffer.getvalue()
+        graphs[size] = graph
     return graphs, layout, variables
+
+
+def graph_bytes(graph) -> bytes:
+    """The graph file of `graph`, as bytes to ship to a worker."""
+    buffer = io.BytesIO()
+    graph.save(buffer)
+    return buffer.getvalue()
 
 
 def _spec(array: np.ndarray, rows: int) -> TensorSpec:

@@ -69,7 +69,9 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
                     ps.push(step, shard, len(rows), [b.take(arrays[b.variable]) for b in blocks])
                     for ps, blocks in zip(shards, job.blocks, strict=True)
                 ]
-                answers = [_answer(p, job.timeout, f"parameter shard {i} (step {step})") for i, p in enumerate(pushes)]
+                answers = [
+                    actor_answer(p, job.timeout, f"parameter shard {i} (step {step})") for i, p in enumerate(pushes)
+                ]
                 applied += 1
         step += 1
     results.flush(wait=True)
@@ -91,7 +93,7 @@ class _Results:
     def commit(self, result: tuple) -> bool:
         """Whether `result` (step, shard, replica, rows, loss, predictions) is applied."""
         if self.job.plan.backup_workers:
-            return _answer(self.log.commit(*result), self.job.timeout, f"the step log (step {result[0]})")
+            return actor_answer(self.log.commit(*result), self.job.timeout, f"the step log (step {result[0]})")
         self.batch.append(result)
         if time.monotonic() - self.sent > self.INTERVAL:
             self.flush(wait=False)
@@ -102,7 +104,7 @@ class _Results:
             call = self.log.commit_all(self.batch)
             self.batch, self.sent = [], time.monotonic()
             if wait:
-                _answer(call, self.job.timeout, "the step log")
+                actor_answer(call, self.job.timeout, "the step log")
 
 
 def _parameters(shards: list, job: ReplicaJob, step: int, answers=None):
@@ -113,7 +115,9 @@ def _parameters(shards: list, job: ReplicaJob, step: int, answers=None):
     while True:
         if answers is None:
             calls = [ps.pull(target) for ps in shards]
-            answers = [_answer(c, job.timeout, f"parameter shard {i} (step {target})") for i, c in enumerate(calls)]
+            answers = [
+                actor_answer(c, job.timeout, f"parameter shard {i} (step {target})") for i, c in enumerate(calls)
+            ]
         if any(status == "stop" for status, _, _ in answers):
             return target, None
         if all(status == "ok" for status, _, _ in answers):
@@ -127,7 +131,7 @@ def _parameters(shards: list, job: ReplicaJob, step: int, answers=None):
     return target, join_blocks(parts)
 
 
-def _answer(call, timeout: float, what: str):
+def actor_answer(call, timeout: float, what: str):
     """The result of an actor call, or a TimeoutError naming who did not answer. The wait
     is a little longer than the actors' own, so that their more precise errors come first."""
     wait = timeout + 5.0

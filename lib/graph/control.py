@@ -56,9 +56,10 @@ def replay_gradient(graph: Graph, inputs, output_grads) -> list:
     pairs = [(o, g) for o, g in zip(outs, output_grads, strict=True) if o.dtype.kind == "f"]
     if not pairs:
         return [zeros_like(t) if t.dtype.kind == "f" else None for t in inputs]
-    return tape.gradient(
+    grads = tape.gradient(
         [o for o, _ in pairs], list(inputs), output_gradients=[g for _, g in pairs], unconnected_gradients="zero"
     )
+    return [g if g is None or isinstance(g, Tensor) else as_tensor(g) for g in grads]
 
 
 def _trace_subgraph(fn, args, name: str):

@@ -25,13 +25,14 @@ import numpy as np
 from tapeflow.backends import backend
 from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, Value
 from tapeflow.ops.registry import get_op
+from tapeflow.ops.sparse import in_place_rows, sole_owner
 
 
 class NodeError(RuntimeError):
     """An op failed while a graph ran; names the node, its op and input shapes."""
 
 
-_ASSIGN, _KERNEL, _MULTI = 0, 1, 2
+_ASSIGN, _KERNEL, _MULTI, _ROWS = 0, 1, 2, 3
 
 
 class Executor:
@@ -50,7 +51,8 @@ class Executor:
 
         self._feed_slots = [slot_of(v) for v in self.feeds]
         fed = {id(v) for v in self.feeds}
-        self._constants = [(slot_of(v), v.data) for v in graph.constants if id(v) not in fed]
+        kernels, index = self._backend, graph.device.index
+        self._constants = [(slot_of(v), kernels.from_host(v.data, index)) for v in graph.constants if id(v) not in fed]
         # State reads come first: a read always precedes the writes of its variable.
         self._reads = [(slot_of(n.outputs[0]), graph.state[n.attrs["variable"]]) for n in nodes if n.op == READ]
         steps, reads = [], []
@@ -65,7 +67,10 @@ class Executor:
             op = get_op(node.op)
             fn = op.bound_kernel(graph.device.family, node.public_attrs)
             outs = tuple(slot_of(v) for v in node.outputs)
-            if op.num_outputs != 1:
+            owned = _owned_rows_target(graph, node, nodes, self.fetches)
+            if owned is not None:
+                steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], node.outputs[0].dtype.np, node))
+            elif op.num_outputs != 1:
                 steps.append((_MULTI, fn, _arguments(ins), outs, tuple(v.dtype.np for v in node.outputs), node))
             else:
                 steps.append((_KERNEL, fn, _arguments(ins), outs[0], node.outputs[0].dtype.np, node))
@@ -86,13 +91,19 @@ class Executor:
     def run(self, feed_arrays) -> list[np.ndarray]:
         """Run the schedule on the fed arrays; return the fetched arrays."""
         env = [None] * self._size
-        for s, arr in zip(self._feed_slots, feed_arrays, strict=True):
-            env[s] = arr
+        kernels = self._backend
+        if kernels.HOLDS_NUMPY:
+            for s, arr in zip(self._feed_slots, feed_arrays, strict=True):
+                env[s] = arr
+        else:
+            for s, arr in zip(self._feed_slots, feed_arrays, strict=True):
+                env[s] = kernels.from_host(arr, self.graph.device.index)
+        conform = kernels.conform
         for s, data in self._constants:
             env[s] = data
         for s, var in self._reads:
             env[s] = var._value
-        numerics = self._backend.enter_numerics()
+        numerics = kernels.enter_numerics()
         try:
             for kind, fn, args, out, dtype, node, frees in self._steps:
                 if kind == _KERNEL:
@@ -101,22 +112,56 @@ class Executor:
                     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
                         raise _node_error(node, list(args(env)), exc) from exc
                     if type(r) is not np.ndarray or (r.dtype is not dtype and r.dtype != dtype):
-                        r = np.asarray(r, dtype=dtype)
+                        r = conform(r, dtype)
                     env[out] = r
+                elif kind == _ROWS:
+                    env[out] = _write_owned_rows(env, args, fn, node)
                 elif kind == _MULTI:
                     try:
                         results = fn(*args(env))
                     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
                         raise _node_error(node, list(args(env)), exc) from exc
                     for s, r, d in zip(out, results, dtype, strict=True):
-                        env[s] = r if type(r) is np.ndarray and r.dtype == d else np.asarray(r, dtype=d)
+                        env[s] = r if type(r) is np.ndarray and r.dtype == d else conform(r, d)
                 else:
-                    fn._value = _as_state(env[args[0]], fn)
+                    fn._value = conform(env[args[0]], fn.dtype.np)
                 for i in frees:
                     env[i] = None
         finally:
-            self._backend.leave_numerics(numerics)
+            kernels.leave_numerics(numerics)
         return [env[s] for s in self._fetch_slots]
+
+
+def _owned_rows_target(graph: Graph, node, nodes, fetches):
+    """The Variable a `scatter_update` node may write in place: its table is the
+    variable's read value, read by no later node and not fetched, and its result is
+    written back to that variable. None otherwise."""
+    if node.op != "scatter_update":
+        return None
+    table = node.inputs[0]
+    reader = table.producer
+    if reader is None or reader.op != READ or any(f is table for f in fetches):
+        return None
+    name = reader.attrs["variable"]
+    later = nodes[nodes.index(node) + 1 :]
+    if any(table in n.inputs for n in later):
+        return None
+    if not any(n.op == ASSIGN and n.attrs["variable"] == name and node.outputs[0] in n.inputs for n in later):
+        return None
+    return graph.state[name]
+
+
+def _write_owned_rows(env, args, fn_and_variable, node):
+    """Run a scatter_update on the variable's own array when nothing else holds it
+    (the env slot, the variable and the local name here are the only references)."""
+    fn, variable = fn_and_variable
+    table, indices, updates = args(env)
+    try:
+        if table is variable._value and sole_owner(table, holders=3):  # the env slot, the variable and `table`
+            return in_place_rows(table, indices, updates)
+        return fn(table, indices, updates)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the node named
+        raise _node_error(node, [table, indices, updates], exc) from exc
 
 
 def _arguments(slots: tuple):
@@ -125,13 +170,6 @@ def _arguments(slots: tuple):
         (slot,) = slots
         return lambda env: (env[slot],)
     return operator.itemgetter(*slots) if slots else lambda env: ()
-
-
-def _as_state(array, variable) -> np.ndarray:
-    array = np.asarray(array)
-    if array.dtype != variable._value.dtype:
-        array = array.astype(variable._value.dtype)
-    return array
 
 
 def _node_error(node, arrays, exc) -> NodeError:
@@ -186,6 +224,8 @@ def check_feed(graph_name: str, value: Value, array) -> np.ndarray:
             else:
                 return array
     if hasattr(array, "_value") and array._value is not None:
+        if type(array._value) is not np.ndarray:  # an accelerator's array stays where it is
+            return _check_device_feed(graph_name, value, array)
         array = array._value
     array = np.asarray(array)
     want = value.dtype.np
@@ -200,3 +240,13 @@ def check_feed(graph_name: str, value: Value, array) -> np.ndarray:
     ):
         raise ValueError(f"{graph_name}: feed '{value.name}' expects shape {value.type_string()}, got {array.shape}")
     return array
+
+
+def _check_device_feed(graph_name: str, value: Value, tensor):
+    if tensor.dtype is not value.dtype:
+        raise TypeError(f"{graph_name}: feed '{value.name}' expects {value.dtype.name}, got {tensor.dtype.name}")
+    if len(tensor.shape) != len(value.shape) or any(
+        d is not None and d != a for d, a in zip(value.shape, tensor.shape, strict=True)
+    ):
+        raise ValueError(f"{graph_name}: feed '{value.name}' expects shape {value.type_string()}, got {tensor.shape}")
+    return tensor._value

@@ -3,8 +3,9 @@
 `gradients(graph, ys, xs)` walks the nodes between `xs` and `ys` in reverse
 topological order and calls every op's VJP on traced tensors standing for the
 graph's values, so the VJPs' ops are recorded as new nodes of the same graph.
-It returns the gradient values (None where `ys` do not depend on an `x`); add
-them to `graph.outputs`, or fetch them with `graph.run`.
+It returns the gradient values (None where `ys` do not depend on an `x`, a
+`SparseGradient` of two values where the gradient is an IndexedSlices); add them
+to `graph.outputs`, or fetch them with `graph.run`.
 
 >>> import numpy as np
 >>> import tapeflow as tp
@@ -17,10 +18,11 @@ them to `graph.outputs`, or fetch them with `graph.run`.
 from __future__ import annotations
 
 from tapeflow.autodiff import backprop
-from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, Value
+from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, SparseGradient, Value
 from tapeflow.graph.trace import Tracer
 from tapeflow.ops.creation import ones_like
 from tapeflow.ops.registry import get_op
+from tapeflow.tensor import IndexedSlices
 
 
 class _NodeRecord:
@@ -69,7 +71,15 @@ def gradients(graph: Graph, ys, xs, grad_ys=None) -> list:
         grads = backprop(records, [ys[i] for i in floats], seed_tensors, xs, vjp_tensors)
     graph.changed()
     graph.lint()
-    return [None if grads.get(id(x)) is None else tracer.value_of(grads[id(x)]) for x in xs]
+    return [_graph_gradient(tracer, grads.get(id(x))) for x in xs]
+
+
+def _graph_gradient(tracer: Tracer, g):
+    if g is None:
+        return None
+    if isinstance(g, IndexedSlices):
+        return SparseGradient(tracer.value_of(g.values), tracer.value_of(g.indices), g.dense_shape)
+    return tracer.value_of(g)
 
 
 def _as_list(items) -> list:

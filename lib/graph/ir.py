@@ -19,6 +19,8 @@ graph double(x: float32[?,3]) -> (float32[?,3])
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from tapeflow import dtypes
@@ -59,17 +61,30 @@ class Value:
         return f"Value({self.name}: {self.type_string()})"
 
 
+@dataclass(frozen=True)
+class SparseGradient:
+    """A sparse gradient among a graph's values (what an IndexedSlices is in a graph):
+    rows `indices` of a tensor of `dense_shape` hold `values`. `Graph.run` fetches it as
+    a `tp.IndexedSlices`."""
+
+    values: Value
+    indices: Value
+    dense_shape: tuple
+
+
 class Node:
-    """One op application: `outputs = op(*inputs, **attrs)`."""
+    """One op application: `outputs = op(*inputs, **attrs)`, placed on `device` (a worker
+    device name such as "/worker:1/cpu:0", or None where nothing placed it)."""
 
-    __slots__ = ("name", "op", "inputs", "attrs", "outputs")
+    __slots__ = ("name", "op", "inputs", "attrs", "outputs", "device")
 
-    def __init__(self, name, op, inputs, attrs, outputs):
+    def __init__(self, name, op, inputs, attrs, outputs, device: str | None = None):
         self.name = name
         self.op = op
         self.inputs = list(inputs)
         self.attrs = dict(attrs)
         self.outputs = list(outputs)
+        self.device = device
 
     @property
     def public_attrs(self) -> dict:
@@ -139,9 +154,11 @@ class Graph:
         self.changed()
         return value
 
-    def add_node(self, op: str, inputs, attrs, output_specs, name: str | None = None) -> list[Value]:
+    def add_node(
+        self, op: str, inputs, attrs, output_specs, name: str | None = None, device: str | None = None
+    ) -> list[Value]:
         """Append a node; `output_specs` is a list of (shape, dtype). Returns its outputs."""
-        node = Node(self.unique_name(name or op), op, inputs, attrs, [])
+        node = Node(self.unique_name(name or op), op, inputs, attrs, [], device)
         for i, (shape, dtype) in enumerate(output_specs):
             vname = node.name if len(output_specs) == 1 else f"{node.name}:{i}"
             node.outputs.append(Value(vname, shape, dtype, producer=node, index=i))
@@ -241,12 +258,13 @@ class Graph:
             ins = ", ".join(_ref(v) for v in node.inputs)
             attrs = ", ".join(f"{k}={format_attr(a)}" for k, a in node.public_attrs.items())
             head = f"{node.op}[{attrs}]" if attrs else node.op
+            where = f"  @ {node.device}" if node.device else ""
             if node.outputs:
                 outs = ", ".join(f"%{v.name}" for v in node.outputs)
                 types = ", ".join(v.type_string() for v in node.outputs)
-                lines.append(f"  {outs} = {head}({ins}) : {types}")
+                lines.append(f"  {outs} = {head}({ins}) : {types}{where}")
             else:
-                lines.append(f"  {head}({ins})")
+                lines.append(f"  {head}({ins}){where}")
         lines.append("  return " + ", ".join(_ref(v) for v in self.outputs))
         return "\n".join(lines)
 
@@ -254,12 +272,18 @@ class Graph:
         return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.nodes)} nodes, {len(self.outputs)} outputs>"
 
     def to_dot(self) -> str:
-        """The graph in Graphviz dot syntax (render with `dot -Tpng`)."""
+        """The graph in Graphviz dot syntax (render with `dot -Tpng`); placed nodes are
+        boxed in one cluster per device."""
         lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];']
         for v in self.inputs:
             lines.append(f'  "{v.name}" [shape=invhouse, label="{v.name}\\n{v.type_string()}"];')
         for v in self.constants:
             lines.append(f'  "{v.name}" [shape=note, label="const\\n{v.type_string()}"];')
+        devices = list(dict.fromkeys(n.device for n in self.nodes if n.device))
+        for i, dev in enumerate(devices):
+            lines.append(f'  subgraph "cluster_{i}" {{ label="{dev}"; style=dashed;')
+            lines.extend(f'    "{n.name}";' for n in self.nodes if n.device == dev)
+            lines.append("  }")
         for node in self.nodes:
             lines.append(f'  "{node.name}" [shape=box, label="{node.op}\\n{node.name}"];')
             for v in node.inputs:

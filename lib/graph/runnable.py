@@ -20,9 +20,9 @@ import numpy as np
 from tapeflow.devices import Device
 from tapeflow.graph import ir, onnx, serialize
 from tapeflow.graph.executor import Executor, check_feed
-from tapeflow.graph.ir import GraphError
+from tapeflow.graph.ir import GraphError, SparseGradient
 from tapeflow.graph.structure import flatten_structure, rebuild_structure
-from tapeflow.tensor import Tensor
+from tapeflow.tensor import IndexedSlices, Tensor
 
 
 class Graph(ir.Graph):
@@ -59,10 +59,10 @@ class Graph(ir.Graph):
                 f"{self.name}: expected {len(inputs)} inputs ({', '.join(v.name for v in inputs)}), got {len(leaves)}"
             )
         results = self.execute([check_feed(self.name, v, a) for v, a in zip(inputs, leaves, strict=True)])
-        structure = self.output_structure
+        structure, device = self.output_structure, self.device
         if structure is not None and "leaf" in structure:
-            return Tensor._wrap(results[structure["leaf"]])
-        return rebuild_structure(structure, [Tensor._wrap(a) for a in results])
+            return Tensor._wrap(results[structure["leaf"]], device)
+        return rebuild_structure(structure, [Tensor._wrap(a, device) for a in results])
 
     def run(self, feeds: dict | None = None, fetches=None):
         """Partial execution: compute only what `fetches` need, from `feeds`.
@@ -70,17 +70,26 @@ class Graph(ir.Graph):
         Keys of `feeds` and items of `fetches` are value names (as printed,
         without the %) or values; a fed inner value replaces its computation.
         State writes are not run. Returns NumPy arrays (one, or a list when
-        `fetches` is a list).
+        `fetches` is a list); a sparse gradient from `tp.gradients` comes back as a
+        `tp.IndexedSlices`.
         """
         by_name = self.values()
         feeds = feeds or {}
         single = fetches is not None and not isinstance(fetches, list | tuple)
         wanted = self.outputs if fetches is None else [fetches] if single else list(fetches)
-        fetch_values = [self._resolve(f, by_name, "fetch") for f in wanted]
+        flat = [part for f in wanted for part in ((f.values, f.indices) if isinstance(f, SparseGradient) else (f,))]
+        fetch_values = [self._resolve(f, by_name, "fetch") for f in flat]
         feed_values = [self._resolve(k, by_name, "feed") for k in feeds]
         arrays = [check_feed(self.name, v, a) for v, a in zip(feed_values, feeds.values(), strict=True)]
         outs = Executor(self, fetch_values, feed_values, with_updates=False).run(arrays)
-        return outs[0] if single else outs
+        outs = iter([Tensor._wrap(a, self.device)._host() for a in outs])
+        results = [
+            IndexedSlices(Tensor._wrap(next(outs)), Tensor._wrap(next(outs)), f.dense_shape)
+            if isinstance(f, SparseGradient)
+            else next(outs)
+            for f in wanted
+        ]
+        return results[0] if single else results
 
     def save(self, path) -> None:
         """Write the graph with its state and constants to one file, or to a binary file

@@ -13,7 +13,8 @@ File layout (format "tapeflow-graph", version 2; the `.tfg` suffix is convention
 - `graph_json`: a uint8 dataset holding UTF-8 JSON with the graph's name, inputs
   (name, shape with null for a dynamic dimension, dtype), constants and state
   (name, shape, dtype, dataset), nodes (name, op, input value names, attrs,
-  outputs with name, shape and dtype) in topological order, output value names,
+  outputs with name, shape and dtype, and, for a placed node, its worker device such
+  as "/worker:1/cpu:0") in topological order, output value names,
   the output structure and the saved random generators;
 - `state/<i>`, `constants/<i>` and `attr_arrays/<i>`: numeric datasets;
 - `manifest`: JSON text listing every dataset. Each dataset has a `crc32` attribute, the
@@ -54,6 +55,7 @@ import numpy as np
 from tapeflow import dtypes
 from tapeflow._files import atomic_h5
 from tapeflow._h5safe import FileReadError, H5Reader, write_array, write_attrs, write_manifest
+from tapeflow.devices import canonical_placement
 from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, Node, Value
 from tapeflow.ops import random as random_ops
 from tapeflow.ops.registry import get_op
@@ -149,6 +151,8 @@ class _AttrCodec:
                     "outputs": [_value_spec(v) for v in node.outputs],
                 }
             )
+            if node.device is not None:
+                nodes[-1]["device"] = node.device
         return {
             "name": graph.name,
             "inputs": [_value_spec(v) for v in graph.inputs],
@@ -591,7 +595,7 @@ def _read_node(
     _check_type(raw_attrs, dict, here, "'attrs'")
     attrs = {k: codec.decode(v, f"{here} attr '{k}'", datasets) for k, v in raw_attrs.items()}
     outputs = []
-    node = Node(name, op_name, inputs, attrs, [])
+    node = Node(name, op_name, inputs, attrs, [], _device(spec.get("device"), here))
     for j, out in enumerate(_list(spec, "outputs", here)):
         vname, shape, dtype = _typed_spec(out, f"{here} output {j}", dynamic=True)
         outputs.append(Value(vname, shape, dtype, producer=node, index=j))
@@ -710,6 +714,17 @@ def _list(obj: dict, key: str, where: str) -> list:
     value = obj.get(key)
     _check_type(value, list, where, f"'{key}'")
     return value
+
+
+def _device(name, where: str) -> str | None:
+    """A node's worker device name, checked and made canonical; None when the node has none."""
+    if name is None:
+        return None
+    _check_type(name, str, where, "'device'")
+    try:
+        return canonical_placement(name)
+    except ValueError as err:
+        raise GraphFileError(f"{where}: {err}") from None
 
 
 def _dtype(name, where: str) -> dtypes.DType:

@@ -11,7 +11,7 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.ops.shapes import MAX_DIM
-from tapeflow.tensor import Tensor
+from tapeflow.tensor import IndexedSlices, Tensor
 
 
 class TensorSpec:
@@ -58,7 +58,7 @@ def flatten_structure(obj, leaf=lambda x: isinstance(x, Tensor | TensorSpec)):
             return {"dict": [[str(k), walk(v)] for k, v in o.items()]}
         if o is None:
             return {"none": None}
-        if isinstance(o, bool | int | float | np.number | np.ndarray):
+        if isinstance(o, bool | int | float | np.number | np.ndarray | IndexedSlices):  # IndexedSlices: densified
             leaves.append(o)
             return {"leaf": len(leaves) - 1}
         raise TypeError(f"freeze: cannot return or accept a {type(o).__name__}; use tensors, lists, tuples or dicts")

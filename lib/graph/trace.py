@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 
+from tapeflow.devices import current_placement
 from tapeflow.graph import passes
 from tapeflow.graph.ir import ASSIGN, READ, Value
 from tapeflow.graph.runnable import Graph
@@ -70,7 +71,7 @@ class Tracer:
         if isinstance(t, Tensor):
             hit = self._constants.get(id(t))
             if hit is None:
-                hit = (t, self.graph.add_constant(t._value))
+                hit = (t, self.graph.add_constant(t._host()))  # graph constants are host arrays
                 self._own.add(id(hit[1]))
                 self._constants[id(t)] = hit
             return hit[1]
@@ -111,7 +112,9 @@ class Tracer:
             current = self.traced(self._capture(self.parent.read(var)))
         else:
             name = self.state_name(var)
-            (value,) = self.graph.add_node(READ, [], {"variable": name}, [(var.shape, var.dtype)], name="read")
+            (value,) = self.graph.add_node(
+                READ, [], {"variable": name}, [(var.shape, var.dtype)], name="read", device=self.placement()
+            )
             current = self.traced(value)
         self._current[id(var)] = current
         return current
@@ -133,9 +136,16 @@ class Tracer:
         elif mode == "assign_sub":
             value = subtract(self.read(var), value)
         new = self.value_of(value)
-        self.graph.add_node(ASSIGN, [new], {"variable": self.state_name(var)}, [], name="assign")
+        self.graph.add_node(
+            ASSIGN, [new], {"variable": self.state_name(var)}, [], name="assign", device=self.placement()
+        )
         self._current[id(var)] = value if isinstance(value, TracedTensor) else self.traced(new)
         return var
+
+    # ------------------------------------------------------------ placement
+    def placement(self) -> str | None:
+        """The device of the node recorded now (see `tapeflow.devices.current_placement`)."""
+        return current_placement(_device_of)
 
     # ------------------------------------------------------------ ops
     def apply(self, op, inputs: tuple, attrs: dict):
@@ -145,10 +155,19 @@ class Tracer:
             return outputs
         values = [self.value_of(t) for t in inputs]
         specs = op.infer(*inputs, **attrs)
-        outs = self.graph.add_node(op.name, values, attrs, specs)
+        outs = self.graph.add_node(op.name, values, attrs, specs, device=self.placement())
         outputs = tuple(self.traced(v) for v in outs)
         registry.notify_recorders(op, inputs, attrs, outputs)
         return outputs[0] if op.num_outputs == 1 else outputs
+
+
+def _device_of(tensors) -> str | None:
+    """The device of the node that made the first of `tensors` that a placed node made."""
+    for t in tensors:
+        producer = getattr(getattr(t, "ref", t), "producer", None)
+        if producer is not None and producer.device is not None:
+            return producer.device
+    return None
 
 
 def _input_names(fn, count: int) -> list[str]:
@@ -184,11 +203,10 @@ def trace(fn, args: tuple, kwargs: dict | None = None, name: str | None = None) 
     traced_kwargs = {k: bind(v, k) for k, v in kwargs.items()}
     with tracer:
         result = fn(*traced_args, **traced_kwargs)
-    leaves, structure = flatten_structure(result)
+        leaves, structure = flatten_structure(result)
+        leaves = [leaf if isinstance(leaf, Tensor) else registry.as_tensor(leaf, name="freeze") for leaf in leaves]
     outputs = []
     for leaf in leaves:
-        if not isinstance(leaf, Tensor):
-            leaf = registry.as_tensor(leaf, name="freeze")
         outputs.append(tracer.value_of(leaf) if not isinstance(leaf, Variable) else tracer.value_of(tracer.read(leaf)))
     graph.outputs = outputs
     graph.output_structure = structure

@@ -24,11 +24,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from tapeflow import dtypes, initializers, regularizers, serialization
+from tapeflow import dtypes, initializers, mixed_precision, regularizers, serialization
 from tapeflow.graph.ir import Graph
 from tapeflow.graph.trace import TensorSpec, Tracer
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
+from tapeflow.ops.registry import autocast_scope
 from tapeflow.ops.shapes import as_dims
 from tapeflow.tensor import Tensor, Variable, eager_scope
 
@@ -237,15 +238,23 @@ class Layer:
         layer._init_arguments = (args, kwargs)  # for the default get_config of a subclass
         return layer
 
-    def __init__(self, name: str | None = None, trainable: bool = True, dtype="float32", input_shape=None, **kwargs):
+    def __init__(self, name: str | None = None, trainable: bool = True, dtype=None, input_shape=None, **kwargs):
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword arguments {sorted(kwargs)}")
         # Keras' `input_shape=` on the first layer of a Sequential: the model's input, without the batch axis.
         self._input_shape_arg = None if input_shape is None else _as_shape(input_shape)
         self.name = name or unique_name(snake_case(type(self).__name__))
-        self.dtype = dtypes.as_dtype(dtype)
-        if self.dtype.kind != "f":
-            raise TypeError(f"{self.name}: the layer dtype must be floating point, got {self.dtype}")
+        if dtype is None:
+            self.dtype_policy = mixed_precision.global_policy()
+        elif isinstance(dtype, mixed_precision.Policy) or dtype in ("mixed_float16", "mixed_bfloat16"):
+            self.dtype_policy = mixed_precision.Policy(dtype)
+        else:
+            as_dtype = dtypes.as_dtype(dtype)
+            if as_dtype.kind != "f":
+                raise TypeError(f"{self.name}: the layer dtype must be floating point, got {as_dtype}")
+            self.dtype_policy = mixed_precision.Policy(as_dtype.name)
+        self.dtype = self.dtype_policy.variable_dtype  # of the weights
+        self.compute_dtype = self.dtype_policy.compute_dtype  # of inputs and outputs
         self._trainable = bool(trainable)
         self.built = False
         self.input_spec: InputSpec | list | None = None
@@ -277,7 +286,7 @@ class Layer:
         input_shape = _as_shapes(input_shape)
         probe = _probe_copy(self, {})
         tracer = Tracer(Graph(f"{self.name}_output_shape"))
-        inputs = _map_shapes(lambda shape: tracer.add_input("input", shape, self.dtype), input_shape)
+        inputs = _map_shapes(lambda shape: tracer.add_input("input", shape, self.compute_dtype), input_shape)
         outer, _CONTEXT.probe = _CONTEXT.probe, tracer
         try:
             with tracer:
@@ -317,16 +326,19 @@ class Layer:
             kwargs.pop("mask", None)
         _CONTEXT.training.append(bool(training))
         try:
+            if self.compute_dtype is not self.dtype:  # mixed precision: weights are read in the compute dtype
+                with autocast_scope(self.compute_dtype):
+                    return self.call(inputs, *args, **kwargs)
             return self.call(inputs, *args, **kwargs)
         finally:
             _CONTEXT.training.pop()
 
     def _convert_input(self, value):
-        """Arrays become tensors; floating inputs take the layer's dtype (as Keras autocasts)."""
+        """Arrays become tensors; floating inputs take the layer's compute dtype (as Keras autocasts)."""
         if not isinstance(value, Tensor):
             value = as_tensor(value)
-        if value.dtype.kind == "f" and value.dtype is not self.dtype:
-            value = cast(value, self.dtype)
+        if value.dtype.kind == "f" and value.dtype is not self.compute_dtype:
+            value = cast(value, self.compute_dtype)
         return value
 
     def _maybe_build(self, input_shape) -> None:
@@ -354,8 +366,10 @@ class Layer:
         out = self.compute_output_shape(shape)
         history = (self, inputs, kwargs)
         if isinstance(out, list):
-            return [SymbolicTensor(s, self.dtype, f"{self.name}/output_{i}", history, i) for i, s in enumerate(out)]
-        return SymbolicTensor(out, self.dtype, f"{self.name}/output", history)
+            return [
+                SymbolicTensor(s, self.compute_dtype, f"{self.name}/output_{i}", history, i) for i, s in enumerate(out)
+            ]
+        return SymbolicTensor(out, self.compute_dtype, f"{self.name}/output", history)
 
     def _call_shape_rule(self, inputs):
         """Inside a shape probe, outputs from this layer's own compute_output_shape: new
@@ -363,7 +377,7 @@ class Layer:
         shape = _shape_of(inputs)
         self._maybe_build(shape)
         out = self.compute_output_shape(shape)
-        return _map_shapes(lambda s: _CONTEXT.probe.add_input(f"{self.name}/output", s, self.dtype), out)
+        return _map_shapes(lambda s: _CONTEXT.probe.add_input(f"{self.name}/output", s, self.compute_dtype), out)
 
     # ----- weights -----
     def add_weight(
@@ -488,7 +502,7 @@ class Layer:
         >>> Mlp(8, name="mlp").get_config()
         {'name': 'mlp', 'trainable': True, 'dtype': 'float32', 'width': 8}
         """
-        config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype.name}
+        config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype_policy.name}
         cls = type(self)
         if cls.get_config is not Layer.get_config or cls.__init__ is Layer.__init__:
             return config  # called by an override through super(), or nothing to add
@@ -573,7 +587,7 @@ class InputLayer(Layer):
         if batch_shape is not None and batch_size is not None:
             raise ValueError(f"{self.name}: batch_size cannot be combined with batch_shape {batch_shape!r}")
         self.batch_shape = _as_shape(batch_shape) if batch_shape is not None else (batch_size, *_as_shape(shape))
-        self.dtype = dtypes.as_dtype(dtype or "float32")  # integer inputs are allowed here
+        self.dtype = self.compute_dtype = dtypes.as_dtype(dtype or "float32")  # integer inputs are allowed here
         self.output = SymbolicTensor(self.batch_shape, self.dtype, self.name)
         self.output.input_layer = self
         self.built = True

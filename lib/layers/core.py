@@ -14,7 +14,7 @@ from tapeflow import serialization
 from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
 from tapeflow.ops import nn
 from tapeflow.ops.array import reshape
-from tapeflow.ops.math import matmul, sigmoid, tanh
+from tapeflow.ops.math import cast, matmul, sigmoid, tanh
 from tapeflow.ops.random import Generator, global_generator
 from tapeflow.ops.shapes import as_int
 
@@ -25,11 +25,24 @@ def linear(x):
     return x
 
 
+def softmax(x):
+    """Softmax over the last axis, computed and returned in at least float32 (so a mixed
+    precision model's probabilities, and the loss on them, keep float32's resolution).
+
+    >>> import tapeflow as tp
+    >>> softmax(tp.zeros((1, 2), dtype="float16")).dtype
+    tapeflow.float32
+    """
+    if x.dtype.kind == "f" and x.dtype.bits < 32:
+        x = cast(x, "float32")
+    return nn.softmax(x)
+
+
 ACTIVATIONS = {
     "relu": nn.relu,
     "sigmoid": sigmoid,
     "tanh": tanh,
-    "softmax": nn.softmax,
+    "softmax": softmax,
     "gelu": nn.gelu,
     "elu": nn.elu,
     "leaky_relu": nn.leaky_relu,

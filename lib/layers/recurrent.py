@@ -488,7 +488,7 @@ class _CellRNN(RNN):
         go_backwards: bool = False,
         name: str | None = None,
         trainable: bool = True,
-        dtype="float32",
+        dtype=None,
         input_shape=None,
         **cell_kwargs,
     ):
@@ -503,7 +503,9 @@ class _CellRNN(RNN):
             input_shape=input_shape,
         )
         cell_name = f"{self.name}/{snake_case(self._cell_class.__name__)}"
-        self.cell = self._cell_class(units, name=cell_name, trainable=trainable, dtype=self.dtype, **cell_kwargs)
+        self.cell = self._cell_class(
+            units, name=cell_name, trainable=trainable, dtype=self.dtype_policy.name, **cell_kwargs
+        )
         self.units = self.cell.units
 
     def get_config(self):

@@ -11,7 +11,20 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tapeflow import tensor as _tensor
-from tapeflow.ops import array, control, creation, fused, math, nn, optim, random, reduce, registry, skipgram
+from tapeflow.ops import (
+    array,
+    control,
+    creation,
+    fused,
+    math,
+    nn,
+    optim,
+    random,
+    reduce,
+    registry,
+    skipgram,
+    sparse,
+)
 from tapeflow.ops.array import (
     broadcast_to,
     concat,
@@ -85,6 +98,7 @@ from tapeflow.ops.math import (
     where,
 )
 from tapeflow.ops.reduce import argmax, argmin, logsumexp, max, mean, min, prod, std, sum, var
+from tapeflow.ops.sparse import convert_to_tensor, scatter_update
 
 _tensor.bind_operators(
     SimpleNamespace(
@@ -117,6 +131,8 @@ _tensor.bind_operators(
         exp=exp,
         log=log,
         sqrt=sqrt,
+        write_rows=sparse.write_rows,
+        indexed_slices_to_dense=sparse.indexed_slices_to_dense,
     )
 )
 

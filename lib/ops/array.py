@@ -19,7 +19,7 @@ from tapeflow.backends.common import IndexOutOfRange, check_index_range
 from tapeflow.ops import shapes
 from tapeflow.ops.math import unbroadcast
 from tapeflow.ops.registry import apply, as_tensor, defop
-from tapeflow.tensor import Tensor
+from tapeflow.tensor import IndexedSlices, Tensor
 
 
 # ----------------------------------------------------------------- reshape
@@ -456,9 +456,13 @@ def _gather_infer(x, indices, axis):
 
 
 def _gather_vjp(gs, xs, ys, axis):
+    """Rows of axis 0 give an IndexedSlices (the rows gathered, no table-sized zeros)."""
     from tapeflow.ops.creation import zeros_like
 
     x, idx = xs
+    if axis == 0 and None not in x.shape:
+        rows = reshape(gs[0], (-1, *x.shape[1:]))
+        return IndexedSlices(rows, reshape(idx, (-1,)), x.shape), None
     return apply(_SCATTER_ADD, (zeros_like(x), idx, gs[0]), {"axis": axis}), None
 
 

@@ -12,23 +12,27 @@ import math
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.devices import current_device, parse_device
+from tapeflow.devices import device as device_scope
 from tapeflow.ops import shapes
-from tapeflow.ops.registry import apply, as_tensor, defop
+from tapeflow.ops.registry import apply, as_tensor, defop, wrap_host
 from tapeflow.tensor import Tensor
 
 
 def tensor(value, dtype=None, device=None) -> Tensor:
-    """A tensor holding a copy of `value` (Python floats become float32).
+    """A tensor holding a copy of `value` (Python floats become float32), on `device`
+    (default: the current device). A tensor given as `value` is moved only to a `device`
+    named explicitly.
 
     >>> import tapeflow as tp
-    >>> tp.tensor([[1.0, 2.0]]).dtype
+    >>> tp.tensor([[1.0, 2.0]], device="cpu").dtype
     tapeflow.float32
     """
-    if device is not None:
-        parse_device(device)
     if isinstance(value, Tensor):
-        return value if dtype is None else apply_cast(value, dtype)
+        t = value if dtype is None else apply_cast(value, dtype)
+        return t if device is None else t.to(device)
+    if device is not None:
+        with device_scope(device):
+            return tensor(value, dtype)
     t = as_tensor(value, dtype=dtype, name="tensor")
     if isinstance(value, np.ndarray) and t._value is value:
         t = Tensor._wrap(value.copy(), t.device)
@@ -48,42 +52,42 @@ def _shape_of(name: str, shape) -> tuple:
     return shapes.as_dims(name, shape)
 
 
-def _filled(shape, value, dtype, name) -> Tensor:
+def _filled(shape, value, dtype, name, device=None) -> Tensor:
     d = dtypes.as_dtype(dtype) if dtype is not None else dtypes.result_type(value)
-    return Tensor._wrap(np.full(_shape_of(name, shape), value, dtype=d.np), current_device())
+    return wrap_host(np.full(_shape_of(name, shape), value, dtype=d.np), device)
 
 
-def zeros(shape, dtype="float32") -> Tensor:
+def zeros(shape, dtype="float32", device=None) -> Tensor:
     """A tensor of zeros.
 
     >>> import tapeflow as tp
     >>> tp.zeros((2,)).numpy().tolist()
     [0.0, 0.0]
     """
-    return _filled(shape, 0, dtype, "zeros")
+    return _filled(shape, 0, dtype, "zeros", device)
 
 
-def ones(shape, dtype="float32") -> Tensor:
+def ones(shape, dtype="float32", device=None) -> Tensor:
     """A tensor of ones.
 
     >>> import tapeflow as tp
     >>> tp.ones((2,), dtype="int32").numpy().tolist()
     [1, 1]
     """
-    return _filled(shape, 1, dtype, "ones")
+    return _filled(shape, 1, dtype, "ones", device)
 
 
-def full(shape, fill_value, dtype=None) -> Tensor:
+def full(shape, fill_value, dtype=None, device=None) -> Tensor:
     """A tensor filled with one value (dtype from the value when not given).
 
     >>> import tapeflow as tp
     >>> tp.full((2,), 7).numpy().tolist()
     [7, 7]
     """
-    return _filled(shape, fill_value, dtype, "full")
+    return _filled(shape, fill_value, dtype, "full", device)
 
 
-def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
     """Evenly spaced values in [start, stop) (int64 for ints, float32 for floats).
 
     >>> import tapeflow as tp
@@ -98,10 +102,10 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     if count > shapes.MAX_DIM:
         raise ValueError(f"arange: [{start}, {stop}) in steps of {step} has {count} values, more than {shapes.MAX_DIM}")
     d = dtypes.as_dtype(dtype) if dtype is not None else dtypes.result_type(start, stop, step)
-    return Tensor._wrap(np.arange(start, stop, step, dtype=d.np), current_device())
+    return wrap_host(np.arange(start, stop, step, dtype=d.np), device)
 
 
-def linspace(start, stop, num: int, dtype="float32") -> Tensor:
+def linspace(start, stop, num: int, dtype="float32", device=None) -> Tensor:
     """`num` evenly spaced values from start to stop, both included.
 
     >>> import tapeflow as tp
@@ -111,23 +115,23 @@ def linspace(start, stop, num: int, dtype="float32") -> Tensor:
     arr = np.linspace(start, stop, shapes.as_int("linspace", "num", num), dtype=np.float64).astype(
         dtypes.as_dtype(dtype).np
     )
-    return Tensor._wrap(arr, current_device())
+    return wrap_host(arr, device)
 
 
-def eye(n: int, m: int | None = None, dtype="float32") -> Tensor:
+def eye(n: int, m: int | None = None, dtype="float32", device=None) -> Tensor:
     """An identity matrix (n x m).
 
     >>> import tapeflow as tp
     >>> tp.eye(2).numpy().tolist()
     [[1.0, 0.0], [0.0, 1.0]]
     """
-    return Tensor._wrap(
+    return wrap_host(
         np.eye(
             shapes.as_int("eye", "n", n),
             None if m is None else shapes.as_int("eye", "m", m),
             dtype=dtypes.as_dtype(dtype).np,
         ),
-        current_device(),
+        device,
     )
 
 

@@ -14,7 +14,7 @@ import scipy.special
 
 from tapeflow import dtypes
 from tapeflow.ops import shapes
-from tapeflow.ops.registry import apply, as_tensor, defop
+from tapeflow.ops.registry import apply, as_tensor, autocast_operand, defop
 from tapeflow.tensor import Tensor
 
 
@@ -27,6 +27,7 @@ def binary_operands(x, y, name: str) -> tuple[Tensor, Tensor]:
     >>> b.dtype
     tapeflow.float32
     """
+    x, y = autocast_operand(x), autocast_operand(y)
     xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
     if xt and yt:
         if x.dtype is y.dtype:

@@ -51,6 +51,9 @@ __all__ = [
     "dropout",
     "embedding_lookup",
     "moments",
+    "nce_loss",
+    "sampled_softmax_loss",
+    "compute_accidental_hits",
 ]
 
 
@@ -637,7 +640,7 @@ def dropout(x, rate: float, training: bool = True, rng=None, noise_shape=None) -
 
 
 def embedding_lookup(params, ids) -> Tensor:
-    """Rows of `params` picked by integer `ids` (gradient: sparse rows added up).
+    """Rows of `params` picked by integer `ids`; the gradient of `params` is an IndexedSlices.
 
     >>> import tapeflow as tp
     >>> tp.nn.embedding_lookup(tp.eye(3), [2, 0]).numpy().tolist()
@@ -655,3 +658,7 @@ def moments(x, axes, keepdims: bool = False) -> tuple[Tensor, Tensor]:
     (2.0, 1.0)
     """
     return mean(x, axes, keepdims), var(x, axes, keepdims)
+
+
+# The sampled losses are built from the functions above, so they come in last.
+from tapeflow.ops.sampled_losses import compute_accidental_hits, nce_loss, sampled_softmax_loss  # noqa: E402

@@ -60,6 +60,7 @@ _GLOBAL = Generator(None)
 def seed(value: int) -> None:
     """Reset the global random stream."""
     _GLOBAL.reset(shapes.as_int("random.seed", "seed", value, high=2**64 - 1))
+    _SEEDED.clear()
 
 
 def global_generator() -> Generator:
@@ -210,3 +211,171 @@ def shuffle(x, generator=None) -> Tensor:
         raise ValueError("shuffle: needs a tensor of rank >= 1")
     perm = apply(_PERMUTATION, (), {"n": x.shape[0], "generator": _generator(generator)})
     return gather(x, perm, axis=0)
+
+
+# ------------------------------------------------------------ candidate sampling
+_SEEDED: dict[int, Generator] = {}  # op seed -> its stream, so repeated calls draw anew
+
+
+def _op_generator(seed) -> Generator:
+    """The stream an op with `seed` draws from: the global one for None, one stream per
+    int seed (continued by every call with that seed, restarted by `tp.random.seed`)."""
+    if seed is None or isinstance(seed, Generator):
+        return _generator(seed)
+    if not isinstance(seed, int | np.integer) or isinstance(seed, bool):
+        raise TypeError(f"candidate sampler: seed must be an int, a tp.random.Generator or None, got {seed!r}")
+    key = int(seed)
+    if key not in _SEEDED:
+        base = _GLOBAL.seed if _GLOBAL.seed is not None else 0
+        _SEEDED[key] = Generator(int(np.random.SeedSequence([base, key]).generate_state(1)[0]))
+    return _SEEDED[key]
+
+
+def class_probabilities(distribution: str, range_max: int, unigrams=(), distortion: float = 1.0) -> np.ndarray:
+    """P(class) for classes 0..range_max-1 (float64): "uniform"; "log_uniform", Zipf's
+    (log(k + 2) - log(k + 1)) / log(range_max + 1); "unigram", unigrams ** distortion
+    normalized.
+
+    >>> class_probabilities("log_uniform", 3).round(3).tolist()
+    [0.5, 0.292, 0.208]
+    """
+    if distribution == "uniform":
+        return np.full(range_max, 1.0 / range_max)
+    if distribution == "log_uniform":
+        k = np.arange(range_max, dtype=np.float64)
+        return (np.log(k + 2.0) - np.log(k + 1.0)) / np.log(range_max + 1.0)
+    weights = np.asarray(unigrams, dtype=np.float64) ** distortion
+    return weights / weights.sum()
+
+
+def _sampler_infer(
+    true_classes, num_true, num_sampled, unique, range_max, distribution, unigrams, distortion, generator
+):
+    name = f"{distribution}_candidate_sampler"
+    if true_classes.dtype.kind != "i" or len(true_classes.shape) != 2 or true_classes.shape[1] != num_true:
+        raise ValueError(
+            f"{name}: true_classes must be an integer [batch, num_true={num_true}] tensor, "
+            f"got shape {true_classes.shape} and dtype {true_classes.dtype}"
+        )
+    if range_max < 1 or num_sampled < 1:
+        raise ValueError(f"{name}: range_max ({range_max}) and num_sampled ({num_sampled}) must be >= 1")
+    if unique and num_sampled > range_max:
+        raise ValueError(f"{name}: cannot draw {num_sampled} distinct classes out of range_max={range_max}")
+    return [((num_sampled,), dtypes.int64), (true_classes.shape, dtypes.float32), ((num_sampled,), dtypes.float32)]
+
+
+def _draw(distribution, p, n, rng) -> np.ndarray:
+    if distribution == "uniform":
+        return rng.integers(0, p.shape[0], n)
+    if distribution == "log_uniform":
+        k = np.floor(np.exp(rng.random(n) * np.log(p.shape[0] + 1.0))) - 1.0
+        return np.clip(k, 0, p.shape[0] - 1).astype(np.int64)
+    cdf = np.cumsum(p)
+    return np.minimum(np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right"), p.shape[0] - 1)
+
+
+@defop("candidate_sampler", infer=_sampler_infer, num_outputs=3, stateful=True)
+def _CANDIDATE_SAMPLER(
+    true_classes, num_true, num_sampled, unique, range_max, distribution, unigrams, distortion, generator
+):
+    """(sampled classes, expected count of each true class, expected count of each sampled
+    class), counts as TensorFlow reckons them: p * num_sampled, or, for unique draws,
+    1 - (1 - p) ** tries with tries the draws it took to find num_sampled distinct classes."""
+    p = class_probabilities(distribution, range_max, unigrams, distortion)
+    rng = generator.numpy
+    if not unique:
+        sampled = _draw(distribution, p, num_sampled, rng)
+        expected = lambda q: q * num_sampled  # noqa: E731
+    else:
+        if np.count_nonzero(p) < num_sampled:
+            raise ValueError(f"{distribution}_candidate_sampler: fewer than {num_sampled} classes have p > 0")
+        draws = np.zeros(0, dtype=np.int64)
+        while True:
+            draws = np.concatenate([draws, _draw(distribution, p, max(2 * num_sampled, 64), rng)])
+            _, first = np.unique(draws, return_index=True)
+            if first.shape[0] >= num_sampled:
+                first = np.sort(first)[:num_sampled]
+                break
+        sampled, tries = draws[first], first[-1] + 1
+        expected = lambda q: -np.expm1(tries * np.log1p(-q))  # noqa: E731
+    in_range = np.clip(true_classes, 0, range_max - 1)
+    return sampled.astype(np.int64), expected(p[in_range]).astype(np.float32), expected(p[sampled]).astype(np.float32)
+
+
+def _candidates(
+    distribution, true_classes, num_true, num_sampled, unique, range_max, seed, unigrams=(), distortion=1.0
+):
+    true_classes = as_tensor(true_classes, name=f"{distribution}_candidate_sampler")
+    attrs = {
+        "num_true": int(num_true),
+        "num_sampled": int(num_sampled),
+        "unique": bool(unique),
+        "range_max": int(range_max),
+        "distribution": distribution,
+        "unigrams": tuple(float(u) for u in unigrams),
+        "distortion": float(distortion),
+        "generator": _op_generator(seed),
+    }
+    return apply(_CANDIDATE_SAMPLER, (true_classes,), attrs)
+
+
+def uniform_candidate_sampler(true_classes, num_true: int, num_sampled: int, unique: bool, range_max: int, seed=None):
+    """Sample `num_sampled` classes uniformly from [0, range_max), as TensorFlow's sampler
+    does: returns (sampled_candidates, true_expected_count, sampled_expected_count).
+
+    >>> import tapeflow as tp
+    >>> s, t, e = tp.random.uniform_candidate_sampler([[1]], 1, 4, True, 10, seed=0)
+    >>> s.shape, t.shape, e.shape
+    ((4,), (1, 1), (4,))
+    """
+    return _candidates("uniform", true_classes, num_true, num_sampled, unique, range_max, seed)
+
+
+def log_uniform_candidate_sampler(
+    true_classes, num_true: int, num_sampled: int, unique: bool, range_max: int, seed=None
+):
+    """Sample classes from the Zipfian distribution P(k) = log((k + 2) / (k + 1)) / log(range_max + 1),
+    which suits classes numbered by decreasing frequency (a word2vec vocabulary).
+
+    >>> import tapeflow as tp
+    >>> s, _, _ = tp.random.log_uniform_candidate_sampler([[0]], 1, 5, True, 100, seed=1)
+    >>> len(set(s.numpy().tolist()))
+    5
+    """
+    return _candidates("log_uniform", true_classes, num_true, num_sampled, unique, range_max, seed)
+
+
+def fixed_unigram_candidate_sampler(
+    true_classes,
+    num_true: int,
+    num_sampled: int,
+    unique: bool,
+    range_max: int,
+    vocab_file: str = "",
+    distortion: float = 1.0,
+    num_reserved_ids: int = 0,
+    num_shards: int = 1,
+    shard: int = 0,
+    unigrams=(),
+    seed=None,
+):
+    """Sample classes with probability proportional to `unigrams` ** `distortion` (word2vec's
+    negative sampling uses counts ** 0.75); the first `num_reserved_ids` classes get none.
+
+    >>> import tapeflow as tp
+    >>> s, _, _ = tp.random.fixed_unigram_candidate_sampler([[0]], 1, 3, False, 3, unigrams=[0, 0, 5], seed=2)
+    >>> s.numpy().tolist()
+    [2, 2, 2]
+    """
+    name = "fixed_unigram_candidate_sampler"
+    if vocab_file or num_shards != 1 or shard != 0:
+        raise ValueError(f"{name}: vocab_file and sharding are not supported; pass unigrams=")
+    counts = [0.0] * int(num_reserved_ids) + [float(u) for u in unigrams]
+    if len(counts) != range_max:
+        raise ValueError(
+            f"{name}: num_reserved_ids ({num_reserved_ids}) + len(unigrams) ({len(unigrams)}) must equal "
+            f"range_max ({range_max})"
+        )
+    if min(counts) < 0 or sum(counts) <= 0:
+        raise ValueError(f"{name}: unigrams must be >= 0 and not all zero")
+    return _candidates("unigram", true_classes, num_true, num_sampled, unique, range_max, seed, counts, distortion)

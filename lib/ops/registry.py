@@ -18,9 +18,9 @@ import threading
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.backends import backend
-from tapeflow.devices import current_device
-from tapeflow.tensor import TRACING, Tensor
+from tapeflow.backends import UnsupportedOpError, backend
+from tapeflow.devices import check_same_device, current_device, parse_device
+from tapeflow.tensor import TRACING, IndexedSlices, Tensor, Variable
 
 
 class OpDef:
@@ -57,7 +57,17 @@ class OpDef:
         """The forward kernel for a device family (the reference if none)."""
         fn = self._by_family.get(family)
         if fn is None:
-            fn = getattr(backend(family), self.name, None) or self.reference
+            module = backend(family)
+            fn = getattr(module, self.name, None)
+            if fn is None and self.name in module.RUNS_ON_HOST:
+                fn = _copied_in(self.reference, module)
+            if fn is None:
+                if not module.FALLS_BACK_TO_REFERENCE:
+                    raise UnsupportedOpError(
+                        f"{self.name}: the {family} backend cannot run this op, and tapeflow does not move it "
+                        f"to the CPU behind your back; run it on the CPU explicitly (tensor.to('cpu'))"
+                    )
+                fn = self.reference
             self._by_family[family] = fn
         return fn
 
@@ -77,6 +87,16 @@ class OpDef:
 
     def __repr__(self) -> str:
         return f"OpDef({self.name!r})"
+
+
+def _copied_in(reference, module):
+    """The reference run on the host, its result copied to the backend's device (random
+    draws, so that one seed gives the same numbers on every device)."""
+
+    def kernel(*arrays, **attrs):
+        return module.from_host(reference(*arrays, **attrs))
+
+    return kernel
 
 
 _REGISTRY: dict[str, OpDef] = {}
@@ -130,6 +150,7 @@ class _Recording(threading.local):
 
     def __init__(self):
         self.recorders: list = []
+        self.autocast = None  # the compute dtype float32 trainable Variables are read in (mixed precision)
 
 
 _STATE = _Recording()
@@ -169,11 +190,13 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
 
     While a function is being frozen, the tracer records the op instead.
     """
+    if _STATE.autocast is not None and op.name != "cast":
+        inputs = _autocast(inputs, _STATE.autocast)
     tracer = TRACING.tracer
     if tracer is not None:
         return tracer.apply(op, inputs, attrs)
     specs = op.infer(*inputs, **attrs)
-    device = inputs[0]._device if inputs else current_device()
+    device = check_same_device(op.name, inputs) if inputs else current_device()
     kernels = backend(device.family)
     numerics = kernels.enter_numerics()
     try:
@@ -184,12 +207,56 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
         out = (out,)
     elif len(out) != len(specs):
         raise RuntimeError(f"{op.name}: kernel returned {len(out)} outputs, expected {len(specs)}")
-    outputs = tuple(_to_tensor(a, spec, device) for a, spec in zip(out, specs, strict=True))
+    if kernels.HOLDS_NUMPY:
+        outputs = tuple(_to_tensor(a, spec, device) for a, spec in zip(out, specs, strict=True))
+    else:
+        outputs = tuple(Tensor._wrap(kernels.conform(a, s[1].np), device) for a, s in zip(out, specs, strict=True))
     recorders = _STATE.recorders
     if recorders and op.vjp is not None:
         for recorder in tuple(recorders):
             recorder.record(op, inputs, attrs, outputs)
     return outputs[0] if op.num_outputs == 1 else outputs
+
+
+class autocast_scope:
+    """Context in which ops read float32 trainable Variables in `dtype` (through a cast op,
+    so gradients reach the float32 variable): how a mixed-precision layer computes.
+
+    >>> import tapeflow as tp
+    >>> w = tp.Variable([1.0, 2.0])
+    >>> with autocast_scope(tp.float16):
+    ...     (w * 2).dtype
+    tapeflow.float16
+    """
+
+    def __init__(self, dtype):
+        self._dtype = None if dtype is None else dtypes.as_dtype(dtype)
+
+    def __enter__(self):
+        self._saved = _STATE.autocast
+        _STATE.autocast = self._dtype
+
+    def __exit__(self, *exc):
+        _STATE.autocast = self._saved
+
+
+def autocast_operand(value):
+    """`value`, read in the autocast dtype when it is a float32 trainable Variable and a
+    mixed-precision layer is computing (for op wrappers that promote operands first)."""
+    dtype = _STATE.autocast
+    if dtype is None or not isinstance(value, Variable) or not value.trainable or value.dtype is not dtypes.float32:
+        return value
+    return apply(_REGISTRY["cast"], (value,), {"dtype": dtype.name})
+
+
+def _autocast(inputs: tuple, dtype) -> tuple:
+    out = None
+    for i, t in enumerate(inputs):
+        if isinstance(t, Variable) and t.trainable and t.dtype is dtypes.float32:
+            if out is None:
+                out = list(inputs)
+            out[i] = apply(_REGISTRY["cast"], (t,), {"dtype": dtype.name})
+    return inputs if out is None else tuple(out)
 
 
 def notify_recorders(op: OpDef, inputs: tuple, attrs: dict, outputs: tuple) -> None:
@@ -211,8 +278,10 @@ def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
     """A Tensor from a tensor, array, scalar or nested list.
 
     Python floats default to float32 and Python ints to int64; a NumPy array
-    keeps its dtype.
+    keeps its dtype. An IndexedSlices is densified.
     """
+    if isinstance(value, IndexedSlices):
+        value = value.to_dense()
     if isinstance(value, Tensor):
         if dtype is not None and value.dtype is not dtypes.as_dtype(dtype):
             raise TypeError(f"{name}: expected dtype {dtypes.as_dtype(dtype)}, got {value.dtype}")
@@ -234,4 +303,18 @@ def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
                 arr = arr.astype(np.int64)
             else:
                 raise TypeError(f"{name}: unsupported dtype {arr.dtype} for an input of type {type(value).__name__}")
-    return Tensor._wrap(arr, current_device())
+    return wrap_host(arr)
+
+
+def wrap_host(array: np.ndarray, device=None) -> Tensor:
+    """A tensor of a host array, copied to `device` (default: the current device) when that
+    device does not hold NumPy arrays.
+
+    >>> wrap_host(np.zeros(2), "cpu").device
+    Device('cpu:0')
+    """
+    device = current_device() if device is None else parse_device(device)
+    kernels = backend(device.family)
+    if not kernels.HOLDS_NUMPY:
+        array = kernels.from_host(array, device.index)
+    return Tensor._wrap(array, device)

@@ -27,6 +27,7 @@ NOT_DIFFERENTIABLE = {
     "adam_update",
     "argmax",
     "argmin",
+    "candidate_sampler",
     "categorical",
     "equal",
     "full_like",
@@ -446,6 +447,50 @@ sample(
 )
 sample("gather", "3d-axis-0", [normal(4, 2, 3), np.array([1, 3])], {"axis": 0}, lambda x, i: _gather(x, i, 0))
 sample("gather", "empty-ids", [normal(4, 3), np.zeros((0,), np.int64)], {"axis": 0}, lambda x, i: _gather(x, i, 0))
+
+
+def _unique_sum(idx, values, num_rows):
+    rows = [int(i) % num_rows for i in idx]
+    unique = sorted(set(rows))
+    sums = np.zeros((len(unique), *values.shape[1:]))
+    for r, v in zip(rows, values, strict=True):
+        sums[unique.index(r)] += v
+    return np.array(unique), np.array([unique.index(r) for r in rows]), sums
+
+
+sample(
+    "unique_sum",
+    "repeats-negative",
+    [np.array([4, 0, -1, 2, 0]), normal(5, 3)],
+    {"num_rows": 5},
+    lambda i, v: _unique_sum(i, v, 5),
+    used=(2,),
+)
+sample(
+    "unique_sum",
+    "3d-rows",
+    [np.array([1, 1], dtype=np.int32), normal(2, 2, 3)],
+    {"num_rows": 3},
+    lambda i, v: _unique_sum(i, v, 3),
+    used=(2,),
+)
+
+
+def _scatter_update(x, idx, upd):
+    out = x.copy()
+    for k, i in enumerate(idx):
+        out[i] = upd[k]
+    return out
+
+
+sample(
+    "scatter_update",
+    "rows",
+    [normal(5, 3), np.array([3, 0, -1]), normal(3, 3)],
+    {},
+    _scatter_update,
+)
+sample("scatter_update", "vector", [normal(4), np.array([2]), normal(1)], {}, _scatter_update)
 sample(
     "scatter_add",
     "empty-ids",
@@ -862,6 +907,42 @@ sample(
     lambda logits: _categorical(12, logits, 7),
     exact=True,
 )
+
+
+def _sampler_attrs(distribution, seed, unique=False):
+    return lambda t: {
+        "num_true": 2,
+        "num_sampled": 6,
+        "unique": unique,
+        "range_max": 9,
+        "distribution": distribution,
+        "unigrams": (),
+        "distortion": 1.0,
+        "generator": tp.random.Generator(seed),
+    }
+
+
+def _log_uniform_oracle(seed, true_classes):
+    classes = np.arange(9.0)
+    p = np.log((classes + 2) / (classes + 1)) / np.log(10.0)
+    draws = np.clip(np.floor(np.exp(_pcg(seed).random(6) * np.log(10.0))) - 1, 0, 8).astype(np.int64)
+    return draws, (p[true_classes] * 6).astype(np.float32), (p[draws] * 6).astype(np.float32)
+
+
+sample(
+    "candidate_sampler",
+    "uniform",
+    [np.array([[0, 3], [8, 1]])],
+    _sampler_attrs("uniform", 5),
+    lambda t: (_pcg(5).integers(0, 9, 6), np.full(t.shape, 6 / 9, np.float32), np.full(6, 6 / 9, np.float32)),
+)
+sample(
+    "candidate_sampler",
+    "log-uniform",
+    [np.array([[0, 3], [8, 1]])],
+    _sampler_attrs("log_uniform", 6),
+    lambda t: _log_uniform_oracle(6, t),
+)
 sample(
     "random_permutation",
     "9",
@@ -1201,7 +1282,13 @@ def test_forward_matches_numpy(op_name, case):
         _assert_matches(o.numpy(), e, case.exact, f"{op_name} output {k} (apply)")
 
     specs = op.infer(*_op_inputs(case, tensors), **case.make_attrs())
-    assert [(tuple(s), d) for s, d in specs] == [(o.shape, o.dtype) for o in outputs], f"{op_name}: infer gives {specs}"
+    # A None dimension in the rule is one known only when the op runs (unique_sum's row count).
+    ruled = [(tuple(s), d) for s, d in specs]
+    got = [
+        (tuple(None if r is None else n for r, n in zip(s, o.shape, strict=True)), o.dtype)
+        for (s, _), o in zip(ruled, outputs, strict=True)
+    ]
+    assert ruled == got, f"{op_name}: infer gives {specs}"
 
     for label, fn in (("reference", op.reference), ("cpu kernel", op.kernel("cpu"))):
         arrays = [np.array(a, copy=True) for a in case.inputs]

@@ -152,16 +152,21 @@ def _gradient_function(op, case: Case):
         with tp.GradientTape() as tape:
             sources = [tensors[i] for i in floats]
             tape.watch(sources)
-            out = registry.apply(op, tuple(_op_inputs(case, list(tensors))), attrs)
+            ins = tuple(_op_inputs(case, list(tensors)))
+            out = registry.apply(op, ins, attrs)
             outs = (out,) if op.num_outputs == 1 else tuple(out)
+            # a shape the rule leaves open (unique_sum's row count) gets a weighting that needs no size
+            open_shape = [None in tuple(shape) for shape, _ in op.infer(*ins, **attrs)]
             loss = None
-            for o in outs:
-                if o.dtype.kind == "f":
-                    term = tp.sum(
-                        o
-                        * tp.cast(tp.constant(np.linspace(-1.0, 1.0, o.size or 1)[: o.size].reshape(o.shape)), o.dtype)
-                    )
-                    loss = term if loss is None else loss + term
+            for o, unsized in zip(outs, open_shape, strict=True):
+                if o.dtype.kind != "f":
+                    continue
+                if unsized:
+                    term = tp.sum(o * tp.sin(o))
+                else:
+                    weights = np.linspace(-1.0, 1.0, o.size or 1)[: o.size].reshape(o.shape)
+                    term = tp.sum(o * tp.cast(tp.constant(weights), o.dtype))
+                loss = term if loss is None else loss + term
         if loss is None:  # no float output (a cast to an integer): nothing to differentiate
             return [tp.zeros(())]
         return [g if g is not None else tp.zeros(()) for g in tape.gradient(loss, sources)]

@@ -1,6 +1,6 @@
 """Common-subexpression elimination: one node for each distinct computation.
 
-Two nodes merge when they have the same op, the same inputs and equal attrs;
+Two nodes merge when they have the same op, the same inputs, equal attrs and one device;
 constants merge when dtype, shape and bytes agree. Random ops, state writes,
 and state reads separated by a write to the same variable are never merged.
 
@@ -48,7 +48,7 @@ class CommonSubexpressionElimination:
                 nodes.append(node)
                 continue
             else:
-                key = (node.op, tuple(id(v) for v in node.inputs), attr_key(node.attrs))
+                key = (node.op, tuple(id(v) for v in node.inputs), attr_key(node.attrs), node.device)
             kept = seen.setdefault(key, node)
             if kept is node:
                 nodes.append(node)

@@ -36,7 +36,7 @@ class BiasActivationFusion:
             if counts.get(id(product), 0) != 1 or len(users.get(id(product), ())) != 1:
                 continue
             add = users[id(product)][0]
-            if add.op != "add" or len(add.inputs) != 2:
+            if add.op != "add" or len(add.inputs) != 2 or add.device != node.device:
                 continue
             bias = add.inputs[1] if add.inputs[0] is product else add.inputs[0]
             if bias is product or len(bias.shape) != 1 or bias.dtype is not product.dtype:
@@ -48,7 +48,12 @@ class BiasActivationFusion:
             tail, activation = add, "linear"
             summed = add.outputs[0]
             after = users.get(id(summed), ())
-            if counts.get(id(summed), 0) == 1 and len(after) == 1 and after[0].op == "relu":
+            if (
+                counts.get(id(summed), 0) == 1
+                and len(after) == 1
+                and after[0].op == "relu"
+                and after[0].device == node.device
+            ):
                 tail, activation = after[0], "relu"
             node.op = _PRODUCTS[node.op]
             node.inputs = [*node.inputs, bias]

@@ -1,7 +1,7 @@
 """Elementwise fusion: a chain of float elementwise ops becomes one `fused_elementwise` node.
 
 A producer joins its reader's group when it is elementwise, has that one reader
-(and is not a graph output), and works in the group's float dtype. The fused
+(and is not a graph output), works in the group's float dtype and sits on its device. The fused
 node takes the chain's outside inputs; 0-d float constants are folded into its
 program. See tapeflow.ops.fused for the program format.
 
@@ -64,7 +64,7 @@ def _grow(root, counts, taken) -> list:
             p = v.producer
             if p is None or id(p) in taken or p in group or counts.get(id(v), 0) != 1:
                 continue
-            if _fusible(p) and v.dtype is dtype:
+            if _fusible(p) and v.dtype is dtype and p.device == root.device:
                 group.append(p)
                 stack.append(p)
     return group
@@ -112,6 +112,6 @@ def _fuse(graph: Graph, group: list):
         return None
     program_t = tuple(program)
     check_program(program_t, len(inputs))
-    node = Node(graph.unique_name("fused"), FUSED, inputs, {"program": program_t}, [root_out])
+    node = Node(graph.unique_name("fused"), FUSED, inputs, {"program": program_t}, [root_out], group[-1].device)
     root_out.producer, root_out.index = node, 0
     return node

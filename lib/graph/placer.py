@@ -1,0 +1,124 @@
+"""Placement: give every node of a graph a worker device, keeping the ones the user chose.
+
+Nodes traced inside `tp.device("/worker:W...")` carry that device, and gradient nodes
+carry the device of the op they differentiate. `place(graph)` puts the rest with a
+greedy rule, in this order (a simplified form of the TensorFlow paper's placer, with
+the shape rules' sizes as the only cost):
+
+1. A node keeps the device it has. With `devices` given, a device outside that list is
+   an error naming the node.
+2. Colocate with inputs: in graph order, a node whose inputs come from placed nodes goes
+   to the device, among those of its inputs, that has to receive the fewest bytes
+   (the sizes of its inputs made on other devices; a dynamic dimension counts as 1;
+   graph inputs and constants are free), the first such device on a tie.
+3. Colocate with readers: in reverse graph order, a node still unplaced (it reads only
+   graph inputs, constants or state) goes to the device of its readers that reads the
+   most bytes of its outputs, the first on a tie.
+4. What is left (nothing placed around it) goes to `default`, the first of `devices`,
+   or "/worker:0/cpu:0".
+5. A variable lives on one device: its reads and writes all go to the device one of
+   them was given explicitly, or else to that of its first read or write; explicit
+   reads or writes of one variable on two devices are an error.
+
+>>> import tapeflow as tp
+>>> def f(x):
+...     with tp.device("/worker:1"):
+...         y = tp.exp(x)
+...     return y * 2.0
+>>> g = tp.freeze(f, tp.TensorSpec((3,)), optimize=False)
+>>> place(g)
+1
+>>> [n.device for n in g.nodes]
+['/worker:1/cpu:0', '/worker:1/cpu:0']
+"""
+
+from __future__ import annotations
+
+import math
+
+from tapeflow.devices import canonical_placement
+from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError
+
+DEFAULT_DEVICE = "/worker:0/cpu:0"
+
+
+class PlacementError(GraphError):
+    """A node that cannot be placed where it was asked to be."""
+
+
+def value_bytes(v) -> int:
+    """The bytes a value holds, from its shape (a dynamic dimension counts as 1)."""
+    return math.prod(d or 1 for d in v.shape) * v.dtype.np.itemsize
+
+
+def place(graph: Graph, devices=None, default: str | None = None) -> int:
+    """Give every unplaced node of `graph` a device (see the module docstring); returns
+    how many nodes it placed. `devices` limits where nodes may go."""
+    allowed = None if devices is None else [canonical_placement(d) for d in devices]
+    default = canonical_placement(default or (allowed[0] if allowed else DEFAULT_DEVICE))
+    for node in graph.nodes:
+        if node.device is not None:
+            node.device = canonical_placement(node.device)
+            if allowed is not None and node.device not in allowed:
+                raise PlacementError(
+                    f"{graph.name}: node '{node.name}' ({node.op}) is placed on {node.device}, "
+                    f"which is not one of the devices {allowed}"
+                )
+    homes = _variable_homes(graph)
+    unplaced = [n for n in graph.nodes if n.device is None]
+    for node in unplaced:
+        if node.op in (READ, ASSIGN) and node.attrs["variable"] in homes:
+            node.device = homes[node.attrs["variable"]]
+    for node in graph.nodes:  # 2. colocate with inputs
+        if node.device is None:
+            node.device = _cheapest(
+                [(v.producer.device, value_bytes(v)) for v in node.inputs if v.producer is not None]
+            )
+    readers = graph.consumers()
+    for node in reversed(graph.nodes):  # 3. colocate with readers
+        if node.device is None:
+            reads = [(r.device, value_bytes(v)) for v in node.outputs for r in readers.get(id(v), ())]
+            node.device = _busiest(reads)
+    for node in unplaced:  # 4. the default
+        if node.device is None:
+            node.device = default
+    for node in unplaced:  # 5. a variable lives on one device
+        if node.op in (READ, ASSIGN):
+            homes.setdefault(node.attrs["variable"], node.device)
+    for node in graph.nodes:
+        if node.op in (READ, ASSIGN):
+            node.device = homes[node.attrs["variable"]]
+    graph.changed()
+    return len(unplaced)
+
+
+def _variable_homes(graph: Graph) -> dict[str, str]:
+    """The device of each variable that an explicitly placed read or write gives."""
+    homes: dict[str, tuple[str, str]] = {}
+    for node in graph.nodes:
+        if node.op in (READ, ASSIGN) and node.device is not None:
+            name = node.attrs["variable"]
+            home = homes.setdefault(name, (node.device, node.name))
+            if home[0] != node.device:
+                raise PlacementError(
+                    f"{graph.name}: variable '{name}' is used on {home[0]} (node '{home[1]}') and on "
+                    f"{node.device} (node '{node.name}'); a variable lives on one device"
+                )
+    return {name: device for name, (device, _) in homes.items()}
+
+
+def _cheapest(inputs: list[tuple[str | None, int]]) -> str | None:
+    """The device among the inputs' that receives the fewest bytes from the others."""
+    candidates = list(dict.fromkeys(d for d, _ in inputs if d is not None))
+    if not candidates:
+        return None
+    return min(candidates, key=lambda d: sum(size for dev, size in inputs if dev is not None and dev != d))
+
+
+def _busiest(reads: list[tuple[str | None, int]]) -> str | None:
+    """The device whose readers read the most bytes (the first on a tie)."""
+    totals: dict[str, int] = {}
+    for dev, size in reads:
+        if dev is not None:
+            totals[dev] = totals.get(dev, 0) + size
+    return max(totals, key=lambda d: totals[d]) if totals else None

@@ -1,0 +1,83 @@
+"""The GPU backend. Its array-module code runs here with NumPy standing in for CuPy and is
+checked against the op references; the RawKernels and the device itself need a GPU, and
+those tests skip without one."""
+
+import numpy as np
+import pytest
+
+import tapeflow as tp
+from tapeflow import _compat
+from tapeflow.backends import cupy_backend
+from tapeflow.ops.registry import get_op
+
+needs_gpu = pytest.mark.skipif(not _compat.has_gpu, reason="needs CuPy and a CUDA GPU")
+RNG = np.random.default_rng(3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_cross_entropy_matches_the_reference(dtype):
+    logits = RNG.standard_normal((5, 7)).astype(dtype)
+    labels = RNG.integers(0, 7, 5)
+    got = cupy_backend.sparse_softmax_cross_entropy_with_logits(cupy_backend.from_host(logits), labels)
+    want = get_op("sparse_softmax_cross_entropy_with_logits").reference(logits, labels)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(cupy_backend.to_host(g), w, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_scatter_add_accumulates_repeated_rows_like_the_reference(axis):
+    x = RNG.standard_normal((4, 3))
+    ids = np.array([2, 0, 2, -1])
+    updates = RNG.standard_normal((4, 3) if axis == 0 else (4, 4))
+    if axis == 1:
+        ids = np.array([1, 0, 1, -1])
+    got = cupy_backend.scatter_add(cupy_backend.from_host(x), ids, cupy_backend.from_host(updates), axis)
+    want = get_op("scatter_add").reference(x, ids, updates, axis)
+    np.testing.assert_allclose(cupy_backend.to_host(got), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("strides", "padding", "dilations"),
+    [((1, 1), "SAME", (1, 1)), ((2, 2), "VALID", (1, 1)), ((2, 1), "SAME", (2, 2)), ((1, 1), ((1, 0), (2, 1)), (1, 1))],
+)
+def test_im2col_convolution_matches_the_reference(strides, padding, dilations):
+    x, w = RNG.standard_normal((2, 7, 6, 3)), RNG.standard_normal((3, 2, 3, 4))
+    got = cupy_backend.conv2d(cupy_backend.from_host(x), cupy_backend.from_host(w), strides, padding, dilations)
+    want = get_op("conv2d").reference(x, w, strides, padding, dilations)
+    np.testing.assert_allclose(cupy_backend.to_host(got), want, rtol=1e-10, atol=1e-12)
+
+
+def test_gather_and_dense_helpers_match_numpy():
+    a, w, b = RNG.standard_normal((3, 4)), RNG.standard_normal((4, 2)), RNG.standard_normal(2)
+    np.testing.assert_allclose(cupy_backend.fused_matmul(a, w, b, "relu"), np.maximum(a @ w + b, 0))
+    np.testing.assert_array_equal(cupy_backend.gather(a, np.array([2, 0]), 0), a[[2, 0]])
+    np.testing.assert_array_equal(cupy_backend.relu_grad(a, a), np.where(a > 0, a, 0))
+
+
+def test_without_a_gpu_there_is_no_gpu_device_and_no_pool():
+    if _compat.has_gpu:
+        pytest.skip("a GPU is present")
+    assert all(d.family != "gpu" for d in tp.list_devices())
+    assert cupy_backend.memory_stats() == {}
+
+
+@needs_gpu
+def test_memory_stats_separate_arrays_in_use_from_the_cache():
+    before = tp.memory_stats("gpu:0")
+    t = tp.zeros((1024, 1024), device="gpu:0")
+    during = tp.memory_stats("gpu:0")
+    assert during["in_use"] >= before["in_use"] + 4 * 1024 * 1024
+    del t
+    after = tp.memory_stats("gpu:0")
+    assert after["in_use"] < during["in_use"] and after["cached"] >= 4 * 1024 * 1024
+
+
+@needs_gpu
+def test_raw_kernels_match_their_array_module_versions():
+    cupy = _compat.cupy
+    logits = cupy.asarray(RNG.standard_normal((64, 1000)).astype(np.float32))
+    labels = cupy.asarray(RNG.integers(0, 1000, 64))
+    fast = cupy_backend.sparse_softmax_cross_entropy_with_logits(logits, labels)
+    slow = cupy_backend._softmax_xent_xp(logits, labels)
+    for f, s in zip(fast, slow, strict=True):
+        np.testing.assert_allclose(cupy.asnumpy(f), cupy.asnumpy(s), rtol=1e-5, atol=1e-6)

@@ -1,0 +1,137 @@
+"""Training on an XLA device (torch_xla on the CPU here) against the NumPy backend.
+
+These run in the XLA test environment (`make test` builds .venv-xla); elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapeflow as tp
+from tapeflow import _compat
+
+pytestmark = pytest.mark.skipif(not _compat.has_xla, reason="needs torch_xla (the .venv-xla test environment)")
+XLA = "xla:0"
+
+
+def _data(shape, classes, n=48, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, *shape)).astype(np.float32), rng.integers(0, classes, n)
+
+
+def _mlp():
+    return [tp.Input((8,)), tp.layers.Dense(16, activation="relu"), tp.layers.Dense(3)]
+
+
+def _cnn():
+    return [
+        tp.Input((8, 8, 1)),
+        tp.layers.Conv2D(4, 3, padding="same", activation="relu"),
+        tp.layers.MaxPooling2D(2),
+        tp.layers.Conv2D(4, 3, activation="relu"),
+        tp.layers.Flatten(),
+        tp.layers.Dense(3),
+    ]
+
+
+def _fit(device: str, make_layers, data, jit: bool):
+    tp.random.seed(0)
+    with tp.device(device):
+        model = tp.Sequential(make_layers())
+        model.compile(
+            optimizer=tp.optimizers.Adam(1e-2),
+            loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            jit=jit,
+        )
+        history = model.fit(*data, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    assert all(w.device == tp.devices.parse_device(device) for w in model.weights)
+    return history.history["loss"], model.get_weights()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "frozen"])
+@pytest.mark.parametrize(("make_layers", "shape"), [(_mlp, (8,)), (_cnn, (8, 8, 1))], ids=["mlp", "cnn"])
+def test_training_on_xla_equals_the_numpy_backend(make_layers, shape, jit):
+    data = _data(shape, 3)
+    cpu_loss, cpu_weights = _fit("cpu", make_layers, data, jit)
+    xla_loss, xla_weights = _fit(XLA, make_layers, data, jit)
+    np.testing.assert_allclose(xla_loss, cpu_loss, rtol=1e-5)
+    for a, b in zip(xla_weights, cpu_weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_frozen_train_step_compiles_once_in_ten_steps():
+    x, y = _data((8,), 3, n=16)
+    with tp.device(XLA):
+        model = tp.Sequential(_mlp())
+        optimizer = tp.optimizers.Adam(0.01)
+        optimizer.build(model.trainable_weights)
+        loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+        @tp.function
+        def step(x, y):
+            with tp.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_weights)
+            optimizer.apply_gradients(zip(grads, model.trainable_weights, strict=True))
+            return loss
+
+        xs, ys = tp.tensor(x), tp.tensor(y)
+        before = tp.device_stats(XLA)
+        losses = [float(step(xs, ys))]
+        after_first = tp.device_stats(XLA)
+        losses += [float(step(xs, ys)) for _ in range(9)]
+        after_ten = tp.device_stats(XLA)
+    assert after_first["compiles"] - before["compiles"] >= 1
+    assert after_ten["compiles"] == after_first["compiles"], "a later step compiled again"
+    assert after_ten["executions"] - after_first["executions"] == 9  # one computation per step
+    assert losses[-1] < losses[0]
+
+
+def test_frozen_graph_runs_on_its_device():
+    with tp.device(XLA):
+        graph = tp.freeze(lambda x: tp.nn.relu(x) * 2.0, tp.TensorSpec((3,), "float32"))
+    assert graph.device == tp.Device("xla", 0)
+    out = graph(tp.tensor([-1.0, 0.5, 2.0], device=XLA))
+    assert out.device == tp.Device("xla", 0)
+    np.testing.assert_allclose(out.numpy(), [0.0, 1.0, 4.0])
+    np.testing.assert_allclose(graph.run({graph.inputs[0].name: np.array([1.0, -1.0, 0.0], np.float32)})[0], [2, 0, 0])
+
+
+def test_moves_are_explicit_and_mixing_devices_is_an_error():
+    here = tp.tensor([1.0, 2.0])
+    there = here.to(XLA)
+    assert there.device == tp.Device("xla", 0) and there.to("cpu").device == tp.Device("cpu", 0)
+    np.testing.assert_array_equal(there.to("cpu").numpy(), [1.0, 2.0])
+    with pytest.raises(tp.DeviceMismatchError, match="cpu:0 and xla:0"):
+        here + there
+    with tp.device(XLA):
+        v = tp.Variable(tp.zeros((2,)), name="v")
+    with pytest.raises(ValueError, match="'v' lives on xla:0, the value on cpu:0"):
+        v.assign(here)
+    v.assign(there)
+    np.testing.assert_array_equal(v.numpy(), [1.0, 2.0])
+
+
+def test_stats_count_compilations():
+    stats = tp.device_stats(XLA)
+    assert set(stats) == {"compiles", "compile_seconds", "executions", "cached_compiles"}
+    tp.exp(tp.tensor(np.arange(7, dtype=np.float32), device=XLA))  # a shape nothing else used
+    assert tp.device_stats(XLA)["compiles"] == stats["compiles"] + 1
+
+
+@pytest.mark.slow
+def test_mixed_bfloat16_training_on_xla_follows_the_cpu():
+    data = _data((8,), 3)
+    tp.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        cpu_loss, cpu_weights = _fit("cpu", _mlp, data, jit=True)
+        xla_loss, xla_weights = _fit(XLA, _mlp, data, jit=True)
+    finally:
+        tp.mixed_precision.set_global_policy("float32")
+    assert all(w.dtype == np.float32 for w in xla_weights)
+    np.testing.assert_allclose(xla_loss, cpu_loss, rtol=2e-2)
+    for a, b in zip(xla_weights, cpu_weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=5e-2, atol=5e-2)

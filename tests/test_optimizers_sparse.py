@@ -1,0 +1,133 @@
+"""Sparse optimizer updates: an IndexedSlices gradient updates only its rows, equal to the
+dense update there and bit-identical elsewhere, eagerly and in a frozen train step; and
+a step on a 1,000,000 x 128 embedding allocates memory in proportion to the batch."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import tapeflow as tp
+
+RNG = np.random.default_rng(11)
+ROWS, DIM = 40, 6
+
+OPTIMIZERS = {
+    "sgd": lambda **kw: tp.optimizers.SGD(0.1, **kw),
+    "momentum": lambda **kw: tp.optimizers.SGD(0.1, momentum=0.9, **kw),
+    "nesterov": lambda **kw: tp.optimizers.SGD(0.1, momentum=0.9, nesterov=True, **kw),
+    "adagrad": lambda **kw: tp.optimizers.Adagrad(0.1, **kw),
+    "adam": lambda **kw: tp.optimizers.Adam(0.01, **kw),
+    "rmsprop": lambda **kw: tp.optimizers.RMSprop(0.01, **kw),
+}
+# Rules whose untouched rows do not move under a zero dense gradient, at any step.
+EXACT_EVERY_STEP = {"sgd", "adagrad"}
+
+
+def _loss(table, ids, weights):
+    return tp.sum(tp.nn.embedding_lookup(table, ids) * weights)
+
+
+def _sparse_and_dense_gradients(table, ids, weights):
+    with tp.GradientTape() as tape:
+        loss = _loss(table, ids, weights)
+    sparse = tape.gradient(loss, table)
+    assert isinstance(sparse, tp.IndexedSlices)
+    return sparse, tp.convert_to_tensor(sparse)
+
+
+def _batch(step):
+    ids = RNG.integers(0, ROWS // 2, (8, 3))  # repeats within a batch; rows >= ROWS / 2 never touched
+    return ids, tp.tensor(RNG.standard_normal((8, 3, DIM)).astype(np.float32))
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("clip", [{}, {"clipnorm": 0.5}, {"global_clipnorm": 0.5}, {"clipvalue": 0.05}])
+def test_sparse_update_equals_dense_on_touched_rows(name, clip):
+    start = RNG.standard_normal((ROWS, DIM)).astype(np.float32)
+    sparse_table, dense_table = tp.Variable(start, name="t"), tp.Variable(start, name="t")
+    sparse_opt, dense_opt = OPTIMIZERS[name](**clip), OPTIMIZERS[name](**clip)
+    steps = 3 if name in EXACT_EVERY_STEP else 1  # lazy rules differ from dense after step 1 on skipped rows
+    for step in range(steps):
+        ids, weights = _batch(step)
+        sparse, _ = _sparse_and_dense_gradients(sparse_table, ids, weights)
+        _, dense = _sparse_and_dense_gradients(dense_table, ids, weights)
+        sparse_opt.apply_gradients([(sparse, sparse_table)])
+        dense_opt.apply_gradients([(dense, dense_table)])
+        np.testing.assert_allclose(sparse_table.numpy(), dense_table.numpy(), rtol=2e-6, atol=1e-7)
+    untouched = slice(ROWS // 2, None)
+    np.testing.assert_array_equal(sparse_table.numpy()[untouched], start[untouched])
+    for slot, value in sparse_opt.slots(sparse_table).items():
+        np.testing.assert_allclose(value.numpy(), dense_opt.slots(dense_table)[slot].numpy(), rtol=2e-6, atol=1e-7)
+
+
+def test_lazy_adam_leaves_absent_rows_alone_where_dense_adam_moves_them():
+    start = RNG.standard_normal((4, 2)).astype(np.float32)
+    lazy, dense = tp.Variable(start), tp.Variable(start)
+    lazy_opt, dense_opt = tp.optimizers.Adam(0.1), tp.optimizers.Adam(0.1)
+    for ids in ([0, 1], [0]):  # row 1 is absent from the second batch
+        sparse, full = _sparse_and_dense_gradients(lazy, ids, tp.ones((len(ids), 2)))
+        lazy_opt.apply_gradients([(sparse, lazy)])
+        dense_opt.apply_gradients([(full, dense)])
+    after_first = start[1] - 0.1 * np.sign(np.ones(2))  # Adam's first step moves each weight by ~lr
+    np.testing.assert_allclose(lazy.numpy()[1], after_first, rtol=1e-5)
+    assert np.all(dense.numpy()[1] < lazy.numpy()[1] - 0.05)  # dense momentum kept moving row 1
+    np.testing.assert_allclose(lazy.numpy()[0], dense.numpy()[0], rtol=1e-6)
+    np.testing.assert_array_equal(lazy.numpy()[2:], start[2:])
+
+
+def _embedding_model(rows, dim, jit, optimizer):
+    model = tp.Sequential([tp.Input((3,), dtype="int64"), tp.layers.Embedding(rows, dim), tp.layers.Flatten()])
+    model.compile(optimizer=optimizer, loss="mse", jit=jit)
+    return model
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
+def test_frozen_train_step_matches_eager_sparse_step(optimizer):
+    x = RNG.integers(0, 30, (16, 3))
+    y = RNG.standard_normal((16, 3 * 4)).astype(np.float32)
+    eager, frozen = _embedding_model(50, 4, False, optimizer), _embedding_model(50, 4, True, optimizer)
+    frozen.set_weights(eager.get_weights())
+    start = eager.get_weights()[0]
+    for _ in range(3):
+        eager.train_on_batch(x, y)
+        frozen.train_on_batch(x, y)
+    np.testing.assert_allclose(frozen.get_weights()[0], eager.get_weights()[0], rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(frozen.get_weights()[0][30:], start[30:])
+    assert not np.array_equal(frozen.get_weights()[0][:30], start[:30])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_large_embedding_step_allocates_in_proportion_to_the_batch(jit, optimizer):
+    """A 1,000,000 x 128 float32 table is 512 MB (Adam adds two more); a step on a batch of
+    1024 x 3 ids touches ~3,000 rows (1.5 MB of them), and must allocate a few MB, not a table."""
+    rows, dim = 1_000_000, 128
+    model = _embedding_model(rows, dim, jit, optimizer)
+    x = RNG.integers(0, rows, (1024, 3))
+    y = np.zeros((1024, 3 * dim), np.float32)
+    model.train_on_batch(x, y)  # builds the slots and, with jit, the frozen step
+    table = model.layers[0].embeddings
+    before = table.numpy()[x[:, 0]].copy()
+    tracemalloc.start()
+    model.train_on_batch(x, y)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    table_bytes = rows * dim * 4
+    assert peak < table_bytes / 20, f"a step allocated {peak / 1e6:.1f} MB for a {table_bytes / 1e6:.0f} MB table"
+    assert not np.array_equal(table.numpy()[x[:, 0]], before)
+
+
+def test_an_optimizer_with_its_own_update_step_gets_dense_gradients():
+    class HalfStep(tp.optimizers.Optimizer):
+        def update_step(self, gradient, variable, learning_rate):
+            assert isinstance(gradient, tp.Tensor)
+            variable.assign(variable - gradient * 0.5)
+
+    table = tp.Variable(np.ones((5, 2), np.float32))
+    sparse, dense = _sparse_and_dense_gradients(table, [1, 1, 3], tp.ones((3, 2)))
+    HalfStep().apply_gradients([(sparse, table)])
+    np.testing.assert_allclose(table.numpy(), 1.0 - 0.5 * dense.numpy())
