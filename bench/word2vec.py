@@ -70,7 +70,7 @@ def run_gensim(corpus: str, threads: int, seed: int, vectors: str) -> dict:
     return {"words_per_second": model.corpus_total_words * s["epochs"] / seconds, "vocab": len(model.wv)}
 
 
-def run_frozen(corpus: str, threads: int, repeats: int = 3) -> dict:
+def run_frozen(corpus: str, threads: int, repeats: int = 5) -> dict:
     """Seconds per epoch of the fused step: kernel in place, eager op, frozen graph."""
     import numpy as np
 

@@ -38,103 +38,86 @@ cdef extern from *:
     #else
     #define TAPEFLOW_W2V_CLONES
     #endif
+    /* dst += sum_r coef[r] * rows[r], four rows at a time, so that each pass over dst
+       feeds four multiply-adds per element. */
+    #define TAPEFLOW_W2V_COMBINE(NAME, T)                                                   \
+    static inline void NAME(T* restrict dst, const T* const* rows, const T* coef,          \
+                            Py_ssize_t n, Py_ssize_t dim)                                  \
+    {                                                                                      \
+        Py_ssize_t r = 0;                                                                  \
+        for (; r + 4 <= n; r += 4) {                                                       \
+            const T* restrict a = rows[r]; const T* restrict b = rows[r + 1];              \
+            const T* restrict c = rows[r + 2]; const T* restrict e = rows[r + 3];          \
+            const T ga = coef[r], gb = coef[r + 1], gc = coef[r + 2], ge = coef[r + 3];    \
+            _Pragma("omp simd")                                                            \
+            for (Py_ssize_t d = 0; d < dim; d++)                                           \
+                dst[d] += ga * a[d] + gb * b[d] + gc * c[d] + ge * e[d];                   \
+        }                                                                                  \
+        for (; r < n; r++) {                                                               \
+            const T* restrict a = rows[r];                                                 \
+            const T ga = coef[r];                                                          \
+            _Pragma("omp simd")                                                            \
+            for (Py_ssize_t d = 0; d < dim; d++) dst[d] += ga * a[d];                      \
+        }                                                                                  \
+    }
     /* One window: S = X Y^T, G = lr (labels - sigmoid(S)), dX = G Y, Y += G^T X, X += dX,
        with X the context rows of syn0 and Y the center's and the negatives' rows of syn1
        (row 0 the center; a negative equal to it is skipped). Both updates use the values
-       from before the step. The products go four rows at a time, so that each load of a
-       row feeds four multiply-adds. */
-    #define TAPEFLOW_W2V_WINDOW(NAME, T, EXP)                                               \
+       from before the step. `g` holds m x outs values, `dx` m x dim. */
+    #define TAPEFLOW_W2V_WINDOW(NAME, T, EXP, COMBINE)                                      \
     TAPEFLOW_W2V_CLONES static void NAME(T* syn0, T* syn1, const int32_t* ctx, Py_ssize_t m, \
                      const int32_t* out, Py_ssize_t outs, Py_ssize_t dim, T lr, T* g, T* dx) \
     {                                                                                      \
-        const T* xr[4]; const T* yr[4]; T gr[4];                                           \
+        const T* xs[m]; const T* ys[outs]; T column[m];                                    \
+        for (Py_ssize_t i = 0; i < m; i++) xs[i] = syn0 + (Py_ssize_t)ctx[i] * dim;        \
+        for (Py_ssize_t c = 0; c < outs; c++) ys[c] = syn1 + (Py_ssize_t)out[c] * dim;     \
         for (Py_ssize_t i = 0; i < m; i++) {                                               \
-            const T* restrict x = syn0 + (Py_ssize_t)ctx[i] * dim;                         \
+            const T* restrict x = xs[i];                                                   \
+            T* gi = g + i * outs;                                                          \
             Py_ssize_t c = 0;                                                              \
             for (; c + 4 <= outs; c += 4) {                                                \
-                const T* restrict y0 = syn1 + (Py_ssize_t)out[c] * dim;                    \
-                const T* restrict y1 = syn1 + (Py_ssize_t)out[c + 1] * dim;                \
-                const T* restrict y2 = syn1 + (Py_ssize_t)out[c + 2] * dim;                \
-                const T* restrict y3 = syn1 + (Py_ssize_t)out[c + 3] * dim;                \
+                const T* restrict y0 = ys[c]; const T* restrict y1 = ys[c + 1];            \
+                const T* restrict y2 = ys[c + 2]; const T* restrict y3 = ys[c + 3];        \
                 T a0 = 0, a1 = 0, a2 = 0, a3 = 0;                                          \
                 _Pragma("omp simd reduction(+:a0,a1,a2,a3)")                               \
                 for (Py_ssize_t d = 0; d < dim; d++) {                                     \
                     a0 += x[d] * y0[d]; a1 += x[d] * y1[d];                                \
                     a2 += x[d] * y2[d]; a3 += x[d] * y3[d];                                \
                 }                                                                          \
-                g[i * outs + c] = a0; g[i * outs + c + 1] = a1;                            \
-                g[i * outs + c + 2] = a2; g[i * outs + c + 3] = a3;                        \
+                gi[c] = a0; gi[c + 1] = a1; gi[c + 2] = a2; gi[c + 3] = a3;                \
             }                                                                              \
             for (; c < outs; c++) {                                                        \
-                const T* restrict y = syn1 + (Py_ssize_t)out[c] * dim;                     \
+                const T* restrict y = ys[c];                                               \
                 T a = 0;                                                                   \
                 _Pragma("omp simd reduction(+:a)")                                         \
                 for (Py_ssize_t d = 0; d < dim; d++) a += x[d] * y[d];                     \
-                g[i * outs + c] = a;                                                       \
+                gi[c] = a;                                                                 \
             }                                                                              \
             for (c = 0; c < outs; c++) {                                                   \
                 T label = c == 0 ? (T)1 : (T)0;                                            \
-                T sv = g[i * outs + c];                                                    \
-                g[i * outs + c] = (c > 0 && out[c] == out[0]) ? (T)0                       \
-                                  : lr * (label - (T)1 / ((T)1 + EXP(-sv)));               \
+                gi[c] = (c > 0 && out[c] == out[0]) ? (T)0                                 \
+                        : lr * (label - (T)1 / ((T)1 + EXP(-gi[c])));                      \
             }                                                                              \
         }                                                                                  \
-        /* dX = G Y (from Y before its update) */                                          \
-        for (Py_ssize_t i = 0; i < m; i++) {                                               \
-            T* restrict dxi = dx + i * dim;                                                \
-            const T* gi = g + i * outs;                                                    \
-            for (Py_ssize_t d = 0; d < dim; d++) dxi[d] = 0;                               \
-            Py_ssize_t c = 0;                                                              \
-            for (; c + 4 <= outs; c += 4) {                                                \
-                for (int r = 0; r < 4; r++) {                                              \
-                    yr[r] = syn1 + (Py_ssize_t)out[c + r] * dim; gr[r] = gi[c + r];        \
-                }                                                                          \
-                const T* restrict y0 = yr[0]; const T* restrict y1 = yr[1];                \
-                const T* restrict y2 = yr[2]; const T* restrict y3 = yr[3];                \
-                const T g0 = gr[0], g1 = gr[1], g2 = gr[2], g3 = gr[3];                    \
-                _Pragma("omp simd")                                                        \
-                for (Py_ssize_t d = 0; d < dim; d++)                                       \
-                    dxi[d] += g0 * y0[d] + g1 * y1[d] + g2 * y2[d] + g3 * y3[d];           \
-            }                                                                              \
-            for (; c < outs; c++) {                                                        \
-                const T* restrict y = syn1 + (Py_ssize_t)out[c] * dim;                     \
-                const T gc = gi[c];                                                        \
-                _Pragma("omp simd")                                                        \
-                for (Py_ssize_t d = 0; d < dim; d++) dxi[d] += gc * y[d];                  \
-            }                                                                              \
+        for (Py_ssize_t i = 0; i < m; i++) {  /* dX = G Y, from Y before its update */     \
+            for (Py_ssize_t d = 0; d < dim; d++) dx[i * dim + d] = 0;                      \
+            COMBINE(dx + i * dim, ys, g + i * outs, outs, dim);                            \
         }                                                                                  \
-        /* Y += G^T X (X not yet updated) */                                               \
-        for (Py_ssize_t c = 0; c < outs; c++) {                                            \
-            T* restrict y = syn1 + (Py_ssize_t)out[c] * dim;                               \
-            Py_ssize_t i = 0;                                                              \
-            for (; i + 4 <= m; i += 4) {                                                   \
-                for (int r = 0; r < 4; r++) {                                              \
-                    xr[r] = syn0 + (Py_ssize_t)ctx[i + r] * dim; gr[r] = g[(i + r) * outs + c]; \
-                }                                                                          \
-                const T* restrict x0 = xr[0]; const T* restrict x1 = xr[1];                \
-                const T* restrict x2 = xr[2]; const T* restrict x3 = xr[3];                \
-                const T g0 = gr[0], g1 = gr[1], g2 = gr[2], g3 = gr[3];                    \
-                _Pragma("omp simd")                                                        \
-                for (Py_ssize_t d = 0; d < dim; d++)                                       \
-                    y[d] += g0 * x0[d] + g1 * x1[d] + g2 * x2[d] + g3 * x3[d];             \
-            }                                                                              \
-            for (; i < m; i++) {                                                           \
-                const T* restrict x = syn0 + (Py_ssize_t)ctx[i] * dim;                     \
-                const T gc = g[i * outs + c];                                              \
-                _Pragma("omp simd")                                                        \
-                for (Py_ssize_t d = 0; d < dim; d++) y[d] += gc * x[d];                    \
-            }                                                                              \
+        for (Py_ssize_t c = 0; c < outs; c++) {  /* Y += G^T X, X not yet updated */       \
+            for (Py_ssize_t i = 0; i < m; i++) column[i] = g[i * outs + c];                \
+            COMBINE(syn1 + (Py_ssize_t)out[c] * dim, xs, column, m, dim);                  \
         }                                                                                  \
-        /* X += dX */                                                                      \
-        for (Py_ssize_t i = 0; i < m; i++) {                                               \
+        for (Py_ssize_t i = 0; i < m; i++) {  /* X += dX */                                \
             T* restrict x = syn0 + (Py_ssize_t)ctx[i] * dim;                               \
             const T* restrict dxi = dx + i * dim;                                          \
             _Pragma("omp simd")                                                            \
             for (Py_ssize_t d = 0; d < dim; d++) x[d] += dxi[d];                           \
         }                                                                                  \
     }
-    TAPEFLOW_W2V_WINDOW(tapeflow_w2v_window_f32, float, expf)
-    TAPEFLOW_W2V_WINDOW(tapeflow_w2v_window_f64, double, exp)
+    TAPEFLOW_W2V_COMBINE(tapeflow_w2v_combine_f32, float)
+    TAPEFLOW_W2V_COMBINE(tapeflow_w2v_combine_f64, double)
+    TAPEFLOW_W2V_WINDOW(tapeflow_w2v_window_f32, float, expf, tapeflow_w2v_combine_f32)
+    TAPEFLOW_W2V_WINDOW(tapeflow_w2v_window_f64, double, exp, tapeflow_w2v_combine_f64)
     """
     void tapeflow_w2v_window_f32(float* syn0, float* syn1, const int32_t* ctx, Py_ssize_t m, const int32_t* out,
                                  Py_ssize_t outs, Py_ssize_t dim, float lr, float* g, float* dx) noexcept nogil
