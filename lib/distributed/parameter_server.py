@@ -9,8 +9,9 @@ has all its shards, they are combined in shard order with weights rows / total r
 gradients go through tapeflow's own optimizer, state blocks are set to the weighted
 mean. A sparse gradient (`SparseRows`, an Embedding's) stays sparse: the shards' rows,
 each weighted the same way, make one IndexedSlices, so the optimizer updates those rows
-only and the rest of the block (and its slots) keep their bytes. The step counter
-then moves on, and late or repeated pushes for a closed step are ignored.
+only and the rest of the block (and its slots) keep their bytes; the push's answer then
+carries only the rows the step changed, for the pusher to write into the blocks it has.
+The step counter then moves on, and late or repeated pushes for a closed step are ignored.
 
 Snapshots make checkpoints consistent without pausing the replicas: the client arms
 a step (`begin_epoch(..., snapshot_steps)` or `arm`), the shard copies its blocks,
@@ -73,6 +74,7 @@ class ParameterShard:
         self.armed: set[int] = set()
         self.snapshots: dict[int, tuple] = {}
         self.stopped = False
+        self.delta: tuple[int, dict[int, np.ndarray]] | None = None  # (step, rows of sparse variables it changed)
         self._advanced = asyncio.Condition()
 
     # ------------------------------------------------------------ state
@@ -99,6 +101,7 @@ class ParameterShard:
             self.optimizer.learning_rate = float(learning_rate)
         async with self._advanced:
             self.plan, self.step, self.pending, self.stopped = plan, int(iterations), {}, False
+            self.delta = None
             self.armed, self.snapshots = {int(s) for s in snapshot_steps if s > self.step}, {}
             self._advanced.notify_all()
 
@@ -165,9 +168,13 @@ class ParameterShard:
             self._advanced.notify_all()
 
     # ------------------------------------------------------------ steps
-    async def pull(self, step: int):
+    async def pull(self, step: int, since: int | None = None):
         """('ok', step, arrays) once the parameters are those of `step`; ('ahead', s, None)
-        when this shard has moved on to step s; ('stop', step, None) after `stop`."""
+        when this shard has moved on to step s; ('stop', step, None) after `stop`.
+
+        A caller holding the blocks of step `since` = step - 1 gets, for each block a
+        sparse gradient updated, only the rows that step changed, as `SparseRows` of new
+        values (to overwrite, not to add); other blocks come whole."""
         async with self._advanced:
             try:
                 await asyncio.wait_for(self._advanced.wait_for(lambda: self.stopped or self.step >= step), self.timeout)
@@ -181,7 +188,15 @@ class ParameterShard:
                 return "stop", step, None
             if self.step > step:
                 return "ahead", self.step, None
-            return "ok", step, [v.numpy() for v in self.variables]
+            changed = self.delta[1] if since == step - 1 and self.delta and self.delta[0] == step else {}
+            return (
+                "ok",
+                step,
+                [
+                    SparseRows(changed[i], v.numpy()[changed[i]]) if i in changed else v.numpy()
+                    for i, v in enumerate(self.variables)
+                ],
+            )
 
     async def push(self, step: int, shard: int, rows: int, arrays: list):
         """Add one shard's arrays for `step`, apply the step once its plan's shards are in,
@@ -190,23 +205,26 @@ class ParameterShard:
         if not self.stopped and step == self.step and shard not in self.pending:
             self.pending[shard] = (int(rows), arrays)
             if len(self.pending) == self.plan.needed(step):
-                self._apply(self.pending)
+                changed = self._apply(self.pending)
                 async with self._advanced:
-                    self.step, self.pending = step + 1, {}
+                    self.step, self.pending, self.delta = step + 1, {}, (step + 1, changed)
                     if self.step in self.armed:
                         self.armed.discard(self.step)
                         self.snapshots[self.step] = self._state(copy=True)
                     self._advanced.notify_all()
-        return await self.pull(step + 1)
+        return await self.pull(step + 1, since=step)
 
-    def _apply(self, pending: dict) -> None:
+    def _apply(self, pending: dict) -> dict[int, np.ndarray]:
+        """Apply a step; returns, for the variables updated by rows only, the rows changed."""
         shards = sorted(pending)
         total = sum(pending[s][0] for s in shards)
-        grads, updated = [], []
+        grads, updated, changed = [], [], {}
         for i, var in enumerate(self.variables):
             if isinstance(pending[shards[0]][1][i], SparseRows):
                 grads.append(_sparse_mean(var, [pending[s] for s in shards], i, total))
                 updated.append(var)
+                if not (self.optimizer.weight_decay and self.decays[i]):  # decay changes every row
+                    changed[i] = np.unique(grads[-1].indices.numpy())
                 continue
             mean = None
             for s in shards:  # in shard order, whatever the order of arrival
@@ -222,6 +240,7 @@ class ParameterShard:
             self.optimizer.apply_gradients(zip(grads, updated, strict=True))
         else:
             self.optimizer.iterations += 1
+        return changed
 
 
 def _sparse_mean(var: Variable, parts: list, i: int, total: int) -> IndexedSlices:

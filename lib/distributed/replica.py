@@ -2,9 +2,11 @@
 
 Each step a replica computes the gradient of its shard of the global batch with the
 frozen gradient step on the step's parameters, commits the result to the step log and,
-if accepted, pushes each parameter shard its blocks; the pushes answer with the next
-step's parameters. A replica that finds the parameters already past its step (its last
-result was too late) skips ahead to the current step. The loop ends when the epoch's
+if accepted, pushes each parameter shard its blocks (an Embedding's gradient as the
+rows its ids name); the pushes answer with the next step's parameters (of a sparsely
+updated table, only the rows the step changed, which the replica writes into its copy).
+A replica that finds the parameters already past its step (its last result was too
+late) skips ahead to the current step. The loop ends when the epoch's
 last step is applied or the client stops the shards; every wait is bounded by `timeout`.
 """
 
@@ -22,6 +24,7 @@ from tapeflow.distributed.epoch_plan import EpochPlan
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
 from tapeflow.distributed.local_actor import in_process
 from tapeflow.distributed.placement import Block, join_blocks
+from tapeflow.distributed.sparse_rows import SparseRows
 from tapeflow.distributed.stragglers import Stragglers
 
 
@@ -51,12 +54,12 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
     plan, replica = job.plan, job.replica
     reader = rows_reader(data)
     results = _Results(log, job)
-    applied, step, answers = 0, plan.first_step, None
+    applied, step, answers, parts = 0, plan.first_step, None, {}
     while step < plan.end:
-        step, parameters = _parameters(shards, job, step, answers)
-        if parameters is None:
+        step, parts = _parameters(shards, job, step, answers, parts)
+        if parts is None:
             break
-        answers = None
+        parameters, answers = join_blocks(parts), None
         shard = plan.shard_of(replica, step)
         rows = plan.shard_rows(order, step, shard)
         if len(rows):
@@ -107,10 +110,12 @@ class _Results:
                 actor_answer(call, self.job.timeout, "the step log")
 
 
-def _parameters(shards: list, job: ReplicaJob, step: int, answers=None):
-    """(step, parameters) with every shard's blocks from the same step, at `step` or the
+def _parameters(shards: list, job: ReplicaJob, step: int, answers=None, previous=None):
+    """(step, blocks) with every shard's blocks from the same step, at `step` or the
     newest step a shard has reached; (step, None) once the epoch is over or stopped.
-    `answers` are the shards' answers for `step` when the pushes brought them."""
+    `answers` are the shards' answers for `step` when the pushes brought them, in which
+    a sparsely updated block comes as the rows changed since `previous` (the blocks of
+    step - 1)."""
     target = step
     while True:
         if answers is None:
@@ -127,8 +132,16 @@ def _parameters(shards: list, job: ReplicaJob, step: int, answers=None):
             return target, None
     parts = {}
     for blocks, (_, _, arrays) in zip(job.blocks, answers, strict=True):
-        parts.update(zip(blocks, arrays, strict=True))
-    return target, join_blocks(parts)
+        for block, array in zip(blocks, arrays, strict=True):
+            parts[block] = _overwritten(previous[block], array) if isinstance(array, SparseRows) else array
+    return target, parts
+
+
+def _overwritten(block: np.ndarray, rows: SparseRows) -> np.ndarray:
+    """A copy of `block` with `rows` written in (the shard's arrays are never written in place)."""
+    out = np.array(block)
+    out[rows.indices] = rows.values
+    return out
 
 
 def actor_answer(call, timeout: float, what: str):
