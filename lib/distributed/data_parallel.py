@@ -22,6 +22,11 @@ rows alone. The step applies, with the model's own optimizer,
   (r + step) mod (replicas + b), so a slow replica misses different rows each step.
 - Variables the forward pass writes (batch-normalization statistics) take the same
   weighted mean of the values each applied shard computed.
+- An Embedding's gradient stays sparse (as in one process, where optimizers update only
+  the rows a batch names, Adam lazily): each replica pushes a row block only the rows
+  its ids fall in, the shard applies them as one IndexedSlices, and its answer carries
+  only the rows the step changed, so a table's traffic per step follows the batch's ids,
+  not its size (each replica still holds the whole table, as the frozen step reads it).
 
 Data. Arrays are copied to every replica's worker once, and each step's shards are
 rows of them. A `tp.data.Dataset` of (x, y) batches (`fit(dataset, distribute=...)`)

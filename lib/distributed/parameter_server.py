@@ -66,6 +66,8 @@ class ParameterShard:
         self.trainable = [bool(t) for t in trainable]
         self.decays = [bool(d) for d in decays]
         self.optimizer = optimizers.get(optimizer_config)
+        # a sparse gradient changes only its rows, unless the optimizer's own update_step densifies it
+        self._row_updates = type(self.optimizer).update_step is optimizers.Optimizer.update_step
         self.timeout = float(timeout)
         self.variables: list[Variable] | None = None
         self.plan: EpochPlan | None = None
@@ -223,7 +225,7 @@ class ParameterShard:
             if isinstance(pending[shards[0]][1][i], SparseRows):
                 grads.append(_sparse_mean(var, [pending[s] for s in shards], i, total))
                 updated.append(var)
-                if not (self.optimizer.weight_decay and self.decays[i]):  # decay changes every row
+                if self._row_updates and not (self.optimizer.weight_decay and self.decays[i]):  # decay: every row
                     changed[i] = np.unique(grads[-1].indices.numpy())
                 continue
             mean = None

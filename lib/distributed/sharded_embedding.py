@@ -20,7 +20,8 @@ The bytes of ids and rows sent and received (`bytes_moved`) therefore grow with 
 batch's unique ids and the embedding width, never with the table's rows. Training
 equals a single-process model whose Embedding gets the same sparse gradients, for any
 optimizer whose sparse update touches only the named rows (all of tapeflow's; global
-`weight_decay` or gradient-norm clipping need the whole table, and are refused).
+`weight_decay`, gradient-norm clipping or an optimizer's own `update_step` need the
+whole table, and are refused).
 
 >>> import numpy as np
 >>> import tapeflow as tp
@@ -62,12 +63,14 @@ class ShardedEmbedding:
             raise ValueError(f"ShardedEmbedding: table must be a 2-D array with rows, got shape {table.shape}")
         if table.dtype.kind != "f":
             raise TypeError(f"ShardedEmbedding: table must hold floats, got dtype {table.dtype}")
-        if getattr(optimizer, "weight_decay", None) or any(
-            getattr(optimizer, o, None) is not None for o in ("clipnorm", "global_clipnorm")
+        if (
+            getattr(optimizer, "weight_decay", None)
+            or any(getattr(optimizer, o, None) is not None for o in ("clipnorm", "global_clipnorm"))
+            or type(optimizer).update_step is not optimizers.Optimizer.update_step
         ):
             raise ValueError(
-                f"ShardedEmbedding: {type(optimizer).__name__} with weight_decay, clipnorm or global_clipnorm "
-                "needs the whole table each step; use it without them"
+                f"ShardedEmbedding: {type(optimizer).__name__} with weight_decay, clipnorm, global_clipnorm or its "
+                "own update_step needs the whole table each step; use one that updates rows (update_rule)"
             )
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise ValueError(f"ShardedEmbedding: timeout must be a number of seconds > 0, got {timeout!r}")

@@ -137,6 +137,13 @@ def test_bad_tables_ids_and_optimizers_are_refused_by_name(cluster):
         tp.distributed.ShardedEmbedding(cluster, np.zeros((5, 2), np.int64), tp.optimizers.SGD(0.1))
     with pytest.raises(ValueError, match="weight_decay, clipnorm"):
         tp.distributed.ShardedEmbedding(cluster, np.zeros((5, 2), np.float32), tp.optimizers.SGD(0.1, clipnorm=1.0))
+
+    class DenseSGD(tp.optimizers.SGD):
+        def update_step(self, gradient, variable, learning_rate):
+            variable.assign(variable - learning_rate * gradient)
+
+    with pytest.raises(ValueError, match="its own update_step"):
+        tp.distributed.ShardedEmbedding(cluster, np.zeros((5, 2), np.float32), DenseSGD(0.1))
     with tp.distributed.ShardedEmbedding(cluster, np.zeros((5, 2), np.float32), tp.optimizers.SGD(0.1)) as sharded:
         with pytest.raises(ValueError, match=r"ids must lie in \[0, 5\), got 0..5"):
             sharded.pull(np.array([0, 5]))
