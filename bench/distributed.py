@@ -39,6 +39,8 @@ reported as the time of a one-step epoch).
   pulls the batch's rows, differentiates in the client and pushes the sparse gradient.
   Steps/s is the median step; bytes per step are the payload (ids and rows) sent and
   received, and the loopback bytes (with Dask's own messages), against the table's size.
+  Then the same table in an embedding-bag model trained by `DataParallel` (sparse pushes,
+  row-delta answers): median step time and loopback bytes between consecutive steps.
 """
 
 from __future__ import annotations
@@ -180,6 +182,40 @@ def _embedding_steps(rows: int, steps: int, width: int = 16, batch: int = 256, b
     }
 
 
+def _data_parallel_embedding(rows: int, steps: int, width: int = 16, batch: int = 256, bag: int = 8) -> dict:
+    """Median step seconds and loopback bytes between the client's reports of consecutive
+    steps, of an embedding-bag model trained by `DataParallel` on 2 replicas."""
+    import tapeflow as tp
+
+    rng = np.random.default_rng(0)
+    tp.random.seed(0)
+    layers = [
+        tp.Input((bag,), dtype="int64"),
+        tp.layers.Embedding(rows, width),
+        tp.layers.Flatten(),
+        tp.layers.Dense(1),
+    ]
+    model = tp.Sequential(layers)
+    model.compile(optimizer=tp.optimizers.Adam(1e-3), loss="mse")
+    x, y = rng.integers(0, rows, (steps * batch, bag)), rng.standard_normal((steps * batch, 1)).astype("f4")
+    marks = []
+
+    class Record(tp.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            marks.append((time.perf_counter(), _loopback_bytes()))
+
+    record = Record()
+    with tp.distributed.Cluster(n_workers=2, threads_per_worker=1) as cluster:
+        strategy = tp.distributed.DataParallel(cluster, replicas=2, timeout=300)
+        model.fit(x, y, batch_size=batch, verbose=0, shuffle=False, callbacks=[record], distribute=strategy)
+    steady = np.diff(np.array(marks[len(marks) // 4 :]), axis=0)  # past the first steps
+    return {
+        "step": float(np.median(steady[:, 0])),
+        "loopback": float(np.median(steady[:, 1])),
+        "table": rows * width * 4.0,
+    }
+
+
 def embedding(steps: int) -> None:
     """The sharded-embedding section (see the module docstring)."""
     print("\nsharded embedding: embedding-bag, bags of 8, batch 256, width 16, SGD, table over 2 workers")
@@ -190,6 +226,11 @@ def embedding(steps: int) -> None:
             f"  {rows:10d}  {r['table'] / 1e6:8.1f}  {1 / r['step']:7.1f}  {r['payload'] / 1e3:15.1f}"
             f"  {r['loopback'] / 1e3:16.1f}"
         )
+    print("  the same model, Flatten + Dense(1), Adam, with DataParallel on 2 replicas (table in 2 row blocks):")
+    print("  table rows  table MB  steps/s  loopback KB/step (medians between steps the client reports)")
+    for rows in (10**5, 10**6):
+        r = run(mode="dp-embedding", rows=rows, steps=steps)
+        print(f"  {rows:10d}  {r['table'] / 1e6:8.1f}  {1 / r['step']:7.1f}  {r['loopback'] / 1e3:16.1f}")
 
 
 def worker(args) -> dict:
@@ -205,6 +246,8 @@ def worker(args) -> dict:
     tp.set_num_threads(1)
     if args.mode == "embedding":
         return _embedding_steps(args.rows, args.steps)
+    if args.mode == "dp-embedding":
+        return _data_parallel_embedding(args.rows, args.steps)
     if args.mode == "pipe":
         with tp.distributed.Cluster(n_workers=2, threads_per_worker=1) as cluster:
             strategy = tp.distributed.Pipeline(
