@@ -54,12 +54,12 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
     plan, replica = job.plan, job.replica
     reader = rows_reader(data)
     results = _Results(log, job)
-    applied, step, answers, parts = 0, plan.first_step, None, {}
+    applied, step, answers, parameters = 0, plan.first_step, None, None
     while step < plan.end:
-        step, parts = _parameters(shards, job, step, answers, parts)
-        if parts is None:
+        step, parameters = _parameters(shards, job, step, answers, parameters)
+        if parameters is None:
             break
-        parameters, answers = join_blocks(parts), None
+        answers = None
         shard = plan.shard_of(replica, step)
         rows = plan.shard_rows(order, step, shard)
         if len(rows):
@@ -111,11 +111,11 @@ class _Results:
 
 
 def _parameters(shards: list, job: ReplicaJob, step: int, answers=None, previous=None):
-    """(step, blocks) with every shard's blocks from the same step, at `step` or the
+    """(step, parameters) with every shard's blocks from the same step, at `step` or the
     newest step a shard has reached; (step, None) once the epoch is over or stopped.
     `answers` are the shards' answers for `step` when the pushes brought them, in which
-    a sparsely updated block comes as the rows changed since `previous` (the blocks of
-    step - 1)."""
+    a sparsely updated block comes as the rows changed since `previous` (the parameters
+    of step - 1, which this replica owns: the rows are written into them in place)."""
     target = step
     while True:
         if answers is None:
@@ -130,18 +130,24 @@ def _parameters(shards: list, job: ReplicaJob, step: int, answers=None, previous
         target, answers = max(s for _, s, _ in answers), None
         if target >= job.plan.end:
             return target, None
-    parts = {}
+    by_variable: dict[int, dict[Block, np.ndarray]] = {}
     for blocks, (_, _, arrays) in zip(job.blocks, answers, strict=True):
         for block, array in zip(blocks, arrays, strict=True):
-            parts[block] = _overwritten(previous[block], array) if isinstance(array, SparseRows) else array
-    return target, parts
-
-
-def _overwritten(block: np.ndarray, rows: SparseRows) -> np.ndarray:
-    """A copy of `block` with `rows` written in (the shard's arrays are never written in place)."""
-    out = np.array(block)
-    out[rows.indices] = rows.values
-    return out
+            by_variable.setdefault(block.variable, {})[block] = array
+    values = list(previous) if previous is not None else [None] * len(by_variable)
+    for variable, parts in by_variable.items():
+        if any(isinstance(a, SparseRows) for a in parts.values()):
+            for block, array in parts.items():
+                start = 0 if block.rows is None else block.rows[0]
+                if isinstance(array, SparseRows):
+                    values[variable][array.indices + start] = array.values
+                else:
+                    values[variable][start : start + len(array)] = array
+            continue
+        (joined,) = join_blocks(parts)
+        # the replica's own copy of a table that later steps update by rows, in place
+        values[variable] = np.array(joined) if variable in job.layout.sparse else joined
+    return target, values
 
 
 def actor_answer(call, timeout: float, what: str):
