@@ -83,6 +83,8 @@ bench: build
 	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/distributed.py
 	$(BIN)/python bench/word2vec.py
+	$(BIN)/python bench/files.py
+	$(BIN)/python bench/gpu.py
 
 bench-xla: build $(XLA_INSTALLED)
 	PJRT_DEVICE=CPU $(XLA_BIN)/python bench/xla.py

@@ -11,8 +11,8 @@ Ops in `UNSUPPORTED` have no lowering; running one on an XLA device raises
 host generator and are copied in, so a seed gives the same numbers on every device.
 
 >>> from tapeflow import _compat
->>> sorted(UNSUPPORTED)[:2] if _compat.has_xla else ['categorical', 'cond']
-['categorical', 'cond']
+>>> {"cond", "while_loop"} <= UNSUPPORTED if _compat.has_xla else True
+True
 """
 
 from __future__ import annotations
@@ -28,7 +28,18 @@ torch, F = _XLA.torch, _XLA.torch.nn.functional
 FALLS_BACK_TO_REFERENCE = False  # an op without a lowering is an error, never a silent CPU run
 HOLDS_NUMPY = False
 RUNS_ON_HOST = frozenset({"random_normal", "random_uniform", "truncated_normal", "random_permutation"})
-UNSUPPORTED = frozenset({"categorical", "cond", "custom_gradient", "while_loop", "while_loop_grad"})
+UNSUPPORTED = frozenset(
+    {
+        "candidate_sampler",  # draws a data-dependent number of times (unique candidates)
+        "categorical",
+        "cond",
+        "custom_gradient",
+        "unique_sum",  # its output's length depends on the values (distinct rows)
+        "while_loop",
+        "while_loop_grad",
+        "word2vec_sgns_train",  # the fused CPU kernel, Hogwild threads over host memory
+    }
+)
 
 _TORCH = {
     np.dtype(np.float16): torch.float16,
@@ -313,6 +324,10 @@ def scatter_add(x, indices, updates, axis):
     ids = _flat_ids(indices, x.shape[axis])
     updates = _t(updates).reshape(tuple(x.shape[:axis]) + (ids.shape[0],) + tuple(x.shape[axis + 1 :]))
     return x.index_add(axis, ids, updates.to(x.dtype))
+
+
+def scatter_update(x, indices, updates):
+    return _t(x).index_copy(0, _flat_ids(indices, x.shape[0]), _t(updates).to(_t(x).dtype))
 
 
 def _nd(indices):

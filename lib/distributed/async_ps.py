@@ -83,7 +83,7 @@ from tapeflow.distributed.data_parallel import (
     _count,
     _raise_failed,
 )
-from tapeflow.distributed.deployment import launch_replicas
+from tapeflow.distributed.deployment import launch_replicas, stop_actors
 from tapeflow.distributed.epoch_data import EpochStream, first_batch
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
 from tapeflow.distributed.inference import ClusterInference
@@ -439,18 +439,13 @@ class AsyncSession:
         """Release every replica waiting on a shard or the log (best effort; actors on workers
         that left are skipped, since their calls could only time out)."""
         try:
-            alive = set(self.strategy.cluster.workers)
+            alive = self.strategy.cluster.workers
         except Exception:  # noqa: BLE001 - a scheduler that does not answer: nothing to release
             return
         actors = list(zip(self.shards, self.shard_workers, strict=False))
         if self.log is not None:
             actors.append((self.log, self.replica_workers[0]))
-        for actor, worker in actors:
-            if worker in alive:
-                try:
-                    actor.stop().result(timeout=5)
-                except Exception:  # noqa: BLE001 - an actor already gone has nothing to release
-                    pass
+        stop_actors(actors, alive)
 
     def close(self) -> None:
         """Release the replicas, the shards, the log and the scattered data on the cluster

@@ -39,6 +39,25 @@ def launch_replicas(client, run, jobs, workers, shared: tuple) -> list:
     ]
 
 
+def stop_actors(actors, alive) -> None:
+    """Ask each actor of the (actor, worker) pairs `actors` whose worker is in `alive` to
+    stop, waiting at most `_STOP_WAIT` seconds for all of them (best effort: an actor
+    already gone has nothing to release)."""
+    alive, calls = set(alive), []
+    for actor, worker in actors:
+        if worker in alive:
+            try:
+                calls.append(actor.stop())
+            except Exception:  # noqa: BLE001 - an actor already gone has nothing to release
+                pass
+    deadline = time.monotonic() + _STOP_WAIT
+    for call in calls:
+        try:
+            call.result(timeout=max(deadline - time.monotonic(), 0.01))
+        except Exception:  # noqa: BLE001 - as above
+            pass
+
+
 def watched_result(future, what: str, timeout: float, watch, deadline: float | None = None):
     """The result of a Dask or actor future, calling `watch` (which may raise, when a
     worker died) every half second; a TimeoutError naming `what` at `deadline`
@@ -243,22 +262,10 @@ class Deployment:
     def stop(self, alive) -> None:
         """Release every replica waiting on a shard or the log on a worker in `alive`
         (best effort, at most a few seconds)."""
-        alive = set(alive)
-        actors = [(s, w) for s, w in zip(self.shards, self.shard_workers, strict=True) if w in alive]
-        if self.log is not None and self.replica_workers[0] in alive:
+        actors = list(zip(self.shards, self.shard_workers, strict=True))
+        if self.log is not None:
             actors.append((self.log, self.replica_workers[0]))
-        calls = []
-        for actor, _ in actors:
-            try:
-                calls.append(actor.stop())
-            except Exception:  # noqa: BLE001 - an actor already gone has nothing to release
-                pass
-        deadline = time.monotonic() + _STOP_WAIT
-        for call in calls:
-            try:
-                call.result(timeout=max(deadline - time.monotonic(), 0.01))
-            except Exception:  # noqa: BLE001 - as above
-                pass
+        stop_actors(actors, alive)
 
     def close(self) -> None:
         """Cancel the replicas and release the shards, the log and the copied data (safe to

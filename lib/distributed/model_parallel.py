@@ -41,7 +41,7 @@ import numpy as np
 from tapeflow import optimizers
 from tapeflow.devices import WorkerDevice
 from tapeflow.distributed.compression import decode, encode
-from tapeflow.distributed.deployment import watched_result
+from tapeflow.distributed.deployment import stop_actors, watched_result
 from tapeflow.distributed.gradient_graph import graph_bytes
 from tapeflow.distributed.liveness import WorkerLost, find_lost, lost_workers
 from tapeflow.distributed.local_actor import in_process
@@ -49,8 +49,6 @@ from tapeflow.distributed.replica import actor_answer
 from tapeflow.graph.partition import Transfer, partition
 from tapeflow.graph.runnable import load_graph
 from tapeflow.ops.registry import as_tensor
-
-_STOP_WAIT = 2.0  # seconds to release the stages of a failed step
 
 
 @dataclass(frozen=True)
@@ -395,22 +393,10 @@ class StageGroup:
     def _stop(self) -> None:
         """Release the stages still alive from a failed step (best effort, a few seconds)."""
         try:
-            alive = set(self.cluster.workers)
+            alive = self.cluster.workers
         except Exception:  # noqa: BLE001 - a scheduler that does not answer: nothing to release
             return
-        calls = []
-        for actor, w in zip(self.actors, self.workers, strict=True):
-            if w in alive:
-                try:
-                    calls.append(actor.stop())
-                except Exception:  # noqa: BLE001 - an actor already gone has nothing to release
-                    pass
-        deadline = time.monotonic() + _STOP_WAIT
-        for call in calls:
-            try:
-                call.result(timeout=max(deadline - time.monotonic(), 0.01))
-            except Exception:  # noqa: BLE001 - as above
-                pass
+        stop_actors(zip(self.actors, self.workers, strict=True), alive)
 
     def close(self) -> None:
         """Release the stage actors (safe to call twice)."""

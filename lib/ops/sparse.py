@@ -127,7 +127,7 @@ def indexed_slices_to_dense(slices: IndexedSlices) -> Tensor:
     """The dense tensor an IndexedSlices stands for (differentiable in its values)."""
     if any(d is None for d in slices.dense_shape):
         raise ValueError(f"IndexedSlices: cannot densify with the unknown dense_shape {slices.dense_shape}")
-    base = zeros(slices.dense_shape, slices.dtype)
+    base = zeros(slices.dense_shape, slices.dtype, device=slices.values.device)
     return scatter_add(base, slices.indices, slices.values)
 
 

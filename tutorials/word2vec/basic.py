@@ -32,7 +32,7 @@ from tapeflow.data import text
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from fast import load_corpus, plot_pca, print_neighbours, print_scores  # noqa: E402 - the same reports as fast.py
+from fast import load_corpus, report  # noqa: E402 - the same reports as fast.py
 
 
 class NoiseContrastive(tp.layers.Layer):
@@ -138,17 +138,8 @@ def main(argv=None) -> int:
     print(f"loss per step, by epoch: {losses}")
 
     wv = tp.word2vec.KeyedVectors(vocab.words, model.embedding.embeddings.numpy())
-    print_neighbours(wv)
-    print_scores(wv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    plot = args.out / "word2vec_basic_pca.png"
-    plot_pca(wv, plot)
-    print(f"\nPCA plot: {plot}")
-    if args.save_vectors is not None:
-        wv.save_word2vec_format(args.save_vectors)
-        print(f"vectors: {args.save_vectors}")
     # Raw corpus words (before subsampling) per second of training, as gensim counts them.
-    print(f"words/s: {sum(map(len, sentences)) * args.epochs / seconds:.0f}")
+    report(wv, args, "word2vec_basic_pca.png", sum(map(len, sentences)) * args.epochs / seconds)
     return 0
 
 

@@ -129,17 +129,22 @@ def main(argv=None) -> int:
     model.train(sentences)
     wv = model.wv
     print(f"vocabulary: {len(wv):,} words (min count {args.min_count}); {args.threads} threads, {args.epochs} epochs")
+    report(wv, args, "word2vec_pca.png", model.words_per_second)
+    return 0
+
+
+def report(wv: tp.word2vec.KeyedVectors, args: argparse.Namespace, plot_name: str, words_per_second: float) -> None:
+    """Neighbours, scores, the PCA plot, the saved vectors, and `words/s: N` as the last line."""
     print_neighbours(wv)
     print_scores(wv)
     args.out.mkdir(parents=True, exist_ok=True)
-    plot = args.out / "word2vec_pca.png"
+    plot = args.out / plot_name
     plot_pca(wv, plot)
     print(f"\nPCA plot: {plot}")
     if args.save_vectors is not None:
         wv.save_word2vec_format(args.save_vectors)
         print(f"vectors: {args.save_vectors}")
-    print(f"words/s: {model.words_per_second:.0f}")
-    return 0
+    print(f"words/s: {words_per_second:.0f}")
 
 
 if __name__ == "__main__":
