@@ -121,13 +121,17 @@ class Trainer:
         if not self._compiled:
             raise RuntimeError(f"{method}: call model.compile(optimizer, loss) first")
 
-    def _compute_loss(self, y, y_pred, sample_weight=None):
-        """(the total loss with the layers' own losses added, each output's unweighted loss)."""
+    def _output_loss(self, y, y_pred, sample_weight=None):
+        """(the weighted sum of the outputs' losses, each output's unweighted loss)."""
         outputs = self._output_losses
         names = outputs.output_names
         targets = per_output(y, names, "y", "fit")
         weights = None if sample_weight is None else per_output(sample_weight, names, "sample_weight", "fit", True)
-        loss, values = outputs(targets, flatten(y_pred), weights)
+        return outputs(targets, flatten(y_pred), weights)
+
+    def _compute_loss(self, y, y_pred, sample_weight=None):
+        """(the total loss with the layers' own losses added, each output's unweighted loss)."""
+        loss, values = self._output_loss(y, y_pred, sample_weight)
         for extra in self.losses:
             loss = add(loss, extra)
         return loss, values
@@ -206,7 +210,7 @@ class Trainer:
         structure, specs = self._prediction_specs
         rows = (x[0] if isinstance(x, list | tuple) else x).shape[0]
         probe = [as_tensor(np.zeros((rows, *shape), dtype)) for shape, dtype in specs]
-        self._compute_loss(y, rebuild_structure(structure, probe), sample_weight)
+        self._output_loss(y, rebuild_structure(structure, probe), sample_weight)
 
     def _update_metrics(self, y, y_pred, loss, sample_weight=None, output_losses=None, batch_size=None) -> dict:
         """Add one batch to the loss (weighted by the batch size, as Keras does), the
