@@ -200,21 +200,23 @@ def device(spec):
     nodes traced inside it on a worker device ("/worker:1", "/worker:1/gpu:0")."""
     if isinstance(spec, WorkerDevice) or isinstance(spec, str) and spec.lstrip().startswith("/"):
         name = canonical_placement(spec)
-        stack = getattr(_state, "placements", None)
-        if stack is None:
-            stack = _state.placements = []
-        stack.append(name)
-        try:
+        with _pushed("placements", name):
             yield WorkerDevice.parse(name)
-        finally:
-            stack.pop()
         return
     dev = parse_device(spec)
-    stack = getattr(_state, "stack", None)
-    if stack is None:
-        stack = _state.stack = []
-    stack.append(dev)
-    try:
+    with _pushed("stack", dev):
         yield dev
+
+
+@contextmanager
+def _pushed(attr: str, value):
+    """`value` on this thread's stack `attr` for the duration of the block."""
+    stack = getattr(_state, attr, None)
+    if stack is None:
+        stack = []
+        setattr(_state, attr, stack)
+    stack.append(value)
+    try:
+        yield
     finally:
         stack.pop()
