@@ -47,23 +47,31 @@ def _load(name: str) -> ModuleType:
     return module
 
 
-def _load_all() -> dict[str, ModuleType]:
-    """Every kernel module, with OpenMP threads that sleep when idle.
+# How long an idle OpenMP thread spins before it sleeps, in the runtime's pause loops: about
+# 0.1 ms here. Long enough to catch the next parallel loop of a training step (waking a
+# sleeping thread costs ~90 us, more than a small gemm gains from it), short enough that a
+# competing process gets its core back (the runtime's default spins ~100x longer).
+IDLE_SPIN = "3000"
 
-    OpenMP threads spin while they wait for work by default, which collapses training when
-    another process (a data loader, another Dask worker) wants a core. The runtime reads
-    OMP_WAIT_POLICY once, when the first kernel module loads it: PASSIVE is set for that
-    moment only, unless the user set a policy, and the environment is then restored, so
-    other libraries and subprocesses see it as it was.
+
+def _load_all() -> dict[str, ModuleType]:
+    """Every kernel module, with OpenMP threads that spin briefly, then sleep, when idle.
+
+    OpenMP threads spin for long while they wait for work by default, which collapses
+    training when another process (a data loader, another Dask worker) wants a core; threads
+    that sleep at once pay a wake-up on every parallel loop. The runtime reads
+    GOMP_SPINCOUNT once, when the first kernel module loads it: IDLE_SPIN is set for that
+    moment only, unless the user chose a wait policy or spin count, and the environment is
+    then restored, so other libraries and subprocesses see it as it was.
     """
-    chosen = "OMP_WAIT_POLICY" in os.environ
+    chosen = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
     if not chosen:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.environ["GOMP_SPINCOUNT"] = IDLE_SPIN
     try:
         return {name: _load(name) for name in MODULES}
     finally:
         if not chosen:
-            os.environ.pop("OMP_WAIT_POLICY", None)
+            os.environ.pop("GOMP_SPINCOUNT", None)
 
 
 _modules = _load_all()

@@ -578,25 +578,33 @@ def test_set_num_threads_refuses_counts_the_runtime_cannot_start():
         K.set_num_threads(old)
 
 
-def _openmp_environment(env: dict) -> tuple[str, str]:
-    """(OMP_WAIT_POLICY as the OpenMP runtime read it, as the environment shows it) after
-    importing tapeflow in a fresh process with `env`."""
+def _openmp_environment(env: dict) -> tuple[str, str, str]:
+    """(OMP_WAIT_POLICY and GOMP_SPINCOUNT as the OpenMP runtime read them, GOMP_SPINCOUNT as
+    the environment shows it) after importing tapeflow in a fresh process with `env`."""
     code = (
         "import ctypes, os, tapeflow\n"
-        "print(os.environ.get('OMP_WAIT_POLICY', '<unset>'), flush=True)\n"
-        "ctypes.CDLL('libgomp.so.1').omp_display_env(0)\n"
+        "print(os.environ.get('GOMP_SPINCOUNT', '<unset>'), flush=True)\n"
+        "ctypes.CDLL('libgomp.so.1').omp_display_env(1)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    runtime = re.search(r"OMP_WAIT_POLICY = '(\w+)'", out.stdout + out.stderr)
-    return (runtime.group(1) if runtime else "<not shown>"), out.stdout.splitlines()[0]
+    shown = out.stdout + out.stderr
+    policy = re.search(r"OMP_WAIT_POLICY = '(\w+)'", shown)
+    spin = re.search(r"GOMP_SPINCOUNT = '(\w+)'", shown)
+    return (
+        policy.group(1) if policy else "<not shown>",
+        spin.group(1) if spin else "<not shown>",
+        out.stdout.splitlines()[0],
+    )
 
 
 @pytest.mark.skipif(not K.build_info()["conv"]["openmp"], reason="kernels built without OpenMP")
-def test_openmp_threads_sleep_when_idle_without_changing_the_environment():
-    """Spinning OpenMP threads collapse training beside another busy process: the kernels run
-    with the PASSIVE wait policy, the environment seen by other libraries stays as it was, and
-    a policy the user chose wins."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    assert _openmp_environment(env) == ("PASSIVE", "<unset>")
-    assert _openmp_environment({**env, "OMP_WAIT_POLICY": "ACTIVE"}) == ("ACTIVE", "ACTIVE")
+def test_openmp_threads_spin_briefly_then_sleep_without_changing_the_environment():
+    """Long-spinning OpenMP threads collapse training beside another busy process, and threads
+    that sleep at once pay a wake-up per parallel loop: the kernels run with a short spin
+    count, the environment seen by other libraries stays as it was, and a policy or spin
+    count the user chose wins."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    assert _openmp_environment(env) == ("PASSIVE", K.IDLE_SPIN, "<unset>")
+    assert _openmp_environment({**env, "OMP_WAIT_POLICY": "ACTIVE"})[0] == "ACTIVE"
+    assert _openmp_environment({**env, "GOMP_SPINCOUNT": "7"}) == ("PASSIVE", "7", "7")
