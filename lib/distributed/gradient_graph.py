@@ -115,15 +115,17 @@ class GradientRunner:
         self.graphs = {size: load_graph(io.BytesIO(data)) for size, data in graphs.items()}
         self.layout = layout
 
-    def run(self, parameters: list[np.ndarray], x, y):
+    def run(self, parameters: list[np.ndarray], x, y, cancelled=None):
         """(loss, arrays, predictions) for one shard with the given parameters: `arrays`
-        holds the gradients of the trainable variables, then the written state's values."""
+        holds the gradients of the trainable variables, then the written state's values.
+        With `cancelled`, the graph stops between nodes with `RunCancelled` once it is true."""
         graph = self.graphs[len(y)]
         state = [graph.state[name] for name in self.layout.state_names]
         for var, value in zip(state, parameters, strict=True):
             var.assign(as_tensor(value))
         feeds = [*x, y] if isinstance(x, tuple) else [x, y]
-        outputs = graph.execute([check_feed(graph.name, v, a) for v, a in zip(graph.inputs, feeds, strict=True)])
+        feeds = [check_feed(graph.name, v, a) for v, a in zip(graph.inputs, feeds, strict=True)]
+        outputs = graph.execute(feeds, cancelled)
         n, rest, arrays = self.layout.n_trainable, iter(outputs[1:]), []
         for i in range(n):
             values = next(rest)

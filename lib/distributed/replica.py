@@ -6,7 +6,8 @@ if accepted, pushes each parameter shard its blocks (an Embedding's gradient as 
 rows its ids name); the pushes answer with the next step's parameters (of a sparsely
 updated table, only the rows the step changed, which the replica writes into its copy).
 A replica that finds the parameters already past its step (its last result was too
-late) skips ahead to the current step. The loop ends when the epoch's
+late) skips ahead to the current step; with backup workers, a replica whose step fills up
+while it still computes stops that computation between two nodes and drops it. The loop ends when the epoch's
 last step is applied or the client stops the shards; every wait is bounded by `timeout`.
 """
 
@@ -26,6 +27,7 @@ from tapeflow.distributed.local_actor import in_process
 from tapeflow.distributed.placement import Block, join_blocks
 from tapeflow.distributed.sparse_rows import SparseRows
 from tapeflow.distributed.stragglers import Stragglers
+from tapeflow.graph.executor import RunCancelled
 
 
 @dataclass(frozen=True)
@@ -63,10 +65,14 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
         shard = plan.shard_of(replica, step)
         rows = plan.shard_rows(order, step, shard)
         if len(rows):
-            loss, arrays, predictions = runner.run(parameters, *reader.take(rows))
-            pause = job.stragglers.delay(replica, step, plan.parts)
-            if pause:
-                time.sleep(pause)
+            # with backup workers a shard still computing when its step fills up is dropped
+            cancelled = log.closed(step, job.timeout).done if plan.backup_workers else None
+            try:
+                loss, arrays, predictions = runner.run(parameters, *reader.take(rows), cancelled=cancelled)
+                _slowed(job.stragglers.delay(replica, step, plan.parts), cancelled)
+            except RunCancelled:
+                step += 1
+                continue
             if results.commit((step, shard, replica, len(rows), float(loss), predictions)):
                 pushes = [
                     ps.push(step, shard, len(rows), [b.take(arrays[b.variable]) for b in blocks])
@@ -79,6 +85,17 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
         step += 1
     results.flush(wait=True)
     return applied
+
+
+def _slowed(seconds: float, cancelled) -> None:
+    """A simulated slow worker: `seconds` more of computing, which stops (`RunCancelled`) as
+    soon as `cancelled` is true, as the graph's own run does between nodes."""
+    end = time.monotonic() + seconds
+    while seconds > 0:
+        if cancelled is not None and cancelled():
+            raise RunCancelled("the step was filled by other shards")
+        time.sleep(min(0.002, seconds))
+        seconds = end - time.monotonic()
 
 
 class _Results:

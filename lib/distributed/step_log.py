@@ -63,6 +63,18 @@ class StepLog:
                 self._changed.notify_all()
         return True
 
+    async def closed(self, step: int, timeout: float) -> bool:
+        """Wait until `step` has all its accepted shards (True), or the log stops or `timeout`
+        seconds pass (False): a replica still computing that step then drops its work."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self.stopped or self.open.get(step, {}) is None), timeout
+                )
+            except asyncio.TimeoutError:
+                return False
+            return not self.stopped
+
     async def commit_all(self, results: list[tuple]) -> list[bool]:
         """`commit` each of several (step, shard, replica, rows, loss, predictions) results."""
         return [await self.commit(*result) for result in results]

@@ -1,7 +1,7 @@
 """Graphs frozen from eager code: IR, tracing, execution and passes."""
 
 from tapeflow.graph import control
-from tapeflow.graph.executor import Executor, NodeError
+from tapeflow.graph.executor import Executor, NodeError, RunCancelled
 from tapeflow.graph.gradients import gradients
 from tapeflow.graph.ir import GraphError, Node, Value
 from tapeflow.graph.runnable import Graph, load_graph

@@ -6,6 +6,9 @@ the state writes, when asked) need and binds each node's kernel once, from the
 backend of the graph's device; `run(feed_arrays)` then walks the schedule. Each
 value's slot is cleared after its last reader, so its array can be freed while the
 rest of the graph runs. A failing node is reported with its name, op and input shapes.
+A run given `cancelled` (a function of no arguments) asks it before each node and stops
+with `RunCancelled` once it answers true: how a computation whose result is no longer
+wanted (a late replica's gradient) gives its time back.
 
 >>> import numpy as np
 >>> from tapeflow.graph.ir import Graph
@@ -33,6 +36,11 @@ class NodeError(RuntimeError):
 
 
 _ASSIGN, _KERNEL, _MULTI, _ROWS = 0, 1, 2, 3
+
+
+class RunCancelled(RuntimeError):
+    """A graph run stopped between two nodes because its `cancelled` check said so; state
+    writes of the nodes before the stop have happened."""
 
 
 class Executor:
@@ -88,8 +96,9 @@ class Executor:
                 frees[i].append(s)
         self._steps = [(*step, tuple(f)) for step, f in zip(steps, frees, strict=True)]
 
-    def run(self, feed_arrays) -> list[np.ndarray]:
-        """Run the schedule on the fed arrays; return the fetched arrays."""
+    def run(self, feed_arrays, cancelled=None) -> list[np.ndarray]:
+        """Run the schedule on the fed arrays; return the fetched arrays. With `cancelled`,
+        raise `RunCancelled` before the first node run after it returns true."""
         env = [None] * self._size
         kernels = self._backend
         if kernels.HOLDS_NUMPY:
@@ -106,6 +115,8 @@ class Executor:
         numerics = kernels.enter_numerics()
         try:
             for kind, fn, args, out, dtype, node, frees in self._steps:
+                if cancelled is not None and cancelled():
+                    raise RunCancelled(f"graph {self.graph.name!r}: run cancelled before node {node.name!r}")
                 if kind == _KERNEL:
                     try:
                         r = fn(*args(env))

@@ -36,11 +36,12 @@ class Graph(ir.Graph):
     def changed(self) -> None:
         self._executor = None
 
-    def execute(self, arrays) -> list[np.ndarray]:
-        """Run the whole graph on one checked array per input; returns the output arrays."""
+    def execute(self, arrays, cancelled=None) -> list[np.ndarray]:
+        """Run the whole graph on one checked array per input; returns the output arrays.
+        With `cancelled`, the run stops with `RunCancelled` between nodes once it returns true."""
         if self._executor is None:
             self._executor = Executor(self, self.outputs, self.inputs, with_updates=True)
-        return self._executor.run(arrays)
+        return self._executor.run(arrays, cancelled)
 
     def __call__(self, *args):
         """Run the whole graph (outputs and state writes) on positional inputs;

@@ -8,7 +8,7 @@ import pytest
 
 import tapeflow as tp
 from tapeflow.graph import passes
-from tapeflow.graph.executor import Executor, NodeError
+from tapeflow.graph.executor import Executor, NodeError, RunCancelled
 
 
 def _mlp_graph(optimize):
@@ -112,3 +112,21 @@ def test_fused_matmul_nodes_match_float64(shape, activation, rng):
     assert got.shape == expected.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
     assert isinstance(get_op("fused_matmul").bound_kernel("cpu", {"activation": activation}), tp._kernels.DenseKernel)
+
+
+def test_a_cancelled_run_stops_between_nodes(rng):
+    """A run stops with RunCancelled before the first node after `cancelled` turns true, and a
+    `cancelled` that never does changes nothing."""
+    graph = tp.freeze(lambda x: tp.tanh(tp.exp(x) * 2.0) + 1.0, tp.TensorSpec((3,)), optimize=False)
+    x = rng.standard_normal(3).astype(np.float32)
+    expected = np.tanh(np.exp(x.astype(np.float64)) * 2.0) + 1.0
+    np.testing.assert_allclose(graph.execute([x], cancelled=lambda: False)[0], expected, rtol=1e-6)
+    asked = []
+
+    def after_two_nodes():
+        asked.append(True)
+        return len(asked) > 2
+
+    with pytest.raises(RunCancelled, match="cancelled before node"):
+        graph.execute([x], cancelled=after_two_nodes)
+    assert len(asked) == 3  # asked before each node until it said yes
