@@ -25,9 +25,17 @@ N, BATCH = 40, 15  # batches of 15, 15 and 10 rows: unequal shards
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def shared_cluster():
     with tp.distributed.Cluster(n_workers=3, memory_limit="1GiB") as cluster:
         yield cluster
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The module's cluster with all 3 workers up (a nanny may be restarting one that an
+    earlier test pushed past its memory limit)."""
+    shared_cluster.client.wait_for_workers(3, timeout=60)
+    return shared_cluster
 
 
 # ------------------------------------------------------------------ models and data
