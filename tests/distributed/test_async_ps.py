@@ -25,9 +25,16 @@ N, BATCH = 40, 15  # batches of 15, 15 and 10 rows
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def shared_cluster():
     with tp.distributed.Cluster(n_workers=2, memory_limit="1GiB") as cluster:
         yield cluster
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The module's cluster with both workers up (a nanny may be restarting one)."""
+    shared_cluster.client.wait_for_workers(2, timeout=60)
+    return shared_cluster
 
 
 def twins(optimizer, metrics=(), n=2):
