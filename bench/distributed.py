@@ -1,6 +1,6 @@
 """Synchronous data-parallel training on Dask against one process, side by side in one run.
 
-    python bench/distributed.py [--quick] [--only stragglers|pipeline|embedding]
+    python bench/distributed.py [--quick] [--only stragglers|pipeline|compression|embedding]
 
 Every measurement runs in a fresh subprocess, one after another. A step's time is its
 marginal cost: the difference between `fit` epochs of 2k and k steps, divided by k (the
@@ -35,6 +35,10 @@ reported as the time of a one-step epoch).
   (step seconds), next to the GPipe ideal (K-1)/(m+K-1), which is the step time's
   excess (m+K-1)/m over no bubble; then float32 against float16 transfers at m = 4:
   bytes crossing between workers per step and the step time.
+- Compression: the MNIST tutorial's MLP (784-256-256-10 with dropout) trained for a few
+  epochs on Fashion-MNIST in one process and on a 2-stage Pipeline (4 micro-batches)
+  with float32, float16 and bfloat16 transfers: test accuracy, bytes between the
+  workers per step and the median step.
 - Sharded embedding: an embedding-bag model (bags of 8 ids, batch 256, width 16, SGD)
   whose table of 10^5 or 10^6 rows is a `ShardedEmbedding` over 2 workers; each step
   pulls the batch's rows, differentiates in the client and pushes the sparse gradient.
@@ -48,6 +52,7 @@ reported as the time of a one-step epoch).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -220,6 +225,52 @@ def _data_parallel_embedding(rows: int, steps: int, width: int = 16, batch: int 
     }
 
 
+def _tutorial_model_accuracy(compression: str, rows: int, epochs: int) -> dict:
+    """Train the MNIST tutorial's MLP (with its dropout) on `rows` Fashion-MNIST images for
+    `epochs`: in this process (compression "one-process") or on a 2-stage `Pipeline` with
+    4 micro-batches and the given transfer compression; test accuracy, the median step and
+    the bytes crossing between the workers per step."""
+    import tapeflow as tp
+
+    path = os.path.join(os.path.dirname(os.path.dirname(HERE)), "tutorials", "mnist", "train.py")
+    spec = importlib.util.spec_from_file_location("mnist_tutorial", path)
+    tutorial = sys.modules["mnist_tutorial"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tutorial)
+
+    (x, y), _, (x_test, y_test) = tutorial.load("fashion")
+    tp.random.seed(0)
+    model = tutorial.mlp()
+    model.compile(tp.optimizers.Adam(1e-3), tp.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"])
+    result = {}
+    if compression == "one-process":
+        model.fit(x[:rows], y[:rows], batch_size=128, epochs=epochs, verbose=0, seed=0)
+    else:
+        with tp.distributed.Cluster(n_workers=2, threads_per_worker=1) as cluster:
+            strategy = tp.distributed.Pipeline(
+                cluster, stages=2, micro_batches=4, compression=None if compression == "float32" else compression
+            )
+            model.fit(x[:rows], y[:rows], batch_size=128, epochs=epochs, verbose=0, seed=0, distribute=strategy)
+            result["step"] = float(np.median([s.seconds for s in strategy.steps]))
+            result["between"] = float(np.mean([s.bytes_between_workers for s in strategy.steps]))
+    result["accuracy"] = float(model.evaluate(x_test, y_test, batch_size=500, verbose=0)["accuracy"])
+    return result
+
+
+def compression(rows: int, epochs: int) -> None:
+    """The compression section: the tutorial model's accuracy with 16-bit transfers."""
+    print(
+        f"\ncompression: the MNIST tutorial's MLP 784-256-256-10 (dropout 0.2), Adam, batch 128, "
+        f"{epochs} epochs on {rows:,} Fashion-MNIST images;\n  Pipeline of 2 stages on 2 workers, 4 micro-batches; "
+        "test accuracy on the 10,000 test images"
+    )
+    print("  transfers      test accuracy   bytes between workers per step   ms/step")
+    for kind in ("one-process", "float32", "float16", "bfloat16"):
+        r = run(mode="tutorial", compression=kind, rows=rows, steps=epochs)
+        between = f"{r['between'] / 1e6:10.3f} MB" if "between" in r else f"{'-':>13s}"
+        step = f"{r['step'] * 1e3:8.1f}" if "step" in r else f"{'-':>8s}"
+        print(f"  {kind:12s}  {100 * r['accuracy']:12.2f} %   {between:>30s}   {step}")
+
+
 def embedding(steps: int) -> None:
     """The sharded-embedding section (see the module docstring)."""
     print("\nsharded embedding: embedding-bag, bags of 8, batch 256, width 16, SGD, table over 2 workers")
@@ -248,6 +299,8 @@ def worker(args) -> dict:
         tp.set_num_threads(args.threads)
         return _measure(args.kind, args.steps, None, args.repeats, batch=args.batch)
     tp.set_num_threads(1)
+    if args.mode == "tutorial":
+        return _tutorial_model_accuracy(args.compression, args.rows, args.steps)
     if args.mode == "embedding":
         return _embedding_steps(args.rows, args.steps)
     if args.mode == "dp-embedding":
@@ -369,6 +422,7 @@ def main(quick: bool) -> None:
         )
 
     pipeline(repeats, mlp_steps)
+    compression(10_000 if quick else 30_000, 1 if quick else 3)
     embedding(null_steps)
 
 
@@ -411,7 +465,8 @@ if __name__ == "__main__":
     parser.add_argument("--micro", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--compression", type=str, default="", help=argparse.SUPPRESS)
     parser.add_argument("--rows", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--only", choices=["stragglers", "pipeline", "embedding"], help="run one section only")
+    sections = ["stragglers", "pipeline", "compression", "embedding"]
+    parser.add_argument("--only", choices=sections, help="run one section only")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
@@ -419,6 +474,8 @@ if __name__ == "__main__":
         stragglers(1 if args.quick else 3, 3 if args.quick else 10)
     elif args.only == "pipeline":
         pipeline(1 if args.quick else 3, 10 if args.quick else 30)
+    elif args.only == "compression":
+        compression(10_000 if args.quick else 30_000, 1 if args.quick else 3)
     elif args.only == "embedding":
         embedding(20 if args.quick else 100)
     else:
