@@ -34,6 +34,8 @@ UNSUPPORTED = frozenset(
         "categorical",
         "cond",
         "custom_gradient",
+        "recv",  # a partition's ends of a transfer between workers, which run on the CPU
+        "send",
         "unique_sum",  # its output's length depends on the values (distinct rows)
         "while_loop",
         "while_loop_grad",

@@ -9,8 +9,9 @@ live there, with an optimizer of their own.
 
 A step (`run_step`, one actor call per device from the client, carrying only the row
 numbers of each micro-batch) runs the device's partitions in rank order, each over
-every micro-batch in order: a recv waits for its value, a send calls the receiving
-actor's `receive` directly (worker to worker, never through the scheduler; an actor
+every micro-batch in order: the values its recv nodes take are waited for and handed
+to the run in a rendezvous, and what its send nodes give goes to the receiving actor's
+`receive` directly (worker to worker, never through the scheduler; an actor
 on the same worker is called in process, see `local_actor`). Values stay on the device
 between its partitions. So stage k works on micro-batch i while stage k+1 works on
 micro-batch i-1, forward and then backward. The step ends with a synchronous flush:
@@ -49,6 +50,7 @@ from tapeflow.distributed.replica import actor_answer
 from tapeflow.graph.partition import Transfer, partition
 from tapeflow.graph.runnable import load_graph
 from tapeflow.ops.registry import as_tensor
+from tapeflow.ops.transfer import rendezvous
 
 
 @dataclass(frozen=True)
@@ -259,14 +261,14 @@ class StageWorker:
         for index in range(len(self._partitions(micro_rows[0]))):
             for mb, store in enumerate(stores):
                 graph, part = self._partitions(micro_rows[mb])[index]
-                for t in part.recvs:
-                    store[t.value] = self._take(step, mb, t)
+                table = {t.key: self._take(step, mb, t) for t in part.recvs}
                 begun = time.perf_counter()
-                results = graph.execute([store[v.name] for v in graph.inputs])
+                with rendezvous(table):  # the partition's recv nodes take from it, its send nodes give to it
+                    results = graph.execute([store[v.name] for v in graph.inputs])
                 busy += time.perf_counter() - begun
                 store.update((v.name, a) for v, a in zip(graph.outputs, results, strict=True))
                 for t in part.sends:
-                    payload = encode(store[t.value], self._compression(t))
+                    payload = encode(table.pop(t.key), self._compression(t))
                     calls.append((t, peers[t.destination].receive(step, mb, t.key, payload)))
                     sent += payload.nbytes
                     between += payload.nbytes if _crosses(t) else 0

@@ -26,7 +26,7 @@ import operator
 import numpy as np
 
 from tapeflow.backends import backend
-from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, Value
+from tapeflow.graph.ir import ASSIGN, READ, SIDE_EFFECT_OPS, Graph, GraphError, Value
 from tapeflow.ops.registry import get_op
 from tapeflow.ops.sparse import in_place_rows, sole_owner
 
@@ -190,13 +190,13 @@ def _node_error(node, arrays, exc) -> NodeError:
 
 def _needed_nodes(graph: Graph, fetches, feeds, with_updates: bool) -> list:
     """The nodes the fetches depend on (stopping at fed values), in graph order;
-    with `with_updates`, also every state write and what it needs."""
+    with `with_updates`, also every state write and send and what they need."""
     fed = {id(v) for v in feeds}
     roots = list(fetches)
     needed: set[int] = set()
     if with_updates:
         for node in graph.nodes:
-            if node.op == ASSIGN:
+            if node.op in SIDE_EFFECT_OPS:  # state writes and sends
                 needed.add(id(node))
                 roots.extend(node.inputs)
     stack = [v for v in roots if id(v) not in fed]

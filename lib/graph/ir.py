@@ -28,7 +28,7 @@ from tapeflow.devices import Device, current_device
 
 READ = "read_variable"
 ASSIGN = "assign_variable"
-SIDE_EFFECT_OPS = frozenset({ASSIGN})
+SIDE_EFFECT_OPS = frozenset({ASSIGN, "send"})  # run for their effect: never pruned
 
 
 class GraphError(ValueError):
@@ -101,6 +101,8 @@ def format_attr(value) -> str:
         return f"array{value.shape}"
     if isinstance(value, float):
         return f"{value:.6g}"
+    if isinstance(value, str):  # a name or rendezvous key: shown whole
+        return repr(value)
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 

@@ -10,17 +10,18 @@ partitions goes to a higher rank, so the partitions form an acyclic graph, and
 (rank, then device). A device may hold several partitions (the forward and the
 backward pass of a pipeline stage); values between them stay on the device.
 
-Each edge that crosses devices becomes one `Transfer`: a send in the partition that
-makes the value and a recv in the first partition of the other device that reads it,
-both named by a rendezvous key "<source device>;<destination device>;<value>", unique
-per value and destination. A value read by several nodes, or several partitions, of
-another device crosses once and is kept there. In a partition's graph, a recv (or a
-value of an earlier partition of its device, or a graph input) is an input named as
-the value it stands for, and a send (or a value a later partition of its device or the
-caller needs) is an output: the partition is an ordinary `tp.Graph` that runs, saves
-and ships as any other, sharing the original's Variables. Moving values from sends to
-recvs is the runtime's job: `Partitioning.run` does it in one process; the Dask
-pipeline (`tapeflow.distributed.model_parallel`) between workers.
+Each edge that crosses devices becomes one `Transfer` under a rendezvous key
+"<source device>;<destination device>;<value>", unique per value and destination: a
+`send` node (tapeflow.ops.transfer) in the partition that makes the value and a `recv`
+node in the first partition of the other device that reads it. A value read by several
+nodes, or several partitions, of another device crosses once and is kept there. In a
+partition's graph, a value of an earlier partition of its device, or a graph input, is
+an input named as the value it stands for, and a value a later partition of its device
+or the caller needs is an output: the partition is an ordinary `tp.Graph` that runs,
+saves and ships as any other, sharing the original's Variables, and its sends and recvs
+talk to the rendezvous its runner gives it. Moving values from the sends of one device
+to the recvs of another is the runtime's job: `Partitioning.run` does it in one
+process; the Dask pipeline (`tapeflow.distributed.model_parallel`) between workers.
 
 >>> import numpy as np
 >>> import tapeflow as tp
@@ -31,9 +32,11 @@ pipeline (`tapeflow.distributed.model_parallel`) between workers.
 ...         return h * h + h
 >>> cut = partition(tp.freeze(f, tp.TensorSpec((2,)), optimize=False))
 >>> [(p.device, len(p.graph.nodes)) for p in cut.partitions]
-[('/worker:0/cpu:0', 1), ('/worker:1/cpu:0', 2)]
+[('/worker:0/cpu:0', 2), ('/worker:1/cpu:0', 3)]
 >>> [t.key for t in cut.transfers]
 ['/worker:0/cpu:0;/worker:1/cpu:0;exp_0']
+>>> [n.op for n in cut.partitions[0].graph.nodes], [n.op for n in cut.partitions[1].graph.nodes]
+(['exp', 'send'], ['recv', 'multiply', 'add'])
 >>> x = np.array([0.0, 1.0], np.float32)
 >>> np.allclose(cut.run(x)[0], np.exp(x) ** 2 + np.exp(x))
 True
@@ -49,6 +52,7 @@ from tapeflow.graph.executor import check_feed
 from tapeflow.graph.ir import Graph, GraphError, Node, Value
 from tapeflow.graph.placer import place
 from tapeflow.graph.runnable import Graph as RunnableGraph
+from tapeflow.ops.transfer import rendezvous
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,8 @@ class Transfer:
 class Partition:
     """The nodes of one device and rank as a runnable graph: `graph` takes the values
     named by its inputs' names and computes those its outputs name; `recvs` are the
-    transfers it is the first on its device to read, `sends` those it makes."""
+    transfers its recv nodes take (it is the first on its device to read them), `sends`
+    those its send nodes give."""
 
     index: int
     device: str
@@ -113,15 +118,12 @@ class Partitioning:
             raise GraphError(f"{self.graph.name}: expected {len(self.graph.inputs)} inputs, got {len(inputs)}")
         feeds = {v.name: check_feed(self.graph.name, v, a) for v, a in zip(self.graph.inputs, inputs, strict=True)}
         stores: dict[str, dict[str, np.ndarray]] = {d: dict(feeds) for d in self.devices}
-        rendezvous: dict[str, np.ndarray] = {}
+        table: dict[str, np.ndarray] = {}  # one process: every device's sends and recvs share it
         for part in self.partitions:
             store = stores[part.device]
-            for t in part.recvs:
-                store[t.value] = rendezvous.pop(t.key)
-            results = part.graph.execute([store[name] for name in part.input_names])
+            with rendezvous(table):
+                results = part.graph.execute([store[name] for name in part.input_names])
             store.update(zip(part.output_names, results, strict=True))
-            for t in part.sends:
-                rendezvous[t.key] = store[t.value]
         made = {name: p.device for p in self.partitions for name in p.output_names}
         return [stores[made.get(name, self.devices[0])][name] for name in self.outputs]
 
@@ -129,26 +131,30 @@ class Partitioning:
         lines = [f"partitioning of {self.graph.name}: {len(self.partitions)} partitions on {self.devices}"]
         for part in self.partitions:
             lines.append(f"partition {part.index} on {part.device} (rank {part.rank})")
-            lines += [f"  recv %{t.value} <- '{t.key}'" for t in part.recvs]
             lines += ["  " + line for line in str(part.graph).splitlines()]
-            lines += [f"  send %{t.value} -> '{t.key}'" for t in part.sends]
         return "\n".join(lines)
 
     def to_dot(self) -> str:
-        """Graphviz dot text: one cluster per partition, sends joined to recvs by dashed edges."""
+        """Graphviz dot text: one cluster per partition, each send joined to its recv by a
+        dashed edge."""
         lines = [f'digraph "{self.graph.name}_partitions" {{', '  node [fontname="Helvetica", fontsize=10];']
+        ends: dict[str, dict[str, str]] = {}  # key -> {"send": dot id, "recv": dot id}
         for part in self.partitions:
             lines.append(f'  subgraph "cluster_{part.index}" {{ label="{part.index}: {part.device}";')
             for node in part.graph.nodes:
-                lines.append(f'    "{part.index}:{node.name}" [shape=box, label="{node.op}\\n{node.name}"];')
+                here = f"{part.index}:{node.name}"
+                if node.op in ("send", "recv"):
+                    ends.setdefault(node.attrs["key"], {})[node.op] = here
+                    lines.append(f'    "{here}" [shape=cds, label="{node.op}\\n{node.name}"];')
+                else:
+                    lines.append(f'    "{here}" [shape=box, label="{node.op}\\n{node.name}"];')
                 for v in node.inputs:
                     if v.producer is not None:
-                        lines.append(f'    "{part.index}:{v.producer.name}" -> "{part.index}:{node.name}";')
-            lines += [f'    "recv:{t.key}" [shape=cds, label="recv {t.value}"];' for t in part.recvs]
-            lines += [f'    "send:{t.key}" [shape=cds, label="send {t.value}"];' for t in part.sends]
+                        lines.append(f'    "{part.index}:{v.producer.name}" -> "{here}";')
             lines.append("  }")
         for t in self.transfers:
-            lines.append(f'  "send:{t.key}" -> "recv:{t.key}" [style=dashed, label="{t.shape}"];')
+            pair = ends[t.key]
+            lines.append(f'  "{pair["send"]}" -> "{pair["recv"]}" [style=dashed, label="{t.shape}"];')
         lines.append("}")
         return "\n".join(lines)
 
@@ -184,73 +190,105 @@ def partition(graph: Graph, devices=None) -> Partitioning:
         i = index_of[(ranks[id(node)], node.device)]
         members[i].append(node)
         where.update((id(v), i) for v in node.outputs)
-    needed = _needed_elsewhere(graph, where, index_of, ranks)
+    outputs, recvs, sends, transfers = _cut(graph, members, where, [device for _, device in keys])
     parts = [
-        Partition(i, device, rank, _subgraph(graph, f"{graph.name}/{i}", members[i], needed.get(i, [])))
+        Partition(
+            i,
+            device,
+            rank,
+            _subgraph(graph, f"{graph.name}/{i}", members[i], outputs[i], recvs[i], sends[i]),
+            recvs[i],
+            sends[i],
+        )
         for i, (rank, device) in enumerate(keys)
     ]
-    transfers = _transfers(parts)
     return Partitioning(graph, parts, transfers)
 
 
-def _needed_elsewhere(graph: Graph, where: dict, index_of: dict, ranks: dict) -> dict[int, list[Value]]:
-    """Per partition, the values it makes that another partition or the caller reads."""
-    needed: dict[int, dict[int, Value]] = {}
-    for node in graph.nodes:
-        here = index_of[(ranks[id(node)], node.device)]
-        for v in node.inputs:
-            if id(v) in where and where[id(v)] != here:
-                needed.setdefault(where[id(v)], {})[id(v)] = v
+def _cut(graph: Graph, members: list, where: dict, devices: list[str]):
+    """(outputs, recvs, sends, transfers): per partition, the values it gives to later
+    partitions of its device or to the caller, the transfers it receives and those it
+    sends; and all transfers, one per value and destination device, in partition order."""
+    count = len(members)
+    outputs: list[dict[int, Value]] = [{} for _ in range(count)]
+    recvs: list[list[Transfer]] = [[] for _ in range(count)]
+    sends: list[list[Transfer]] = [[] for _ in range(count)]
+    transfers: dict[str, Transfer] = {}
+    received: dict[str, int] = {}  # transfer key -> the partition that receives it
+    for i, nodes in enumerate(members):
+        for node in nodes:
+            for v in node.inputs:
+                j = where.get(id(v))
+                if j is None or j == i:
+                    continue  # a graph input or constant, or a value of this partition
+                if devices[j] == devices[i]:
+                    outputs[j][id(v)] = v  # kept on the device for a later partition
+                    continue
+                key = transfer_key(devices[j], devices[i], v.name)
+                if key not in transfers:
+                    transfers[key] = Transfer(key, v.name, devices[j], devices[i], v.shape, v.dtype.name)
+                    sends[j].append(transfers[key])
+                    recvs[i].append(transfers[key])
+                    received[key] = i
+                elif received[key] != i:
+                    outputs[received[key]][id(v)] = v  # received once, kept for this later partition
     for v in graph.outputs:
         if id(v) in where:
-            needed.setdefault(where[id(v)], {})[id(v)] = v
-    return {i: list(values.values()) for i, values in needed.items()}
+            outputs[where[id(v)]][id(v)] = v
+    return [list(o.values()) for o in outputs], recvs, sends, list(transfers.values())
 
 
-def _subgraph(graph: Graph, name: str, nodes: list[Node], outputs: list[Value]) -> RunnableGraph:
-    """A runnable graph of `nodes` (copied, keeping names and devices) reading what they
-    take from outside as inputs (constants are copied in) and giving `outputs`."""
+def _subgraph(graph: Graph, name: str, nodes: list[Node], outputs: list[Value], recvs, sends) -> RunnableGraph:
+    """A runnable graph of `nodes` (copied, keeping names and devices) giving `outputs`: a
+    value of another device named by one of `recvs` comes from a recv node, any other
+    value from outside is an input (constants are copied in), and a send node gives each
+    value of `sends` to the rendezvous."""
     sub = RunnableGraph(name, graph.device)
+    device = nodes[0].device
     mapped: dict[int, Value] = {}
+    received = {t.value: t for t in recvs}
 
     def outside(v: Value) -> Value:
-        if id(v) not in mapped:
+        if id(v) in mapped:
+            return mapped[id(v)]
+        t = received.get(v.name)
+        if t is not None:
+            attrs = {"key": t.key, "shape": tuple(v.shape), "dtype": v.dtype.name}
+            node = Node(_unique(sub, f"recv_{v.name}"), "recv", [], attrs, [], device)
+            node.outputs.append(Value(v.name, v.shape, v.dtype, producer=node, index=0))
+            sub.nodes.append(node)
+            mapped[id(v)] = node.outputs[0]
+        else:
             copy = Value(v.name, v.shape, v.dtype, kind="const" if v.kind == "const" else "input", data=v.data)
             (sub.constants if v.kind == "const" else sub.inputs).append(copy)
             sub._names[v.name] = 0
             mapped[id(v)] = copy
         return mapped[id(v)]
 
+    by_name: dict[str, Value] = {}
     for node in nodes:
-        inputs = [
-            mapped[id(v)] if id(v) in mapped and mapped[id(v)].kind == "node" else outside(v) for v in node.inputs
-        ]
+        inputs = [outside(v) for v in node.inputs]
         copy = Node(node.name, node.op, inputs, node.attrs, [], node.device)
         for v in node.outputs:
             out = Value(v.name, v.shape, v.dtype, producer=copy, index=v.index)
             copy.outputs.append(out)
-            mapped[id(v)] = out
+            mapped[id(v)] = by_name[v.name] = out
         sub.nodes.append(copy)
         sub._names[node.name] = 0
         if "variable" in node.attrs and node.attrs["variable"] in graph.state:
             sub.state[node.attrs["variable"]] = graph.state[node.attrs["variable"]]
+    for t in sends:
+        sub.nodes.append(Node(_unique(sub, f"send_{t.value}"), "send", [by_name[t.value]], {"key": t.key}, [], device))
     sub.outputs = [mapped[id(v)] for v in outputs]
     sub.lint()
     return sub
 
 
-def _transfers(parts: list[Partition]) -> list[Transfer]:
-    """One transfer per value and destination device; each partition's sends and recvs."""
-    made = {name: p for p in parts for name in p.output_names}
-    transfers: dict[str, Transfer] = {}
-    for part in parts:
-        for v in part.graph.inputs:
-            source = made.get(v.name)
-            if source is None or source.device == part.device:
-                continue  # a graph input, or a value of an earlier partition of this device
-            key = transfer_key(source.device, part.device, v.name)
-            if key not in transfers:
-                transfers[key] = Transfer(key, v.name, source.device, part.device, v.shape, v.dtype.name)
-                source.sends.append(transfers[key])
-                part.recvs.append(transfers[key])
-    return list(transfers.values())
+def _unique(sub: RunnableGraph, name: str) -> str:
+    """`name`, or `name` with a number, not yet used by a node or value of `sub`."""
+    taken = {n.name for n in sub.nodes} | set(sub._names)
+    unique, k = name, 1
+    while unique in taken:
+        unique, k = f"{name}_{k}", k + 1
+    sub._names[unique] = 0
+    return unique

@@ -24,6 +24,7 @@ from tapeflow.ops import (
     registry,
     skipgram,
     sparse,
+    transfer,
 )
 from tapeflow.ops.array import (
     broadcast_to,

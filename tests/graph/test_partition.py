@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 import tapeflow as tp
+from tapeflow.graph.executor import NodeError
 from tapeflow.graph.ir import Graph as IRGraph
 from tapeflow.graph.ir import GraphError, Node, Value
 from tapeflow.graph.partition import partition
 from tapeflow.graph.placer import PlacementError, place
+from tapeflow.ops.transfer import rendezvous
 
 WORKERS = ["/worker:0/cpu:0", "/worker:1/cpu:0"]
 
@@ -239,6 +241,13 @@ def test_every_cut_edge_has_one_transfer_and_no_value_crosses_twice(mlp_graph):
     sends = [t.key for p in cut.partitions for t in p.sends]
     recvs = [t.key for p in cut.partitions for t in p.recvs]
     assert sorted(sends) == sorted(recvs) == sorted(t.key for t in cut.transfers)
+    # ... and each is one send node and one recv node in the partitions' graphs
+    for op, listed in (("send", sends), ("recv", recvs)):
+        nodes = [n for p in cut.partitions for n in p.graph.nodes if n.op == op]
+        assert sorted(n.attrs["key"] for n in nodes) == sorted(listed)
+        assert all(n.device == p.device for p in cut.partitions for n in p.graph.nodes)
+    for p in cut.partitions:  # a received value is no input of its partition
+        assert not {t.value for t in p.recvs} & set(p.input_names)
     readers = {}
     for node in graph.nodes:
         for v in node.inputs:
@@ -254,9 +263,24 @@ def test_each_partition_is_a_graph_that_saves_and_runs(mlp_graph):
     buffer = io.BytesIO()
     first.graph.save(buffer)
     loaded = tp.load_graph(io.BytesIO(buffer.getvalue()))
-    feeds = {"x": x}
-    for a, b in zip(loaded.execute([feeds[n] for n in first.input_names]), first.graph.execute([x]), strict=True):
+    assert [n.op for n in loaded.nodes] == [n.op for n in first.graph.nodes]
+    feeds, tables = {"x": x}, ({}, {})
+    with rendezvous(tables[0]):
+        got = loaded.execute([feeds[n] for n in first.input_names])
+    with rendezvous(tables[1]):
+        want = first.graph.execute([x])
+    for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+    assert sorted(tables[0]) == sorted(tables[1]) == sorted(t.key for t in first.sends)
+    for key, value in tables[0].items():
+        np.testing.assert_array_equal(value, tables[1][key])
+
+
+def test_a_partition_run_without_its_rendezvous_is_an_error_naming_the_send(mlp_graph):
+    _, graph, x, _ = mlp_graph
+    first = partition(graph).partitions[0]
+    with pytest.raises(NodeError, match=r"send '.*': no rendezvous is active"):
+        first.graph.execute([x])
 
 
 def test_partitions_print_and_draw(mlp_graph):
@@ -265,6 +289,7 @@ def test_partitions_print_and_draw(mlp_graph):
     text, dot = str(cut), cut.to_dot()
     assert text.count("\npartition ") == len(cut.partitions)
     for t in cut.transfers:
-        assert f"send %{t.value} -> '{t.key}'" in text and f"recv %{t.value} <- '{t.key}'" in text
-        assert f'"send:{t.key}" -> "recv:{t.key}"' in dot
+        assert f"send[key='{t.key}'](%{t.value})" in text
+        assert f"%{t.value} = recv[key='{t.key}'" in text
+    assert dot.count("style=dashed") == len(cut.transfers)
     assert dot.count("subgraph") == len(cut.partitions)

@@ -9,6 +9,7 @@ a Hessian-vector product checked against finite differences of their gradient.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Callable
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tp
-from tapeflow.ops import registry, skipgram
+from tapeflow.ops import registry, skipgram, transfer
 
 _RNG = np.random.default_rng(20240607)
 
@@ -44,6 +45,8 @@ NOT_DIFFERENTIABLE = {
     "random_normal",
     "random_permutation",
     "random_uniform",
+    "recv",  # no inputs; gradients cross devices by send/recv pairs of their own
+    "send",  # no outputs: partitioning happens after differentiation
     "stop_gradient",
     "truncated_normal",
     "while_loop_grad",
@@ -62,6 +65,7 @@ class Case:
     call: Callable | None = None  # (tensors) -> outputs, instead of registry.apply
     used: tuple | None = None  # outputs the gradient tests differentiate (default: all)
     aliases: tuple | None = None  # op input k is inputs[aliases[k]] (one tensor fed twice)
+    around: Callable | None = None  # (input arrays) -> the context the raw kernels run in
     fd_eps: float = 1e-6
     grad_tol: float = 1e-6
     exact: bool = False
@@ -1065,6 +1069,47 @@ sample(
 )
 
 
+_KEY = "/worker:0/cpu:0;/worker:1/cpu:0;x"
+
+
+@contextlib.contextmanager
+def _sending(arrays):
+    """A rendezvous that must hold the first input under _KEY when the block ends."""
+    with transfer.rendezvous({}) as table:
+        yield
+    np.testing.assert_array_equal(table.pop(_KEY), arrays[0])
+    assert table == {}
+
+
+def _receiving(arrays):
+    return transfer.rendezvous({"k": np.asarray(arrays[0])})
+
+
+def _sent(tensors):
+    with _sending([tensors[0].numpy()]):
+        return transfer.send(tensors[0], key=_KEY)
+
+
+def _received(tensors):
+    with _receiving([tensors[0].numpy()]) as table:
+        out = transfer.recv("k", (None, 2), "float64")
+    assert table == {}  # taken out
+    return (out,)
+
+
+sample("send", "into-the-rendezvous", [normal(2, 3)], {"key": _KEY}, lambda x: (), call=_sent, around=_sending)
+sample(
+    "recv",
+    "out-of-the-rendezvous",
+    [normal(4, 2)],  # what was sent; the op itself has no inputs
+    {"key": "k", "shape": (None, 2), "dtype": "float64"},
+    lambda x: x,
+    call=_received,
+    aliases=(),
+    around=_receiving,
+)
+
+
 # ===================================================================== helpers
 def _as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, tuple | list) else (value,)
@@ -1078,8 +1123,8 @@ def _params(kind: str, ops=None, need_floats=False):
         for case in SAMPLES[op_name]:
             if ops is not None and case.name not in ops[op_name]:
                 continue
-            if need_floats and not _float_inputs(case):
-                continue
+            if need_floats and (not _float_inputs(case) or registry.get_op(op_name).num_outputs == 0):
+                continue  # nothing to differentiate, or nothing to differentiate it by (send)
             marks = []
             if kind in case.bugs:
                 marks = [pytest.mark.xfail(strict=True, reason=case.bugs[kind])]
@@ -1292,7 +1337,8 @@ def test_forward_matches_numpy(op_name, case):
 
     for label, fn in (("reference", op.reference), ("cpu kernel", op.kernel("cpu"))):
         arrays = [np.array(a, copy=True) for a in case.inputs]
-        raw = fn(*_op_inputs(case, arrays), **case.make_attrs())
+        with case.around(arrays) if case.around is not None else contextlib.nullcontext():
+            raw = fn(*_op_inputs(case, arrays), **case.make_attrs())
         raw = (raw,) if op.num_outputs == 1 else tuple(raw)
         assert len(raw) == len(expected)
         for k, (r, e) in enumerate(zip(raw, expected, strict=True)):
