@@ -47,10 +47,10 @@ def _load(name: str) -> ModuleType:
     return module
 
 
-# How long an idle OpenMP thread spins before it sleeps, in the runtime's pause loops: about
-# 0.1 ms here. Long enough to catch the next parallel loop of a training step (waking a
-# sleeping thread costs ~90 us, more than a small gemm gains from it), short enough that a
-# competing process gets its core back (the runtime's default spins ~100x longer).
+# How long an idle OpenMP thread spins before it sleeps, in the runtime's pause loops (its
+# default is 300,000). Long enough to catch the next parallel loop of a training step
+# (waking a sleeping thread cost ~90 us here, more than a small gemm gains from a second
+# thread), short enough that a competing process gets its core back.
 IDLE_SPIN = "3000"
 
 

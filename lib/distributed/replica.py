@@ -6,9 +6,10 @@ if accepted, pushes each parameter shard its blocks (an Embedding's gradient as 
 rows its ids name); the pushes answer with the next step's parameters (of a sparsely
 updated table, only the rows the step changed, which the replica writes into its copy).
 A replica that finds the parameters already past its step (its last result was too
-late) skips ahead to the current step; with backup workers, a replica whose step fills up
-while it still computes stops that computation between two nodes and drops it. The loop ends when the epoch's
-last step is applied or the client stops the shards; every wait is bounded by `timeout`.
+late) skips ahead to the current step; with backup workers, a replica whose step fills
+up while it still computes stops that computation between two nodes and drops it. The
+loop ends when the epoch's last step is applied or the client stops the shards; every
+wait is bounded by `timeout`.
 """
 
 from __future__ import annotations
