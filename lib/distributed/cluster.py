@@ -98,8 +98,12 @@ class Cluster:
 
     @property
     def workers(self) -> list[str]:
-        """The addresses of the workers now connected, sorted."""
-        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        """The addresses of the workers now connected, sorted, as the scheduler answers now.
+
+        (Not `Client.scheduler_info()`: the client's periodic refresh replaces the identity
+        it returns with one that lists no workers, so a read racing it sees none.)"""
+        client = self.client
+        return sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
 
     def close(self) -> None:
         """Close the client and end the local worker processes (safe to call twice)."""

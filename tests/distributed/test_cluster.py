@@ -122,3 +122,14 @@ def test_tapeflow_imports_without_a_working_dask(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=50)
     assert done.returncode == 0, done.stderr
     assert "pip install 'tapeflow[dist]'" in done.stdout
+
+
+@pytest.mark.timeout(60)
+def test_workers_are_asked_of_the_scheduler_not_the_clients_cache():
+    """The client's periodic refresh leaves a cached identity that lists no workers; a
+    training loop that read it would take every worker for lost."""
+    with tp.distributed.Cluster(n_workers=2) as cluster:
+        cluster.client.wait_for_workers(2, timeout=30)
+        cluster.client.sync(cluster.client._update_scheduler_info, n_workers=0)  # what the refresh does
+        assert cluster.client._scheduler_identity["workers"] == {}
+        assert len(cluster.workers) == 2
