@@ -125,11 +125,17 @@ def test_tapeflow_imports_without_a_working_dask(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_workers_are_asked_of_the_scheduler_not_the_clients_cache():
+def test_workers_are_asked_of_the_scheduler_not_the_clients_cache(monkeypatch):
     """The client's periodic refresh leaves a cached identity that lists no workers; a
-    training loop that read it would take every worker for lost."""
+    training loop that read it just after such a refresh would take every worker for lost."""
     with tp.distributed.Cluster(n_workers=2) as cluster:
-        cluster.client.wait_for_workers(2, timeout=30)
-        cluster.client.sync(cluster.client._update_scheduler_info, n_workers=0)  # what the refresh does
-        assert cluster.client._scheduler_identity["workers"] == {}
+        client = cluster.client
+        client.wait_for_workers(2, timeout=30)
+        refresh = client._update_scheduler_info
+
+        async def refreshed_by_the_periodic_callback(n_workers=0):
+            await refresh(n_workers=0)  # whatever was asked, the refresh wins the race
+
+        monkeypatch.setattr(client, "_update_scheduler_info", refreshed_by_the_periodic_callback)
+        assert client.scheduler_info()["workers"] == {}
         assert len(cluster.workers) == 2
