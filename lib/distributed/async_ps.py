@@ -83,7 +83,7 @@ from tapeflow.distributed.data_parallel import (
     _count,
     _raise_failed,
 )
-from tapeflow.distributed.deployment import launch_replicas, stop_actors
+from tapeflow.distributed.deployment import PerWorker, futures_of, launch_replicas, scatter_to_each, stop_actors
 from tapeflow.distributed.epoch_data import EpochStream, first_batch
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
 from tapeflow.distributed.inference import ClusterInference
@@ -233,7 +233,7 @@ class AsyncSession:
         client, timeout, n_trainable = self.client, self.strategy.timeout, self.layout.n_trainable
         self.data = None if data is None else self._scatter(data)  # a Dataset's epochs go out in `_run`
         (self.graphs,) = self._scatter([graphs])
-        self._held += [*(self.data or []), self.graphs]
+        self._held += futures_of([self.data, self.graphs])
         config = master_copy.optimizer_config(self.optimizer)
         shard_futures = [
             client.submit(
@@ -263,11 +263,9 @@ class AsyncSession:
         self.shards = [f.result(timeout=timeout) for f in shard_futures]
         self.log = log_future.result(timeout=timeout)
 
-    def _scatter(self, items: list) -> list:
-        """Futures of `items`, each copied to every replica's worker."""
-        return self.client.scatter(
-            items, workers=self.replica_workers, broadcast=True, hash=False, timeout=self.strategy.timeout
-        )
+    def _scatter(self, items: list) -> list[PerWorker]:
+        """`items`, each copied to every replica's worker (see `PerWorker`)."""
+        return scatter_to_each(self.client, items, self.replica_workers, self.strategy.timeout)
 
     # ------------------------------------------------------------ epochs
     def run_epoch(self, batches, callbacks) -> dict:
@@ -337,7 +335,7 @@ class AsyncSession:
         self._begin_epoch(len(rows))
         if self.dataset is not None:  # every replica runs the epoch's pipeline (see epoch_data)
             (stream,) = self._scatter([self.stream])
-            self._held.append(stream)
+            self._held += futures_of([stream])
             data = stream
         else:
             data = self.data
@@ -349,7 +347,7 @@ class AsyncSession:
         ]
         shared = (self.graphs, data, order_future, self.shards, self.log)
         replicas = launch_replicas(client, run_async_replica, jobs, self.replica_workers, shared)
-        self._held += [order_future, *replicas]
+        self._held += [*futures_of([order_future]), *replicas]
         logs = self._follow(len(rows), order, offsets, callbacks, replicas)
         self._wait(replicas)
         self._end_epoch()

@@ -31,10 +31,54 @@ _STOP_WAIT = 2.0  # seconds to release the replicas of an abandoned deployment
 _WATCH_EVERY = 0.5  # seconds between calls of `watch` while a call waits
 
 
+class PerWorker:
+    """One value scattered to several workers as one future per worker, each under a key of
+    its own: no key is held by two workers, so Dask never copies or drops a replica of it
+    under a long-running replica task that reads it (its memory manager would try to, and
+    a worker told to drop data a seceded task holds dies)."""
+
+    def __init__(self, futures: dict):
+        self.futures = futures
+
+    def on(self, worker: str):
+        return self.futures[worker]
+
+
+def scatter_to_each(client, items: list, workers, timeout: float) -> list[PerWorker]:
+    """`items`, each scattered to every worker of `workers` separately (see `PerWorker`)."""
+    copies = {w: client.scatter(items, workers=[w], hash=False, timeout=timeout) for w in workers}
+    return [PerWorker({w: copies[w][i] for w in workers}) for i in range(len(items))]
+
+
+def futures_of(values) -> list:
+    """The Dask futures among `values` (PerWorker copies, lists of them, or futures)."""
+    out = []
+    for value in values:
+        if isinstance(value, PerWorker):
+            out += value.futures.values()
+        elif isinstance(value, list | tuple):
+            out += futures_of(value)
+        elif value is not None:
+            out.append(value)
+    return out
+
+
+def _on(value, worker: str):
+    """`value` as the task on `worker` takes it: its copy there for PerWorker values."""
+    if isinstance(value, PerWorker):
+        return value.on(worker)
+    if isinstance(value, list) and any(isinstance(v, PerWorker) for v in value):
+        return [_on(v, worker) for v in value]
+    return value
+
+
 def launch_replicas(client, run, jobs, workers, shared: tuple) -> list:
-    """One long-running task per replica, pinned to its worker: `run(job, *shared)`."""
+    """One long-running task per replica, pinned to its worker: `run(job, *shared)`, where
+    a `PerWorker` value (or a list of them) is the copy on the replica's worker."""
     return [
-        client.submit(run, job, *shared, workers=[worker], allow_other_workers=False, pure=False)
+        client.submit(
+            run, job, *[_on(v, worker) for v in shared], workers=[worker], allow_other_workers=False, pure=False
+        )
         for job, worker in zip(jobs, workers, strict=True)
     ]
 
@@ -132,7 +176,7 @@ class Deployment:
     def _start(self, spec: ShardSpec, graphs: dict, data: list | None) -> None:
         self.data = self._scatter(data) if data is not None else None
         (self.graphs,) = self._scatter([graphs])
-        self._held += [*(self.data or []), self.graphs]
+        self._held += futures_of([self.data, self.graphs])
         shard_futures = [
             self.client.submit(
                 ParameterShard,
@@ -156,11 +200,9 @@ class Deployment:
         self.shards = self._answers(shard_futures, "start")
         self.log = self._result(log_future, self._log_name)
 
-    def _scatter(self, items: list) -> list:
-        """Futures of `items`, each copied to every replica's worker."""
-        return self.client.scatter(
-            items, workers=self.replica_workers, broadcast=True, hash=False, timeout=self.timeout
-        )
+    def _scatter(self, items: list) -> list[PerWorker]:
+        """`items`, each copied to every replica's worker (see `PerWorker`)."""
+        return scatter_to_each(self.client, items, self.replica_workers, self.timeout)
 
     # ------------------------------------------------------------ segments
     def begin(self, plan: EpochPlan, values, slots, iterations: int, learning_rate, snapshot_steps=()) -> None:
@@ -192,7 +234,7 @@ class Deployment:
         ]
         shared = (self.graphs, data, order_future, self.shards, self.log)
         futures = launch_replicas(self.client, run_replica, jobs, self.replica_workers, shared)
-        self._running = [*futures, order_future] + ([] if stream is None else [data])
+        self._running = [*futures, *futures_of([order_future] + ([] if stream is None else [data]))]
         return futures
 
     def wait(self, futures) -> None:
