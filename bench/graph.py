@@ -25,7 +25,7 @@ import tempfile
 import time
 
 import numpy as np
-from _models import tapeflow_model
+from _models import tapeflow_model, torch_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 THREADS = 2
@@ -90,20 +90,6 @@ def worker_tapeflow_train(kind: str, batch: int, steps: int, jit: bool) -> dict:
             model.train_step(tx, ty)
 
     return _timed(step, steps, base)
-
-
-def torch_model(kind: str):
-    """The same MLP or Deep-MNIST CNN in PyTorch (NCHW)."""
-    import torch
-
-    nn = torch.nn
-    if kind == "mlp":
-        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
-    return nn.Sequential(
-        *(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2)),
-        *(nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2)),
-        *(nn.Flatten(), nn.Linear(3136, 1024), nn.ReLU(), nn.Dropout(0.5), nn.Linear(1024, 10)),
-    )
 
 
 def worker_torch_train(kind: str, batch: int, steps: int) -> dict:

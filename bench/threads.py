@@ -63,17 +63,11 @@ def tapeflow_worker(kind: str, steps: int) -> float:
 
 def torch_worker(kind: str, steps: int) -> float:
     import torch
+    from _models import torch_model
     from torch import nn
 
     torch.set_num_threads(2)
-    if kind == "mlp":
-        model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
-    else:
-        model = nn.Sequential(
-            nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(64 * 7 * 7, 1024), nn.ReLU(), nn.Linear(1024, 10),
-        )  # fmt: skip
+    model = torch_model(kind, dropout=False)
     optimizer = torch.optim.Adam(model.parameters(), 1e-3)
     x, y = (torch.from_numpy(a) for a in _data(kind))
     if kind == "cnn":

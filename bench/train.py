@@ -107,25 +107,11 @@ def tapeflow_trainer(name: str, x: np.ndarray, y: np.ndarray):
 def pytorch_trainer(name: str, x: np.ndarray, y: np.ndarray):
     """A function that runs the PyTorch equivalent of one `model.fit` epoch over (x, y)."""
     import torch
+    from _models import torch_model
     from torch import nn
 
     torch.set_num_threads(THREADS)
-    if name == "mlp":
-        model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
-    else:
-        model = nn.Sequential(
-            nn.Conv2d(1, 32, 5, padding=2),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 5, padding=2),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(64 * 7 * 7, 1024),
-            nn.ReLU(),
-            nn.Dropout(0.5),
-            nn.Linear(1024, 10),
-        )
+    model = torch_model(name)
     optimizer = torch.optim.Adam(model.parameters(), 1e-3, eps=1e-7)
     xs, ys = torch.from_numpy(x), torch.from_numpy(y)
     batch = WORKLOADS[name][0]

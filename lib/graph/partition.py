@@ -254,7 +254,7 @@ def _subgraph(graph: Graph, name: str, nodes: list[Node], outputs: list[Value], 
         t = received.get(v.name)
         if t is not None:
             attrs = {"key": t.key, "shape": tuple(v.shape), "dtype": v.dtype.name}
-            node = Node(_unique(sub, f"recv_{v.name}"), "recv", [], attrs, [], device)
+            node = Node(sub.unique_name("recv"), "recv", [], attrs, [], device)
             node.outputs.append(Value(v.name, v.shape, v.dtype, producer=node, index=0))
             sub.nodes.append(node)
             mapped[id(v)] = node.outputs[0]
@@ -278,17 +278,7 @@ def _subgraph(graph: Graph, name: str, nodes: list[Node], outputs: list[Value], 
         if "variable" in node.attrs and node.attrs["variable"] in graph.state:
             sub.state[node.attrs["variable"]] = graph.state[node.attrs["variable"]]
     for t in sends:
-        sub.nodes.append(Node(_unique(sub, f"send_{t.value}"), "send", [by_name[t.value]], {"key": t.key}, [], device))
+        sub.nodes.append(Node(sub.unique_name("send"), "send", [by_name[t.value]], {"key": t.key}, [], device))
     sub.outputs = [mapped[id(v)] for v in outputs]
     sub.lint()
     return sub
-
-
-def _unique(sub: RunnableGraph, name: str) -> str:
-    """`name`, or `name` with a number, not yet used by a node or value of `sub`."""
-    taken = {n.name for n in sub.nodes} | set(sub._names)
-    unique, k = name, 1
-    while unique in taken:
-        unique, k = f"{name}_{k}", k + 1
-    sub._names[unique] = 0
-    return unique
