@@ -48,6 +48,16 @@ class Device:
     def __hash__(self) -> int:
         return hash((self.family, self.index))
 
+    @classmethod
+    def named(cls, name: str) -> Device:
+        """The device a local name ("cpu", "xla:1") names, whether or not it exists here.
+
+        >>> Device.named("gpu:1")
+        Device('gpu:1')
+        """
+        family, _, index = local_device_name(name).partition(":")
+        return cls(family, int(index))
+
 
 CPU = Device("cpu", 0)
 
@@ -77,15 +87,31 @@ def check_same_device(name: str, tensors) -> Device:
 _FAMILIES = ("cpu", "gpu", "xla")
 
 
+def local_device_name(spec: str) -> str:
+    """The canonical name of a device of this process ("gpu" -> "gpu:0"), not checked
+    against what exists here; a ValueError for a name that is not one.
+
+    >>> local_device_name("XLA")
+    'xla:0'
+    """
+    family, _, index = spec.strip().lower().partition(":")
+    if family not in _FAMILIES or (index and not index.isdigit()):
+        raise ValueError(f"device: unknown device {spec!r}; expected 'cpu', 'gpu:N' or 'xla:N'")
+    return f"{family}:{int(index or 0)}"
+
+
+def is_local_name(name) -> bool:
+    """Whether `name` names a device of this process ("xla:0") rather than a worker's
+    ("/worker:1/cpu:0")."""
+    return isinstance(name, str) and not name.startswith("/")
+
+
 def parse_device(spec) -> Device:
     """Parse "cpu", "gpu:1" or a Device, checking that it exists here."""
     if isinstance(spec, Device):
         dev = spec
     elif isinstance(spec, str):
-        family, _, index = spec.lower().partition(":")
-        if family not in _FAMILIES or (index and not index.isdigit()):
-            raise ValueError(f"device: unknown device {spec!r}; expected 'cpu', 'gpu:N' or 'xla:N'")
-        dev = Device(family, int(index or 0))
+        dev = Device.named(spec)
     else:
         raise TypeError(f"device: expected a string or Device, got {type(spec).__name__}")
     if dev not in list_devices():

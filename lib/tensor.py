@@ -173,7 +173,8 @@ class Tensor:
 
     def to(self, device) -> Tensor:
         """This tensor on `device`: itself when it is there already, else a copy (the only
-        way a tensor changes device).
+        way a tensor changes device; tapes and frozen graphs record it as a
+        `copy_to_device` op, whose gradient is copied back).
 
         >>> import tapeflow as tp
         >>> tp.ones((2,)).to("cpu").device
@@ -182,7 +183,7 @@ class Tensor:
         dev = parse_device(device)
         if dev == self._device:
             return self
-        return Tensor._wrap(backend(dev.family).from_host(self._host(), dev.index), dev)
+        return _ops.copy_to_device(self, dev)
 
     def item(self):
         return self._host().item()

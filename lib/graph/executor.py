@@ -3,7 +3,8 @@ shape inference at run time.
 
 `Executor(graph, fetches, feeds)` prunes the graph to what the fetches (and
 the state writes, when asked) need and binds each node's kernel once, from the
-backend of the graph's device; `run(feed_arrays)` then walks the schedule. Each
+backend of the node's device (the graph's, unless the node names another device of
+this process); `run(feed_arrays)` then walks the schedule. Each
 value's slot is cleared after its last reader, so its array can be freed while the
 rest of the graph runs. A failing node is reported with its name, op and input shapes.
 A run given `cancelled` (a function of no arguments) asks it before each node and stops
@@ -26,6 +27,7 @@ import operator
 import numpy as np
 
 from tapeflow.backends import backend
+from tapeflow.devices import Device, parse_device
 from tapeflow.graph.ir import ASSIGN, READ, SIDE_EFFECT_OPS, Graph, GraphError, Value
 from tapeflow.ops.registry import get_op
 from tapeflow.ops.sparse import in_place_rows, sole_owner
@@ -52,37 +54,54 @@ class Executor:
         self.feeds = list(feeds)
         self._backend = backend(graph.device.family)
         nodes = _needed_nodes(graph, self.fetches, self.feeds, with_updates)
-        slot: dict[int, int] = {}
+        devices = _node_devices(graph, nodes)
+        self.fetch_devices = [graph.value_device(v) for v in self.fetches]
+        # the backends of every device the run touches, whose numerics are set around it
+        self._backends = list(dict.fromkeys([self._backend] + [backend(d.family) for d in devices.values()]))
+        slot: dict = {}
+        constants: dict = {}  # slot -> (constant, the device it is copied to)
 
-        def slot_of(v: Value) -> int:
-            return slot.setdefault(id(v), len(slot))
+        def slot_of(v: Value, device: Device | None = None) -> int:
+            if v.kind != "const" or id(v) in fed:
+                return slot.setdefault(id(v), len(slot))
+            # a constant gets a copy of its own on each device that reads it
+            device = device or graph.device
+            key = (id(v), device)
+            if key not in slot:
+                slot[key] = len(slot)
+                constants[slot[key]] = (v, device)
+            return slot[key]
 
-        self._feed_slots = [slot_of(v) for v in self.feeds]
         fed = {id(v) for v in self.feeds}
-        kernels, index = self._backend, graph.device.index
-        self._constants = [(slot_of(v), kernels.from_host(v.data, index)) for v in graph.constants if id(v) not in fed]
+        self._feed_slots = [slot_of(v) for v in self.feeds]
         # State reads come first: a read always precedes the writes of its variable.
         self._reads = [(slot_of(n.outputs[0]), graph.state[n.attrs["variable"]]) for n in nodes if n.op == READ]
         steps, reads = [], []
         for node in nodes:
             if node.op == READ:
                 continue
-            ins = tuple(slot_of(v) for v in node.inputs)
+            device = devices[id(node)]
+            ins = tuple(slot_of(v, device) for v in node.inputs)
             reads.append(ins)
             if node.op == ASSIGN:
-                steps.append((_ASSIGN, graph.state[node.attrs["variable"]], ins, None, None, node))
+                variable = graph.state[node.attrs["variable"]]
+                conform = backend(variable._device.family).conform
+                steps.append((_ASSIGN, variable, ins, None, None, node, conform))
                 continue
             op = get_op(node.op)
-            fn = op.bound_kernel(graph.device.family, node.public_attrs)
+            fn = op.bound_kernel(device.family, node.public_attrs)
             outs = tuple(slot_of(v) for v in node.outputs)
+            conform = backend(graph.value_device(node.outputs[0]).family).conform if node.outputs else None
             owned = _owned_rows_target(graph, node, nodes, self.fetches)
             if owned is not None:
-                steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], node.outputs[0].dtype.np, node))
+                steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], node.outputs[0].dtype.np, node, conform))
             elif op.num_outputs != 1:
-                steps.append((_MULTI, fn, _arguments(ins), outs, tuple(v.dtype.np for v in node.outputs), node))
+                dtypes = tuple(v.dtype.np for v in node.outputs)
+                steps.append((_MULTI, fn, _arguments(ins), outs, dtypes, node, conform))
             else:
-                steps.append((_KERNEL, fn, _arguments(ins), outs[0], node.outputs[0].dtype.np, node))
+                steps.append((_KERNEL, fn, _arguments(ins), outs[0], node.outputs[0].dtype.np, node, conform))
         self._fetch_slots = [slot_of(v) for v in self.fetches]
+        self._constants = [(s, backend(d.family).from_host(v.data, d.index)) for s, (v, d) in constants.items()]
         self._size = len(slot)
         # Liveness: after its last reader runs, a value's slot is cleared (fetched values are kept).
         last: dict[int, int] = {}
@@ -107,14 +126,13 @@ class Executor:
         else:
             for s, arr in zip(self._feed_slots, feed_arrays, strict=True):
                 env[s] = kernels.from_host(arr, self.graph.device.index)
-        conform = kernels.conform
         for s, data in self._constants:
             env[s] = data
         for s, var in self._reads:
             env[s] = var._value
-        numerics = kernels.enter_numerics()
+        numerics = [b.enter_numerics() for b in self._backends]
         try:
-            for kind, fn, args, out, dtype, node, frees in self._steps:
+            for kind, fn, args, out, dtype, node, conform, frees in self._steps:
                 if cancelled is not None and cancelled():
                     raise RunCancelled(f"graph {self.graph.name!r}: run cancelled before node {node.name!r}")
                 if kind == _KERNEL:
@@ -139,8 +157,21 @@ class Executor:
                 for i in frees:
                     env[i] = None
         finally:
-            kernels.leave_numerics(numerics)
+            for b, state in zip(reversed(self._backends), reversed(numerics), strict=True):
+                b.leave_numerics(state)
         return [env[s] for s in self._fetch_slots]
+
+
+def _node_devices(graph: Graph, nodes) -> dict[int, Device]:
+    """id(node) -> the device of this process that runs it, each checked to exist here."""
+    found = {}
+    for node in nodes:
+        device = graph.node_device(node)
+        try:
+            found[id(node)] = parse_device(device)
+        except ValueError as err:
+            raise GraphError(f"{graph.name}: node '{node.name}' ({node.op}) cannot run: {err}") from None
+    return found
 
 
 def _owned_rows_target(graph: Graph, node, nodes, fetches):

@@ -5,7 +5,8 @@ names its op and keeps its attributes; the executor and passes give those names
 meaning) and nothing about running (tapeflow.graph.runnable adds that). Graph
 state (Variables) is read by `read_variable` nodes and written by
 `assign_variable` nodes, kept in program order. A graph belongs to a device, whose
-backend runs it.
+backend runs it; a node that runs on another device of this process names it ("xla:0"),
+and values reach it through `copy_to_device` nodes, the graph's explicit transfers.
 
 >>> g = Graph("double")
 >>> x = g.add_input("x", (None, 3), "float32")
@@ -24,10 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.devices import Device, current_device
+from tapeflow.devices import Device, current_device, is_local_name
 
 READ = "read_variable"
 ASSIGN = "assign_variable"
+COPY = "copy_to_device"  # the one op whose output lives on another device than its input
 SIDE_EFFECT_OPS = frozenset({ASSIGN, "send"})  # run for their effect: never pruned
 
 
@@ -73,8 +75,9 @@ class SparseGradient:
 
 
 class Node:
-    """One op application: `outputs = op(*inputs, **attrs)`, placed on `device` (a worker
-    device name such as "/worker:1/cpu:0", or None where nothing placed it)."""
+    """One op application: `outputs = op(*inputs, **attrs)`, placed on `device`: a device of
+    this process ("xla:0") where that is not the graph's, a worker device name such as
+    "/worker:1/cpu:0", or None where nothing placed it."""
 
     __slots__ = ("name", "op", "inputs", "attrs", "outputs", "device")
 
@@ -193,6 +196,22 @@ class Graph:
         for node in self.nodes:
             counts[node.op] = counts.get(node.op, 0) + 1
         return dict(sorted(counts.items()))
+
+    def node_device(self, node: Node) -> Device:
+        """The device of this process that runs `node`: the one it names, else the graph's
+        (a worker device name places the node on a worker, not here)."""
+        name = node.device
+        return Device.named(name) if name is not None and is_local_name(name) else self.device
+
+    def value_device(self, value: Value) -> Device:
+        """The device of this process a value lives on: a transfer's output on the device it
+        copies to, another node's output where the node runs, the rest on the graph's."""
+        node = value.producer
+        if node is None:
+            return self.device
+        if node.op == COPY:
+            return Device.named(node.attrs["device"])
+        return self.node_device(node)
 
     def parameter_count(self) -> int:
         return int(sum(int(np.prod(v.shape)) for v in self.state.values()))

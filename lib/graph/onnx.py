@@ -341,6 +341,11 @@ def _one_to_one(ex, node, outs, *ins):
     ex.emit(_ONE_TO_ONE[node.op], ins, outs[0])
 
 
+@_converts("copy_to_device")
+def _copy_to_device(ex, node, outs, *ins):
+    ex.emit("Identity", ins, outs[0])  # onnxruntime places the whole model itself
+
+
 @_converts("concat")
 def _concat(ex, node, outs, *ins):
     ex.emit("Concat", ins, outs[0], axis=node.attrs["axis"])

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 
-from tapeflow.devices import canonical_placement
+from tapeflow.devices import canonical_placement, is_local_name
 from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError
 
 DEFAULT_DEVICE = "/worker:0/cpu:0"
@@ -57,6 +57,11 @@ def place(graph: Graph, devices=None, default: str | None = None) -> int:
     allowed = None if devices is None else [canonical_placement(d) for d in devices]
     default = canonical_placement(default or (allowed[0] if allowed else DEFAULT_DEVICE))
     for node in graph.nodes:
+        if is_local_name(node.device):
+            raise PlacementError(
+                f"{graph.name}: node '{node.name}' ({node.op}) runs on this process's {node.device}; a graph "
+                f"placed on workers names worker devices (trace it inside tp.device('/worker:0/{node.device}'))"
+            )
         if node.device is not None:
             node.device = canonical_placement(node.device)
             if allowed is not None and node.device not in allowed:

@@ -60,10 +60,11 @@ class Graph(ir.Graph):
                 f"{self.name}: expected {len(inputs)} inputs ({', '.join(v.name for v in inputs)}), got {len(leaves)}"
             )
         results = self.execute([check_feed(self.name, v, a) for v, a in zip(inputs, leaves, strict=True)])
-        structure, device = self.output_structure, self.device
+        structure, devices = self.output_structure, self._executor.fetch_devices
         if structure is not None and "leaf" in structure:
-            return Tensor._wrap(results[structure["leaf"]], device)
-        return rebuild_structure(structure, [Tensor._wrap(a, device) for a in results])
+            leaf = structure["leaf"]
+            return Tensor._wrap(results[leaf], devices[leaf])
+        return rebuild_structure(structure, [Tensor._wrap(a, d) for a, d in zip(results, devices, strict=True)])
 
     def run(self, feeds: dict | None = None, fetches=None):
         """Partial execution: compute only what `fetches` need, from `feeds`.
@@ -82,8 +83,9 @@ class Graph(ir.Graph):
         fetch_values = [self._resolve(f, by_name, "fetch") for f in flat]
         feed_values = [self._resolve(k, by_name, "feed") for k in feeds]
         arrays = [check_feed(self.name, v, a) for v, a in zip(feed_values, feeds.values(), strict=True)]
-        outs = Executor(self, fetch_values, feed_values, with_updates=False).run(arrays)
-        outs = iter([Tensor._wrap(a, self.device)._host() for a in outs])
+        executor = Executor(self, fetch_values, feed_values, with_updates=False)
+        outs = executor.run(arrays)
+        outs = iter([Tensor._wrap(a, d)._host() for a, d in zip(outs, executor.fetch_devices, strict=True)])
         results = [
             IndexedSlices(Tensor._wrap(next(outs)), Tensor._wrap(next(outs)), f.dense_shape)
             if isinstance(f, SparseGradient)

@@ -13,8 +13,9 @@ File layout (format "tapeflow-graph", version 2; the `.tfg` suffix is convention
 - `graph_json`: a uint8 dataset holding UTF-8 JSON with the graph's name, inputs
   (name, shape with null for a dynamic dimension, dtype), constants and state
   (name, shape, dtype, dataset), nodes (name, op, input value names, attrs,
-  outputs with name, shape and dtype, and, for a placed node, its worker device such
-  as "/worker:1/cpu:0") in topological order, output value names,
+  outputs with name, shape and dtype, and, for a placed node, its device: a worker's
+  such as "/worker:1/cpu:0", or one of the process's such as "xla:0") in topological
+  order, the graph's device where a node names one of the process's, output value names,
   the output structure and the saved random generators;
 - `state/<i>`, `constants/<i>` and `attr_arrays/<i>`: numeric datasets;
 - `manifest`: JSON text listing every dataset. Each dataset has a `crc32` attribute, the
@@ -55,7 +56,7 @@ import numpy as np
 from tapeflow import dtypes
 from tapeflow._files import atomic_h5
 from tapeflow._h5safe import FileReadError, H5Reader, write_array, write_attrs, write_manifest
-from tapeflow.devices import canonical_placement
+from tapeflow.devices import canonical_placement, is_local_name, local_device_name, parse_device
 from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, Node, Value
 from tapeflow.ops import random as random_ops
 from tapeflow.ops.registry import get_op
@@ -153,8 +154,10 @@ class _AttrCodec:
             )
             if node.device is not None:
                 nodes[-1]["device"] = node.device
+        where_run = {"device": str(graph.device)} if any(is_local_name(n.device) for n in graph.nodes) else {}
         return {
             "name": graph.name,
+            **where_run,
             "inputs": [_value_spec(v) for v in graph.inputs],
             "constants": constants,
             "nodes": nodes,
@@ -466,7 +469,7 @@ def _read(reader: H5Reader, where: str, graph_class: type) -> Graph:
     generators = [
         _restore_generator(s, f"{where}: generator {i}") for i, s in enumerate(_list(meta, "generators", where))
     ]
-    graph = graph_class(_str(meta, "name", where))
+    graph = graph_class(_str(meta, "name", where), _graph_device(meta, where))
     for i, spec in enumerate(_list(meta, "state", where)):
         name, shape, dtype = _typed_spec(spec, f"{where}: state {i}", dynamic=False)
         if name in graph.state:
@@ -475,7 +478,27 @@ def _read(reader: H5Reader, where: str, graph_class: type) -> Graph:
         _check_type(trainable, bool, f"{where}: state '{name}'", "'trainable'")
         data = store.read(spec.get("dataset"), shape, dtype.np, f"{where}: state '{name}'", "state/")
         graph.state[name] = Variable(data, trainable=trainable, name=name)
-    return _read_graph(meta, _AttrCodec(generators, graph_class), store, graph, where)
+    _read_graph(meta, _AttrCodec(generators, graph_class), store, graph, where)
+    for node in graph.nodes:  # a variable lives where the nodes that use it run
+        if node.op in (READ, ASSIGN):
+            var = graph.state[node.attrs["variable"]]
+            home = graph.node_device(node)
+            if var._device != home:
+                graph.state[node.attrs["variable"]] = Variable(var.to(home), trainable=var.trainable, name=var.name)
+    return graph
+
+
+def _graph_device(meta: dict, where: str):
+    """The device a graph whose nodes name devices of their own was saved on (it runs
+    there again); None, for the current device, when the file names none."""
+    name = meta.get("device")
+    if name is None:
+        return None
+    _check_type(name, str, where, "'device'")
+    try:
+        return parse_device(name)
+    except ValueError as err:
+        raise GraphFileError(f"{where}: the graph runs on {name!r}, which this process cannot use: {err}") from None
 
 
 def _read_graph(meta: dict, codec: _AttrCodec, datasets: _Stored, graph: Graph, where: str) -> Graph:
@@ -717,12 +740,13 @@ def _list(obj: dict, key: str, where: str) -> list:
 
 
 def _device(name, where: str) -> str | None:
-    """A node's worker device name, checked and made canonical; None when the node has none."""
+    """A node's device name (of this process or of a worker), checked and made canonical;
+    None when the node has none. Whether the device exists is checked when the graph runs."""
     if name is None:
         return None
     _check_type(name, str, where, "'device'")
     try:
-        return canonical_placement(name)
+        return local_device_name(name) if is_local_name(name) else canonical_placement(name)
     except ValueError as err:
         raise GraphFileError(f"{where}: {err}") from None
 

@@ -9,6 +9,11 @@ uses see the value written (so the program's order is kept).
 Python code in the function runs once, at trace time: prints, appends to
 lists and other side effects happen while freezing, not when the graph runs.
 
+Traced tensors live on devices as eager ones do: graph inputs on the graph's device,
+a variable's reads on the variable's, an op's outputs where its inputs are, and
+`x.to(device)` records a transfer node. A node that runs on another device than the
+graph's records it, and inputs from two devices are a `DeviceMismatchError`, as eagerly.
+
 >>> import tapeflow as tp
 >>> g = tp.freeze(lambda x: tp.nn.relu(x) * 2.0, tp.TensorSpec((None, 3), "float32"))
 >>> g(tp.tensor([[-1.0, 0.5, 2.0]])).numpy().tolist()
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 
-from tapeflow.devices import current_placement
+from tapeflow.devices import check_same_device, current_device, current_placement, is_local_name
 from tapeflow.graph import passes
 from tapeflow.graph.ir import ASSIGN, READ, Value
 from tapeflow.graph.runnable import Graph
@@ -55,7 +60,9 @@ class Tracer:
     # ------------------------------------------------------------ values
     def traced(self, value: Value) -> TracedTensor:
         self._own.add(id(value))
-        return TracedTensor(value.shape, value.dtype, value)
+        tensor = TracedTensor(value.shape, value.dtype, value)
+        tensor._device = self.graph.value_device(value)
+        return tensor
 
     def add_input(self, name: str, shape, dtype) -> TracedTensor:
         return self.traced(self.graph.add_input(name, shape, dtype))
@@ -112,8 +119,9 @@ class Tracer:
             current = self.traced(self._capture(self.parent.read(var)))
         else:
             name = self.state_name(var)
+            device = self.placement(var._device)
             (value,) = self.graph.add_node(
-                READ, [], {"variable": name}, [(var.shape, var.dtype)], name="read", device=self.placement()
+                READ, [], {"variable": name}, [(var.shape, var.dtype)], name="read", device=device
             )
             current = self.traced(value)
         self._current[id(var)] = current
@@ -131,21 +139,27 @@ class Tracer:
             raise TypeError(f"Variable.{mode}: variable '{var.name}' has dtype {var.dtype}, value has {value.dtype}")
         if tuple(value.shape) != tuple(var.shape):
             raise ValueError(f"Variable.{mode}: variable '{var.name}' has shape {var.shape}, value has {value.shape}")
+        check_same_device(f"Variable.{mode} of '{var.name}'", (var, value))
         if mode == "assign_add":
             value = add(self.read(var), value)
         elif mode == "assign_sub":
             value = subtract(self.read(var), value)
         new = self.value_of(value)
         self.graph.add_node(
-            ASSIGN, [new], {"variable": self.state_name(var)}, [], name="assign", device=self.placement()
+            ASSIGN, [new], {"variable": self.state_name(var)}, [], name="assign", device=self.placement(var._device)
         )
         self._current[id(var)] = value if isinstance(value, TracedTensor) else self.traced(new)
         return var
 
     # ------------------------------------------------------------ placement
-    def placement(self) -> str | None:
-        """The device of the node recorded now (see `tapeflow.devices.current_placement`)."""
-        return current_placement(_device_of)
+    def placement(self, runs_on) -> str | None:
+        """The device name a node recorded now carries: a worker device where one is
+        placing nodes (see `tapeflow.devices.current_placement`), else `runs_on` where that
+        is not the graph's device, else None."""
+        worker = current_placement(_device_of)
+        if worker is not None or runs_on == self.graph.device:
+            return worker
+        return str(runs_on)
 
     # ------------------------------------------------------------ ops
     def apply(self, op, inputs: tuple, attrs: dict):
@@ -155,17 +169,19 @@ class Tracer:
             return outputs
         values = [self.value_of(t) for t in inputs]
         specs = op.infer(*inputs, **attrs)
-        outs = self.graph.add_node(op.name, values, attrs, specs, device=self.placement())
+        runs_on = check_same_device(op.name, inputs) if inputs else current_device()
+        outs = self.graph.add_node(op.name, values, attrs, specs, device=self.placement(runs_on))
         outputs = tuple(self.traced(v) for v in outs)
         registry.notify_recorders(op, inputs, attrs, outputs)
         return outputs[0] if op.num_outputs == 1 else outputs
 
 
 def _device_of(tensors) -> str | None:
-    """The device of the node that made the first of `tensors` that a placed node made."""
+    """The worker device of the node that made the first of `tensors` that a node placed on
+    a worker made (a device of this process follows from a node's inputs instead)."""
     for t in tensors:
         producer = getattr(getattr(t, "ref", t), "producer", None)
-        if producer is not None and producer.device is not None:
+        if producer is not None and producer.device is not None and not is_local_name(producer.device):
             return producer.device
     return None
 

@@ -100,6 +100,7 @@ from tapeflow.ops.math import (
 )
 from tapeflow.ops.reduce import argmax, argmin, logsumexp, max, mean, min, prod, std, sum, var
 from tapeflow.ops.sparse import convert_to_tensor, scatter_update
+from tapeflow.ops.transfer import copy_to_device
 
 _tensor.bind_operators(
     SimpleNamespace(
@@ -132,6 +133,7 @@ _tensor.bind_operators(
         exp=exp,
         log=log,
         sqrt=sqrt,
+        copy_to_device=copy_to_device,
         write_rows=sparse.write_rows,
         indexed_slices_to_dense=sparse.indexed_slices_to_dense,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeflow.ops.registry import apply, as_tensor, defop
+from tapeflow.ops.registry import apply, as_tensor, defop, wrap_host
 from tapeflow.tensor import Tensor
 
 
@@ -66,8 +66,9 @@ def adam_update(
     if not isinstance(step, Tensor) and step < 1:
         raise ValueError(f"adam_update: step must be >= 1, got {step}")
     ins = tuple(as_tensor(t, name="adam_update") for t in (param, m, v, grad))
-    dtype = ins[0].dtype if ins[0].dtype.kind == "f" else "float32"
-    scalars = tuple(t if isinstance(t, Tensor) else as_tensor(float(t), dtype=dtype) for t in (lr, step))
+    npdtype = ins[0].dtype.np if ins[0].dtype.kind == "f" else np.float32
+    where = ins[0].device  # a number becomes a scalar beside the parameter
+    scalars = tuple(t if isinstance(t, Tensor) else wrap_host(np.asarray(float(t), npdtype), where) for t in (lr, step))
     attrs = {
         "beta1": float(beta1),
         "beta2": float(beta2),

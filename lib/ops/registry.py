@@ -34,11 +34,12 @@ class OpDef:
         "num_outputs",
         "partial_vjp",
         "stateful",
+        "transfer",
         "_by_family",
         "doc",
     )
 
-    def __init__(self, name, reference, infer, vjp, num_outputs, partial_vjp, stateful=False):
+    def __init__(self, name, reference, infer, vjp, num_outputs, partial_vjp, stateful=False, transfer=False):
         self.name = name
         self.reference = reference
         self.infer = infer
@@ -46,6 +47,7 @@ class OpDef:
         self.num_outputs = num_outputs
         self.partial_vjp = partial_vjp
         self.stateful = stateful  # draws random numbers: never merged, folded or reordered by graph passes
+        self.transfer = transfer  # moves its input to attrs["device"]: its reference runs on every backend
         self._by_family = {}
         self.doc = reference.__doc__
 
@@ -56,6 +58,8 @@ class OpDef:
     def kernel(self, family: str):
         """The forward kernel for a device family (the reference if none)."""
         fn = self._by_family.get(family)
+        if fn is None and self.transfer:
+            fn = self._by_family[family] = self.reference
         if fn is None:
             module = backend(family)
             fn = getattr(module, self.name, None)
@@ -70,6 +74,18 @@ class OpDef:
                 fn = self.reference
             self._by_family[family] = fn
         return fn
+
+    def runs_on(self, family: str) -> bool:
+        """Whether the backend of `family` can run this op.
+
+        >>> get_op("exp").runs_on("cpu")
+        True
+        """
+        try:
+            self.kernel(family)
+        except UnsupportedOpError:
+            return False
+        return True
 
     def bound_kernel(self, family: str, attrs: dict):
         """The forward kernel with `attrs` fixed, called with the input arrays only (how a
@@ -110,6 +126,7 @@ def defop(
     num_outputs: int = 1,
     partial_vjp: bool = False,
     stateful: bool = False,
+    transfer: bool = False,
 ):
     """Register the decorated NumPy reference forward as op `name`.
 
@@ -120,13 +137,15 @@ def defop(
     where unconnected) and returns one gradient (or None) per input. With
     `partial_vjp=True` it also gets `needs`, one bool per input, and may skip
     the gradients nobody asked for (worth it when each costs a matmul).
-    `stateful` ops (random draws) give a new result on every run.
+    `stateful` ops (random draws) give a new result on every run. A `transfer` op copies
+    its input from the device it lives on to the device named by its `device` attr; its
+    reference does the copy through the two backends, whatever they are.
     """
 
     def wrap(reference):
         if name in _REGISTRY:
             raise ValueError(f"op {name!r} is already registered")
-        _REGISTRY[name] = OpDef(name, reference, infer, vjp, num_outputs, partial_vjp, stateful)
+        _REGISTRY[name] = OpDef(name, reference, infer, vjp, num_outputs, partial_vjp, stateful, transfer)
         return _REGISTRY[name]
 
     return wrap
@@ -207,6 +226,9 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
         out = (out,)
     elif len(out) != len(specs):
         raise RuntimeError(f"{op.name}: kernel returned {len(out)} outputs, expected {len(specs)}")
+    if op.transfer:
+        device = parse_device(attrs["device"])
+        kernels = backend(device.family)
     if kernels.HOLDS_NUMPY:
         outputs = tuple(_to_tensor(a, spec, device) for a, spec in zip(out, specs, strict=True))
     else:

@@ -1,5 +1,10 @@
-"""Send and recv: the two ends of a value crossing from one device to another in a
-partitioned graph (the TensorFlow white paper, section 3.2.2).
+"""Moving values between devices: `copy_to_device` in one process, and `send` and `recv`,
+the two ends of a value crossing between workers in a partitioned graph (the TensorFlow
+white paper, section 3.2.2).
+
+`copy_to_device(x, "xla:0")` (what `tensor.to("xla:0")` records) is the only way a value
+changes device, eagerly and in a frozen graph, where it is a node of its own; its gradient
+copies the gradient back.
 
 `tapeflow.graph.partition` replaces every edge between two devices by a `send` node on
 the device that makes the value and a `recv` node on the device that reads it, both
@@ -27,6 +32,8 @@ from contextlib import contextmanager
 import numpy as np
 
 from tapeflow import dtypes
+from tapeflow.backends import backend
+from tapeflow.devices import Device, local_device_name, parse_device
 from tapeflow.ops import shapes
 from tapeflow.ops.registry import apply, as_tensor, defop
 
@@ -89,6 +96,38 @@ def _RECV(key, shape, dtype):
             f"recv '{key}': expected {np.dtype(expected).name}{list(shape)}, got {value.dtype}{list(value.shape)}"
         )
     return value
+
+
+def _copy_infer(x, source, device):
+    for attr, name in (("source", source), ("device", device)):
+        if not isinstance(name, str) or local_device_name(name) != name:
+            raise ValueError(f"copy_to_device: {attr} must be a device name such as 'cpu:0' or 'xla:0', got {name!r}")
+    return [(x.shape, x.dtype)]
+
+
+def _copy_vjp(grads, inputs, outputs, source, device):
+    (g,) = grads
+    return [None if g is None else copy_to_device(g, source)]
+
+
+@defop("copy_to_device", infer=_copy_infer, vjp=_copy_vjp, transfer=True)
+def _COPY_TO_DEVICE(x, source, device):
+    """The array of device `source` as an array of `device` (both "family:index")."""
+    src, dst = Device.named(source), Device.named(device)
+    host = backend(src.family).to_host(x)
+    return backend(dst.family).from_host(host, dst.index)
+
+
+def copy_to_device(x, device):
+    """`x` copied to `device` (a name such as "xla:0", or a Device): eagerly a new tensor
+    there, in a frozen graph a transfer node. Its gradient is copied back.
+
+    >>> import tapeflow as tp
+    >>> copy_to_device(tp.ones((2,)), "cpu").device
+    Device('cpu:0')
+    """
+    x = as_tensor(x)
+    return apply(_COPY_TO_DEVICE, (x,), {"source": str(x.device), "device": str(parse_device(device))})
 
 
 def send(x, key: str) -> tuple:

@@ -110,6 +110,7 @@ UNARY = {
     "square": tp.square,
     "identity": tp.identity,
     "stop_gradient": tp.stop_gradient,
+    "copy_to_device": lambda x: tp.copy_to_device(x, "cpu"),
     "softmax": tp.nn.softmax,
     "log_softmax": tp.nn.log_softmax,
     "gelu": tp.nn.gelu,

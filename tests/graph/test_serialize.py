@@ -398,7 +398,9 @@ def test_wrong_format_and_newer_version(valid):
         (lambda m: node(m, "add").update(attrs={"k": {"slice": [0, 1, 0]}}), "step cannot be zero"),
         (lambda m: node(m, "add").update(attrs={"k": {"array": {"dtype": "O", "shape": [1], "data": [1]}}}), "dtype"),
         (lambda m: node(m, "add").update(attrs={"k": {"generator": 3}}), "generator must be 'global' or an index"),
-        (lambda m: node(m, "relu").update(device="../../etc"), "unknown worker device '../../etc'"),
+        (lambda m: node(m, "relu").update(device="../../etc"), "unknown device '../../etc'"),
+        (lambda m: node(m, "relu").update(device="/worker:../etc"), "unknown worker device '/worker:../etc'"),
+        (lambda m: m.update(device="tpu:7"), "unknown device 'tpu:7'"),
         (lambda m: node(m, "relu").update(device=["/worker:0"]), "'device' must be a str"),
     ],
 )

@@ -1110,6 +1110,16 @@ sample(
 )
 
 
+sample(
+    "copy_to_device",
+    "onto-its-own-device",  # the one device every backend has; tests/graph/test_node_devices.py crosses devices
+    [normal(2, 3)],
+    {"source": "cpu:0", "device": "cpu:0"},
+    lambda x: x,
+    call=lambda tensors: (transfer.copy_to_device(tensors[0], tensors[0].device),),
+)
+
+
 # ===================================================================== helpers
 def _as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, tuple | list) else (value,)

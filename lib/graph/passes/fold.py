@@ -36,12 +36,12 @@ class ConstantFolding:
             if node.op in (READ, ASSIGN) or not node.outputs or any(v.kind != "const" for v in node.inputs):
                 continue
             op = get_op(node.op)
-            if op.stateful or any(None in v.shape for v in node.outputs):
+            if op.stateful or op.transfer or any(None in v.shape for v in node.outputs):
                 continue
             if sum(math.prod(v.shape) for v in node.outputs) > self.max_elements:
                 continue
             try:
-                result = _evaluate(op, graph.device.family, node)
+                result = _evaluate(op, graph.node_device(node).family, node)
             except Exception:  # noqa: BLE001 - left in place: the executor reports it with the node named
                 continue
             results = (result,) if op.num_outputs == 1 else tuple(result)
