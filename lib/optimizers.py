@@ -23,9 +23,10 @@ import numpy as np
 
 from tapeflow import schedules, serialization
 from tapeflow.autodiff import GradientTape
+from tapeflow.devices import device
 from tapeflow.ops import sparse
-from tapeflow.ops.array import gather
-from tapeflow.ops.math import cast, clip, maximum, sqrt, square
+from tapeflow.ops.array import gather, reshape
+from tapeflow.ops.math import cast, clip, maximum, sqrt, square, where
 from tapeflow.ops.optim import adam_update
 from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import as_tensor
@@ -162,7 +163,7 @@ class Optimizer:
         while key in self._keys:
             n += 1
             key = f"{var.name}_{n}"
-        with eager_scope():  # slots are created eagerly, also on a first step inside a freeze
+        with eager_scope(), device(var.device):  # made eagerly (also on a first step in a freeze), beside var
             slots = {
                 slot: Variable(np.full(var.shape, fill, var.dtype.np), trainable=False, name=f"{key}/{slot}")
                 for slot, fill in self.slot_initials(var).items()
@@ -208,7 +209,16 @@ class Optimizer:
             self._apply_pairs(pairs, learning_rate, step)
 
     def _apply_pairs(self, pairs, lr, step) -> None:
-        grads = self._clipped([sparse.coalesce(g) if isinstance(g, IndexedSlices) else g for g, _ in pairs])
+        grads, touched = [], []  # touched: the rows a sparse gradient writes, where it was made dense
+        for g, _ in pairs:
+            rows = None
+            if isinstance(g, IndexedSlices) and sparse.coalesces_on(g.values.device):
+                g = sparse.coalesce(g)
+            elif isinstance(g, IndexedSlices):
+                rows, g = sparse.touched_rows(g), sparse.convert_to_tensor(g)
+            grads.append(g)
+            touched.append(rows)
+        grads = self._clipped(grads)
         variables = [v for _, v in pairs]
         for var in variables:
             self._track(var)
@@ -216,12 +226,16 @@ class Optimizer:
         if self.weight_decay:
             for var in variables:
                 if self._decays(var):
-                    var.assign(var - var * (lr * self.weight_decay))
+                    var.assign(var - var * (_beside(lr, var) * self.weight_decay))
         own_step = type(self).update_step is not Optimizer.update_step  # written for dense gradients
-        for grad, var in zip(grads, variables, strict=True):
+        for grad, var, rows in zip(grads, variables, touched, strict=True):
             if own_step and isinstance(grad, IndexedSlices):
                 grad = sparse.convert_to_tensor(grad)
-            self.update_step(grad, var, lr)
+            self._step = _beside(step, var)
+            if rows is None or own_step:
+                self.update_step(grad, var, _beside(lr, var))
+            else:
+                self._update_rows(grad, var, _beside(lr, var), rows)
 
     def scale_loss(self, loss):
         """The loss to differentiate: `loss` itself here, scaled by a LossScaleOptimizer."""
@@ -271,6 +285,17 @@ class Optimizer:
         for name, slot in slots.items():
             slot.scatter_update(IndexedSlices(new_slots[name], rows, slot.shape))
         variable.scatter_update(IndexedSlices(new_value, rows, variable.shape))
+
+    def _update_rows(self, gradient: Tensor, variable: Variable, learning_rate, rows: Tensor) -> None:
+        """The sparse update of `update_step` with fixed shapes: the rule runs on every row
+        of a dense gradient and only the `rows` that the sparse gradient touched take the
+        result, so the other rows and their slots stay as they are."""
+        slots = self.slots(variable)
+        new_value, new_slots = self.update_rule(gradient, variable, dict(slots), learning_rate)
+        mask = reshape(rows, (-1,) + (1,) * (len(variable.shape) - 1))
+        for name, slot in slots.items():
+            slot.assign(where(mask, new_slots[name], slot))
+        variable.assign(where(mask, new_value, variable))
 
     def update_rule(self, gradient: Tensor, value: Tensor, slots: dict, learning_rate):
         """(new value, {slot name: new slot value}) from a gradient, the current value and
@@ -401,6 +426,12 @@ class Optimizer:
         for key, arr in arrays.items():
             targets[key].assign(arr)
         self.iterations = int(steps)
+
+
+def _beside(value, var: Variable):
+    """A learning rate or step number on the device of the variable it updates (a tensor
+    from another device is copied there: a transfer node in a frozen step)."""
+    return value.to(var.device) if isinstance(value, Tensor) and value.device != var.device else value
 
 
 def _values(g):

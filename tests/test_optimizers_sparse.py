@@ -131,3 +131,33 @@ def test_an_optimizer_with_its_own_update_step_gets_dense_gradients():
     sparse, dense = _sparse_and_dense_gradients(table, [1, 1, 3], tp.ones((3, 2)))
     HalfStep().apply_gradients([(sparse, table)])
     np.testing.assert_allclose(table.numpy(), 1.0 - 0.5 * dense.numpy())
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["eager", "frozen"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_the_fixed_shape_update_equals_the_coalesced_one(name, frozen, monkeypatch):
+    """Where a device cannot coalesce (XLA), the rule runs on a dense gradient and only the
+    touched rows take the result: the same tables and slots as coalescing gives."""
+    start = RNG.standard_normal((ROWS, DIM)).astype(np.float32)
+    batches = [_batch(step) for step in range(3)]
+    results = []
+    for coalesces in (True, False):
+        monkeypatch.setattr(tp.ops.sparse, "coalesces_on", lambda device, answer=coalesces: answer)
+        table, opt = tp.Variable(start, name="t"), OPTIMIZERS[name](global_clipnorm=2.0)
+
+        def step(ids, weights, table=table, opt=opt):
+            with tp.GradientTape() as tape:
+                loss = _loss(table, ids, weights)
+            opt.apply_gradients([(tape.gradient(loss, table), table)])
+            return loss
+
+        if frozen:
+            step = tp.freeze(step, tp.TensorSpec((8, 3), "int64"), tp.TensorSpec((8, 3, DIM)))
+            assert ("unique_sum" in step.op_counts()) == coalesces
+        for ids, weights in batches:
+            step(ids, weights)
+        results.append([table.numpy(), *(v.numpy() for v in opt.variables)])
+    for coalesced, fixed in zip(*results, strict=True):
+        np.testing.assert_allclose(fixed, coalesced, rtol=2e-6, atol=1e-7)
+    untouched = slice(ROWS // 2, None)
+    np.testing.assert_array_equal(results[1][0][untouched], start[untouched])

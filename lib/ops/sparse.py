@@ -21,7 +21,7 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.ops.array import check_index_range, concat, gather, scatter_add
-from tapeflow.ops.creation import zeros
+from tapeflow.ops.creation import ones_like, zeros
 from tapeflow.ops.math import cast, multiply
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import TRACING, IndexedSlices, Tensor, Variable
@@ -74,6 +74,25 @@ def coalesce(slices: IndexedSlices) -> IndexedSlices:
     attrs = {"num_rows": slices.dense_shape[0]}
     unique, _, sums = apply(_UNIQUE_SUM, (slices.indices, slices.values), attrs)
     return IndexedSlices(sums, unique, slices.dense_shape)
+
+
+def coalesces_on(device) -> bool:
+    """Whether `coalesce` runs on `device`: its output's length depends on the values, which
+    a backend that compiles fixed shapes (XLA) cannot give; there, `touched_rows` and a
+    dense gradient stand in for it."""
+    return _UNIQUE_SUM.runs_on(device.family)
+
+
+def touched_rows(slices: IndexedSlices) -> Tensor:
+    """A bool tensor with one entry per row of `slices.dense_shape`: true where a slice
+    writes that row (computed with fixed shapes, so it compiles once on XLA).
+
+    >>> import tapeflow as tp
+    >>> touched_rows(tp.IndexedSlices(tp.ones((2, 1)), [3, 3], (4, 1))).numpy().tolist()
+    [False, False, False, True]
+    """
+    counts = zeros((slices.dense_shape[0],), "int64", device=slices.values.device)
+    return scatter_add(counts, slices.indices, ones_like(slices.indices)) > 0
 
 
 # ------------------------------------------------------------ scatter_update

@@ -62,10 +62,31 @@ def test_training_on_xla_equals_the_numpy_backend(make_layers, shape, jit):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_a_frozen_train_step_compiles_once_in_ten_steps():
+def _embedding():
+    return [tp.Input((5,), dtype="int64"), tp.layers.Embedding(30, 4), tp.layers.Flatten(), tp.layers.Dense(3)]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "frozen"])
+def test_sparse_training_on_xla_equals_the_numpy_backend(jit):
+    """An embedding's sparse gradient: coalesced on the CPU, a dense gradient with the
+    touched rows masked on XLA (fixed shapes); the same rows move, by the same amounts."""
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 20, (48, 5)), rng.integers(0, 3, 48)  # rows 20-29 are never looked up
+    cpu_loss, cpu_weights = _fit("cpu", _embedding, data, jit)
+    xla_loss, xla_weights = _fit(XLA, _embedding, data, jit)
+    np.testing.assert_allclose(xla_loss, cpu_loss, rtol=1e-5)
+    for a, b in zip(xla_weights, cpu_weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(xla_weights[0][20:], cpu_weights[0][20:])
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["mlp", "embedding"])
+def test_a_frozen_train_step_compiles_once_in_ten_steps(sparse):
     x, y = _data((8,), 3, n=16)
+    if sparse:
+        x = np.random.default_rng(2).integers(0, 30, (16, 5))
     with tp.device(XLA):
-        model = tp.Sequential(_mlp())
+        model = tp.Sequential(_embedding() if sparse else _mlp())
         optimizer = tp.optimizers.Adam(0.01)
         optimizer.build(model.trainable_weights)
         loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
