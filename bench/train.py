@@ -12,7 +12,9 @@ are missing), the same threads and the same optimizer:
   runs it on NHWC images and PyTorch on NCHW ones.
 
 Each timed call is one `model.fit` epoch of a few steps (shuffling, batching, loss and
-accuracy included). On the PyTorch side it is the loop that `fit` stands for: a shuffled
+accuracy included), with the step run eagerly on the tape (`compile`'s default) and
+frozen into a graph (`compile(jit=True)`, as Keras's default `run_eagerly=False` does).
+On the PyTorch side it is the loop that `fit` stands for: a shuffled
 pass that does forward, loss, backward and an Adam step, and keeps a running loss and
 accuracy.
 
@@ -51,7 +53,7 @@ WORKLOADS = {
 }
 WARMUP_CALLS = 2
 TITLES = {"mlp": "MLP 784-256-256-10, Adam, batch 128", "cnn": "Deep-MNIST CNN, Adam, batch 50"}
-LIBRARIES = ("tapeflow", "pytorch")
+LIBRARIES = ("tapeflow", "tapeflow-jit", "pytorch")
 
 
 # -------------------------------------------------------------------- data
@@ -75,8 +77,8 @@ def workload_data(name: str, x: np.ndarray, y: np.ndarray, library: str):
 
 
 # ------------------------------------------------------------------ models
-def tapeflow_trainer(name: str, x: np.ndarray, y: np.ndarray):
-    """A function that runs one `model.fit` epoch over (x, y)."""
+def tapeflow_trainer(name: str, x: np.ndarray, y: np.ndarray, jit: bool = False):
+    """A function that runs one `model.fit` epoch over (x, y), the step eager or frozen."""
     import tapeflow as tp
 
     tp.set_num_threads(THREADS)
@@ -99,6 +101,7 @@ def tapeflow_trainer(name: str, x: np.ndarray, y: np.ndarray):
         optimizer=tp.optimizers.Adam(1e-3),
         loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
+        jit=jit,
     )
     batch = WORKLOADS[name][0]
     return lambda: model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
@@ -136,7 +139,11 @@ def pytorch_trainer(name: str, x: np.ndarray, y: np.ndarray):
     return epoch
 
 
-TRAINERS = {"tapeflow": tapeflow_trainer, "pytorch": pytorch_trainer}
+TRAINERS = {
+    "tapeflow": tapeflow_trainer,
+    "tapeflow-jit": lambda name, x, y: tapeflow_trainer(name, x, y, jit=True),
+    "pytorch": pytorch_trainer,
+}
 
 
 # ------------------------------------------------------------------ worker
@@ -160,9 +167,10 @@ def _reset_peak() -> bool:
 
 def worker(library: str, name: str, data: str) -> None:
     """Run in a fresh process: train one library on one workload and print a JSON report."""
-    __import__("tapeflow" if library == "tapeflow" else "torch")
+    ours = library.startswith("tapeflow")
+    __import__("tapeflow" if ours else "torch")
     with np.load(data) as arrays:
-        x, y = workload_data(name, arrays["x"], arrays["y"], library)
+        x, y = workload_data(name, arrays["x"], arrays["y"], "tapeflow" if ours else library)
     reset = _reset_peak()
     baseline = _status_kb("VmRSS") if reset else _status_kb("VmHWM")
     fit = TRAINERS[library](name, x, y)
@@ -237,7 +245,9 @@ def main() -> None:
             data = Path(tmp) / f"{name}.npz"
             np.savez(data, x=x[: batch * steps], y=y[: batch * steps])
             reports = bench(name, data, args.rounds)
-            rows.append((name, *(summarize(reports[lib]) for lib in LIBRARIES)))
+            theirs = summarize(reports["pytorch"])
+            rows.append((name, summarize(reports["tapeflow"]), theirs))
+            rows.append((f"{name}-jit", summarize(reports["tapeflow-jit"]), theirs))
     print_report(rows)
 
 
@@ -249,11 +259,11 @@ def print_report(rows) -> None:
     print(header)
     print("-" * len(header))
     for name, ours, theirs in rows:
-        batch, target = WORKLOADS[name][0], WORKLOADS[name][3]
+        batch, target = WORKLOADS[_workload(name)][0], WORKLOADS[_workload(name)][3]
         ratio = ours["median"] / theirs["median"]
         mark = "" if ours["exact"] and theirs["exact"] else "*"
         print(
-            f"{TITLES[name]:36s} {ours['median'] * 1e3:7.1f}ms {theirs['median'] * 1e3:7.1f}ms {ratio:5.2f}x "
+            f"{_title(name):36s} {ours['median'] * 1e3:7.1f}ms {theirs['median'] * 1e3:7.1f}ms {ratio:5.2f}x "
             f"{'<=' + format(target, '.1f') + 'x':>7s}{' ' if ratio <= target else '!'} "
             f"{batch / ours['median']:12.0f} {batch / theirs['median']:8.0f}  "
             f"{ours['peak_mb']:10.1f}{mark} {theirs['peak_mb']:7.1f}{mark} "
@@ -269,6 +279,15 @@ def print_report(rows) -> None:
         )
     if any(not (ours["exact"] and theirs["exact"]) for _, ours, theirs in rows):
         print("* peak since start-up (this kernel cannot reset VmHWM), so the import peak may hide training's.")
+
+
+def _workload(row: str) -> str:
+    return row.removesuffix("-jit")
+
+
+def _title(row: str) -> str:
+    """The workload's title, shortened for a row of the frozen step."""
+    return TITLES[row] if row in TITLES else TITLES[_workload(row)].split(",")[0] + ", jit=True"
 
 
 def _ms(seconds: list[float]) -> str:
