@@ -3,9 +3,11 @@ predict_on_batch.
 
 `Trainer` is mixed into `tp.Model`. It knows nothing of backends: a training step is a
 GradientTape around the model's forward pass and loss, then the optimizer's update.
-Training runs eagerly on the tape by default; `compile(jit=True)` freezes the whole step
-(forward, loss, gradients and optimizer update) into one graph over the model's Variables,
-traced once per batch shape, with the learning rate and step number as graph inputs.
+By default (`compile(jit="auto")`, as Keras's `run_eagerly=False`) the whole step (forward,
+loss, gradients and optimizer update) is frozen into one graph over the model's Variables,
+traced once per batch shape, with the learning rate and step number as graph inputs; a
+model that cannot be frozen (its Python reads tensor values) trains eagerly on the tape
+instead, with a warning. `jit=False` always trains on the tape; `jit=True` never falls back.
 
 Losses and metrics follow Keras 3: a loss with sample weights is sum(w * loss) / batch
 size ("sum_over_batch_size"); the logged "loss" is the mean of the batch losses weighted
@@ -26,6 +28,8 @@ the data (argument checks, weights, steps) in `tapeflow.training_data`.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from tapeflow import callbacks as callbacks_module
@@ -42,7 +46,7 @@ from tapeflow.ops.random import global_generator
 from tapeflow.ops.registry import as_tensor
 from tapeflow.output_losses import OutputLosses, per_output
 from tapeflow.output_metrics import OutputMetrics
-from tapeflow.tensor import Tensor
+from tapeflow.tensor import FreezeError, Tensor
 
 
 class Trainer:
@@ -55,12 +59,12 @@ class Trainer:
         optimizer="rmsprop",
         loss=None,
         metrics=None,
-        jit: bool = False,
+        jit: bool | str = "auto",
         loss_weights=None,
         weighted_metrics=None,
     ) -> None:
-        """Choose the optimizer, loss(es) and metrics (objects or Keras names); with
-        `jit=True`, train and evaluate with frozen graphs instead of the tape.
+        """Choose the optimizer, loss(es) and metrics (objects or Keras names), and whether
+        to train and evaluate with frozen graphs or on the tape.
 
         Args:
             optimizer: a `tp.optimizers` Optimizer or its Keras name.
@@ -68,7 +72,9 @@ class Trainer:
                 (by output name) of losses; None entries leave an output without one.
             metrics: a list of metrics; with several outputs, a list with one entry (a metric
                 or a list) per output, or a dict by output name. They see no sample weights.
-            jit: freeze the train and test steps into graphs.
+            jit: "auto" (the default) freezes the train and test steps into graphs and falls
+                back to the tape, with a warning, for a model that cannot be frozen; True
+                freezes them or fails; False runs them eagerly on the tape.
             loss_weights: the weight of each output's loss in the total: a list or dict like
                 `loss` (a number for one output).
             weighted_metrics: metrics, in the form of `metrics`, that take the sample (and
@@ -99,7 +105,9 @@ class Trainer:
         self._output_metrics = OutputMetrics(metrics, weighted_metrics, names, resolved)
         self.compiled_metrics = self._output_metrics.metrics
         self._loss_tracker = metrics_module.Mean(name="loss")
-        self.jit = bool(jit)
+        if jit not in (True, False, "auto"):
+            raise ValueError(f"compile: jit must be True, False or 'auto', got {jit!r}")
+        self.jit = jit
         self._frozen_steps = None
         self._prediction_specs = None
         self._compiled = True
@@ -142,7 +150,10 @@ class Trainer:
     def train_step(self, x, y, sample_weight=None) -> dict:
         """One update on one batch; returns the running loss and metric values."""
         if getattr(self, "jit", False):
-            return self._frozen_train_step(x, y, sample_weight)
+            try:
+                return self._frozen_train_step(x, y, sample_weight)
+            except FreezeError as err:
+                self._train_eagerly_after(err)
         with GradientTape() as tape:
             y_pred = self(x, training=True)
             loss, values = self._compute_loss(y, y_pred, sample_weight)
@@ -153,9 +164,15 @@ class Trainer:
         return self._update_metrics(y, y_pred, loss, sample_weight, values)
 
     def test_step(self, x, y, sample_weight=None) -> dict:
+        frozen = None
         if getattr(self, "jit", False):
             self._check_targets(x, y, sample_weight)
-            y_pred, loss, values = self._frozen()[1](x, y, sample_weight)
+            try:
+                frozen = self._frozen()[1](x, y, sample_weight)
+            except FreezeError as err:
+                self._train_eagerly_after(err)
+        if frozen is not None:
+            y_pred, loss, values = frozen
         else:
             y_pred = self(x, training=False)
             loss, values = self._compute_loss(y, y_pred, sample_weight)
@@ -187,6 +204,17 @@ class Trainer:
             self._frozen_steps = (Function(train), Function(test))
         return self._frozen_steps
 
+    def _train_eagerly_after(self, err: FreezeError) -> None:
+        """Under jit="auto", go on on the tape after a step failed to freeze; else re-raise."""
+        if self.jit != "auto":
+            raise err
+        warnings.warn(
+            f"{type(self).__name__}: the training step cannot be frozen into a graph, so it runs eagerly "
+            f"(compile(jit=False) says so and silences this): {err}",
+            stacklevel=4,
+        )
+        self.jit, self._frozen_steps = False, None
+
     def _frozen_train_step(self, x, y, sample_weight=None) -> dict:
         self._check_targets(x, y, sample_weight)
         variables = self.trainable_weights
@@ -201,16 +229,18 @@ class Trainer:
     def _check_targets(self, x, y, sample_weight=None) -> None:
         """The loss's checks of the target values (integer class ids, labels in [0, 1] ...),
         made on the host before a frozen step as eager training makes them: the traced
-        step saw only symbolic targets. The loss runs on zeros shaped like the predictions,
-        whose shapes come from one row through the model, once."""
+        step saw only symbolic targets. The loss runs on halves shaped like the predictions
+        (a valid probability and logit alike), whose shapes come from one row through the
+        model, once."""
         if getattr(self, "_prediction_specs", None) is None:
             first_row = [t[:1] for t in x] if isinstance(x, list | tuple) else x[:1]
             leaves, structure = flatten_structure(self(first_row, training=False))
             self._prediction_specs = (structure, [(leaf.shape[1:], leaf.dtype.np) for leaf in leaves])
         structure, specs = self._prediction_specs
         rows = (x[0] if isinstance(x, list | tuple) else x).shape[0]
-        probe = [as_tensor(np.zeros((rows, *shape), dtype)) for shape, dtype in specs]
-        self._output_loss(y, rebuild_structure(structure, probe), sample_weight)
+        probe = [as_tensor(np.full((rows, *shape), 0.5, dtype)) for shape, dtype in specs]
+        with np.errstate(all="ignore"):  # only the checks matter, not the values
+            self._output_loss(y, rebuild_structure(structure, probe), sample_weight)
 
     def _update_metrics(self, y, y_pred, loss, sample_weight=None, output_losses=None, batch_size=None) -> dict:
         """Add one batch to the loss (weighted by the batch size, as Keras does), the

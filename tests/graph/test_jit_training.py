@@ -1,5 +1,6 @@
-"""compile(jit=True): the frozen train step (forward, loss, gradients and optimizer
-update in one graph) gives the eager weights after 20 steps."""
+"""The frozen train step (forward, loss, gradients and optimizer update in one graph;
+`compile`'s default) gives the eager weights after 20 steps, and a model that cannot be
+frozen trains eagerly under jit="auto"."""
 
 from __future__ import annotations
 
@@ -132,3 +133,44 @@ def test_jit_refuses_the_targets_eager_refuses(targets, message):
     for a, b in zip(before, frozen.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)  # refused before any update
     assert frozen.optimizer.iterations == 0
+
+
+class ReadsItsInput(tp.layers.Layer):
+    """A layer whose Python reads a tensor value, which a frozen graph cannot do."""
+
+    def call(self, inputs):
+        return inputs * float(np.sign(inputs.numpy().sum()) or 1.0)
+
+
+def _unfreezable(jit):
+    tp.random.seed(3)
+    model = tp.Sequential([ReadsItsInput(), tp.layers.Dense(5)])
+    model(tp.ones((2, 12)))  # built now, from the seeded generator
+    model.compile(tp.optimizers.SGD(0.1), tp.losses.SparseCategoricalCrossentropy(from_logits=True), jit=jit)
+    return model
+
+
+def test_auto_trains_a_model_that_cannot_be_frozen_eagerly_with_a_warning():
+    x, y = DATA["mlp"][1](32), RNG.integers(0, 5, 32)
+    auto, eager = _unfreezable("auto"), _unfreezable(False)
+    with pytest.warns(UserWarning, match=r"cannot be frozen into a graph, so it runs eagerly.*numpy\(\)"):
+        h_auto = auto.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    h_eager = eager.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    assert h_auto.history["loss"] == h_eager.history["loss"]  # the failed trace ran no step
+    assert auto.optimizer.iterations == eager.optimizer.iterations == 8
+    assert auto.jit is False  # warned once, then eager for good
+
+
+def test_jit_true_refuses_a_model_that_cannot_be_frozen():
+    model = _unfreezable(True)
+    with pytest.raises(tp.FreezeError, match=r"numpy\(\) of a traced tensor"):
+        model.train_on_batch(DATA["mlp"][1](8), RNG.integers(0, 5, 8))
+    with pytest.raises(ValueError, match="jit must be True, False or 'auto', got 'yes'"):
+        model.compile("sgd", "mse", jit="yes")
+
+
+def test_fit_freezes_the_step_by_default():
+    model = tp.Sequential([tp.Input((12,)), tp.layers.Dense(5)])
+    model.compile("adam", tp.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(DATA["mlp"][1](32), RNG.integers(0, 5, 32), batch_size=16, verbose=0)
+    assert model.jit == "auto" and model._frozen()[0].trace_count == 1
