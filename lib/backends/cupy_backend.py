@@ -28,7 +28,9 @@ ON_GPU = xp is not np
 
 FALLS_BACK_TO_REFERENCE = True  # references dispatch to CuPy through NumPy's protocols
 HOLDS_NUMPY = False
-RUNS_ON_HOST = frozenset({"random_normal", "random_uniform", "truncated_normal", "random_permutation"})
+RUNS_ON_HOST = frozenset(
+    {"random_normal", "random_uniform", "truncated_normal", "random_permutation", "candidate_sampler"}
+)
 UNSUPPORTED: frozenset = frozenset()
 _RAW_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _THREADS = 256

@@ -27,10 +27,11 @@ torch, F = _XLA.torch, _XLA.torch.nn.functional
 
 FALLS_BACK_TO_REFERENCE = False  # an op without a lowering is an error, never a silent CPU run
 HOLDS_NUMPY = False
-RUNS_ON_HOST = frozenset({"random_normal", "random_uniform", "truncated_normal", "random_permutation"})
+RUNS_ON_HOST = frozenset(
+    {"random_normal", "random_uniform", "truncated_normal", "random_permutation", "candidate_sampler"}
+)
 UNSUPPORTED = frozenset(
     {
-        "candidate_sampler",  # draws a data-dependent number of times (unique candidates)
         "categorical",
         "cond",
         "custom_gradient",

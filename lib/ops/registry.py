@@ -106,11 +106,13 @@ class OpDef:
 
 
 def _copied_in(reference, module):
-    """The reference run on the host, its result copied to the backend's device (random
-    draws, so that one seed gives the same numbers on every device)."""
+    """The reference run on the host, its inputs copied out and its results copied to the
+    backend's device (random draws, so that one seed gives the same numbers on every device)."""
 
     def kernel(*arrays, **attrs):
-        return module.from_host(reference(*arrays, **attrs))
+        host = [a if isinstance(a, np.ndarray | np.generic) else module.to_host(a) for a in arrays]
+        out = reference(*host, **attrs)
+        return tuple(module.from_host(o) for o in out) if isinstance(out, tuple) else module.from_host(out)
 
     return kernel
 

@@ -156,3 +156,33 @@ def test_mixed_bfloat16_training_on_xla_follows_the_cpu():
     np.testing.assert_allclose(xla_loss, cpu_loss, rtol=2e-2)
     for a, b in zip(xla_weights, cpu_weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=5e-2, atol=5e-2)
+
+
+def _nce_training(device: str, loss_name: str):
+    """Five steps of skip-gram-like training with a sampled loss (candidates drawn on the
+    host, as every random draw is, then copied in)."""
+    tp.random.seed(0)
+    rng = np.random.default_rng(1)
+    with tp.device(device):
+        embeddings = tp.Variable(rng.standard_normal((100, 8)).astype(np.float32) * 0.1)
+        weights, biases = tp.Variable(np.zeros((100, 8), np.float32)), tp.Variable(np.zeros(100, np.float32))
+        trained = [embeddings, weights, biases]
+        optimizer, losses = tp.optimizers.SGD(0.5), []
+        loss_fn = getattr(tp.nn, loss_name)
+        for step in range(5):
+            centers, contexts = tp.tensor(rng.integers(0, 100, 32)), tp.tensor(rng.integers(0, 100, (32, 1)))
+            with tp.GradientTape() as tape:
+                inputs = tp.gather(embeddings, centers)
+                loss = tp.mean(loss_fn(weights, biases, contexts, inputs, num_sampled=5, num_classes=100, seed=step))
+            optimizer.apply_gradients(zip(tape.gradient(loss, trained), trained, strict=True))
+            losses.append(float(loss.to("cpu").numpy()))
+    return losses, [v.to("cpu").numpy() for v in trained]
+
+
+@pytest.mark.parametrize("loss_name", ["nce_loss", "sampled_softmax_loss"])
+def test_sampled_losses_train_on_xla_as_on_the_cpu(loss_name):
+    cpu_losses, cpu_vars = _nce_training("cpu", loss_name)
+    xla_losses, xla_vars = _nce_training(XLA, loss_name)
+    np.testing.assert_allclose(xla_losses, cpu_losses, rtol=1e-5)
+    for a, b in zip(xla_vars, cpu_vars, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
