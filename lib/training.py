@@ -201,7 +201,7 @@ class Trainer:
                 loss, values = self._compute_loss(y, y_pred, sample_weight)
                 return y_pred, loss, values if logged else []
 
-            self._frozen_steps = (Function(train), Function(test))
+            self._frozen_steps = (Function(train, expected_traces=2), Function(test, expected_traces=2))
         return self._frozen_steps
 
     def _train_eagerly_after(self, err: FreezeError) -> None:

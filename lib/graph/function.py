@@ -57,10 +57,12 @@ class Function:
     """A Python function whose calls run as frozen, optimized graphs.
 
     `graphs` maps each traced signature to its Graph; `trace_count` counts
-    traces; `retrace_reasons` lists why each retrace happened.
+    traces; `retrace_reasons` lists why each retrace happened. Retraces are logged as
+    warnings, except the first `expected_traces` traces, logged at INFO (`fit`'s steps
+    expect one more trace for an epoch's short last batch).
     """
 
-    def __init__(self, fn, input_signature=None, optimize: bool = True):
+    def __init__(self, fn, input_signature=None, optimize: bool = True, expected_traces: int = 1):
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._signature = inspect.signature(fn)
@@ -71,6 +73,7 @@ class Function:
         self.retrace_reasons: list[str] = []
         self._last_key = None
         self._lock = threading.Lock()
+        self._expected_traces = expected_traces
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -126,8 +129,9 @@ class Function:
         if self._last_key is not None:
             reason = _difference(self._last_key, key, names)
             self.retrace_reasons.append(reason)
-            logger.warning(
-                "tp.function %s: retracing (trace %d) because %s", self.__name__, self.trace_count + 1, reason
+            level = logging.INFO if self.trace_count < self._expected_traces else logging.WARNING
+            logger.log(
+                level, "tp.function %s: retracing (trace %d) because %s", self.__name__, self.trace_count + 1, reason
             )
         else:
             logger.info("tp.function %s: tracing", self.__name__)

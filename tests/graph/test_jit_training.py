@@ -4,6 +4,8 @@ frozen trains eagerly under jit="auto"."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -169,8 +171,10 @@ def test_jit_true_refuses_a_model_that_cannot_be_frozen():
         model.compile("sgd", "mse", jit="yes")
 
 
-def test_fit_freezes_the_step_by_default():
+def test_fit_freezes_the_step_by_default(caplog):
     model = tp.Sequential([tp.Input((12,)), tp.layers.Dense(5)])
     model.compile("adam", tp.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(DATA["mlp"][1](32), RNG.integers(0, 5, 32), batch_size=16, verbose=0)
-    assert model.jit == "auto" and model._frozen()[0].trace_count == 1
+    with caplog.at_level(logging.INFO, logger="tapeflow.function"):
+        model.fit(DATA["mlp"][1](50), RNG.integers(0, 5, 50), batch_size=16, validation_split=0.2, verbose=0)
+    assert model.jit == "auto" and model._frozen()[0].trace_count == 2  # 40 rows: batches of 16, then one of 8
+    assert caplog.records and all(r.levelno == logging.INFO for r in caplog.records)  # expected: no warning
