@@ -72,7 +72,7 @@ test: build data test-xla
 
 # The XLA backend on the CPU (PJRT_DEVICE=CPU): the op suite, training and compile counts.
 test-xla: build $(XLA_INSTALLED)
-	PJRT_DEVICE=CPU $(XLA_BIN)/python -m pytest -p no:cacheprovider $(XLA_TESTS)
+	PJRT_DEVICE=CPU CPU_NUM_DEVICES=2 $(XLA_BIN)/python -m pytest -p no:cacheprovider $(XLA_TESTS)
 
 tutorial: build data
 	$(BIN)/python tutorials/mnist/train.py

@@ -126,6 +126,10 @@ class XlaRuntime:
     def device(self, index: int = 0):
         return self._torch_xla.device(index)
 
+    def device_count(self) -> int:
+        """The XLA devices this process addresses (TPU cores, or CPU_NUM_DEVICES on the CPU)."""
+        return importlib.import_module("torch_xla.runtime").addressable_runtime_device_count()
+
     def sync(self) -> None:
         self._torch_xla.sync()
 
@@ -162,6 +166,21 @@ def xla_version_problem(torch_version: str | None, xla_version: str | None) -> s
         f"the xla backend found torch_xla {xla_version} with torch {torch_version}, but torch_xla {xla_version} "
         f"works only with torch {release['torch_xla']}.x: {_XLA_INSTALL}"
     )
+
+
+_xla_devices = None
+
+
+def xla_device_count() -> int:
+    """How many XLA devices this process has (the runtime starts on the first call); 1 when
+    torch_xla cannot be imported, so that using xla:0 reports why."""
+    global _xla_devices
+    if _xla_devices is None:
+        try:
+            _xla_devices = require_xla().device_count()
+        except ImportError:
+            _xla_devices = 1
+    return _xla_devices
 
 
 def require_xla() -> XlaRuntime:

@@ -114,6 +114,8 @@ def parse_device(spec) -> Device:
         dev = Device.named(spec)
     else:
         raise TypeError(f"device: expected a string or Device, got {type(spec).__name__}")
+    if dev == CPU:  # always here; asks no accelerator runtime
+        return dev
     if dev not in list_devices():
         have = ", ".join(str(d) for d in list_devices())
         raise ValueError(f"device: {dev} is not available here (available: {have})")
@@ -178,7 +180,7 @@ def list_devices() -> list[Device]:
     if _compat.has_gpu:
         devices += [Device("gpu", i) for i in range(_compat._gpu_count())]
     if _compat.has_xla:
-        devices.append(Device("xla", 0))
+        devices += [Device("xla", i) for i in range(_compat.xla_device_count())]
     return devices
 
 

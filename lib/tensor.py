@@ -420,7 +420,7 @@ class Variable(Tensor):
             raise ValueError(
                 f"Variable.{method}: variable '{self.name}' has shape {self.shape}, value has shape {tuple(arr.shape)}"
             )
-        return kernels.conform(arr, self.dtype.np)
+        return kernels.conform(arr, self.dtype.np, self._device.index)
 
     def assign(self, value) -> Variable:
         """Replace the value (same shape and dtype)."""

@@ -10,8 +10,9 @@ A backend module holds, both optional:
 
 and, all required:
 
-- `enter_numerics()` / `leave_numerics(state)`: the floating-point environment the
-  kernels run in, set around each eager op and each graph run;
+- `enter_numerics(index)` / `leave_numerics(state)`: the floating-point environment the
+  kernels run in, and the device `index` of the family that host values copied in go to
+  (`from_host(array)` without an index), set around each eager op and each graph run;
 
 - `FALLS_BACK_TO_REFERENCE`: whether an op without a kernel here runs its NumPy
   reference (the CPU) or is an `UnsupportedOpError` (an accelerator: nothing moves to
@@ -20,7 +21,8 @@ and, all required:
 - `RUNS_ON_HOST`: op names whose NumPy reference runs on the host and whose result is
   copied in (random draws, so one seed gives the same numbers on every device);
 - `from_host(array, index)` / `to_host(array)`: an explicit copy in and out;
-- `conform(array, npdtype)`: a kernel's result as this backend's array of the op's dtype;
+- `conform(array, npdtype, index)`: a kernel's result as this backend's array of the op's
+  dtype (a host result copied to device `index`);
 - `dtype_of(array)`: the NumPy dtype of one of its arrays;
 - `stats(index)` / `memory_stats(index)`: its counters and its memory pool, as dicts.
 

@@ -41,7 +41,10 @@ def _on(index: int):
 
 
 # ------------------------------------------------------------ the device boundary
-def from_host(array, index: int = 0):
+def from_host(array, index: int | None = None):
+    """A copy of a host array on GPU `index` (default: the GPU of the op or graph run now)."""
+    if index is None:
+        return xp.asarray(array)
     with _on(index):
         return xp.asarray(array)
 
@@ -50,20 +53,32 @@ def to_host(array) -> np.ndarray:
     return xp.asnumpy(array) if ON_GPU else np.asarray(array)
 
 
-def conform(array, npdtype):
-    return xp.asarray(array, dtype=npdtype)
+def conform(array, npdtype, index: int | None = None):
+    if index is None or not ON_GPU or isinstance(array, xp.ndarray):
+        return xp.asarray(array, dtype=npdtype)
+    with _on(index):  # a host result goes to the op's GPU
+        return xp.asarray(array, dtype=npdtype)
 
 
 def dtype_of(array) -> np.dtype:
     return np.dtype(array.dtype)
 
 
-def enter_numerics():
-    return None
+def enter_numerics(index: int = 0):
+    """Make GPU `index` current for the op or graph run (new arrays go there); returns the
+    GPU that was current."""
+    if not ON_GPU:
+        return None
+    previous = xp.cuda.Device().id
+    xp.cuda.Device(index).use()
+    return previous
 
 
 def leave_numerics(state) -> None:
-    """Nothing to restore: kernels are queued on the current stream as they are called."""
+    """Make the GPU current before the run current again (kernels are queued on the
+    current stream as they are called, so nothing waits)."""
+    if state is not None:
+        xp.cuda.Device(state).use()
 
 
 def stats(index: int = 0) -> dict:

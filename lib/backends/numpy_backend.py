@@ -25,8 +25,15 @@ _FAST = (np.float32, np.float64)
 
 # The numerics every kernel runs under: subnormals flushed to zero, as TensorFlow does
 # (they would cost ~100x); `enter_numerics()` returns what `leave_numerics` restores.
-enter_numerics = _kernels.flush_denormals_enter
+_flush_denormals_enter = _kernels.flush_denormals_enter
 leave_numerics = _kernels.flush_denormals_leave
+
+
+def enter_numerics(index: int = 0):
+    """Flush subnormals (the CPU is one device: `index` is always 0)."""
+    return _flush_denormals_enter()
+
+
 set_num_threads = _kernels.set_num_threads
 get_num_threads = _kernels.get_num_threads
 build_info = _kernels.build_info
@@ -45,7 +52,7 @@ def to_host(array) -> np.ndarray:
     return np.asarray(array)
 
 
-def conform(array, npdtype) -> np.ndarray:
+def conform(array, npdtype, index: int | None = None) -> np.ndarray:
     return np.asarray(array, dtype=npdtype)
 
 

@@ -17,6 +17,8 @@ True
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from tapeflow import _compat
@@ -58,13 +60,17 @@ if _compat.ml_dtypes is not None:
     _NUMPY[torch.bfloat16] = np.dtype(_compat.ml_dtypes.bfloat16)
 
 
-def _device(index: int = 0):
-    return _XLA.device(index)
+_CURRENT = threading.local()  # the index of the device the op or graph run now uses
+
+
+def _device(index: int | None = None):
+    return _XLA.device(getattr(_CURRENT, "index", 0) if index is None else index)
 
 
 # ------------------------------------------------------------ the device boundary
-def from_host(array, index: int = 0):
-    """A copy of a host array on the XLA device (a device tensor is returned as is)."""
+def from_host(array, index: int | None = None):
+    """A copy of a host array on XLA device `index` (default: the device of the op or graph
+    run now); a device tensor is returned as is."""
     if isinstance(array, torch.Tensor):
         return array
     array = np.asarray(array)
@@ -82,9 +88,9 @@ def to_host(array) -> np.ndarray:
     return host.numpy()
 
 
-def conform(array, npdtype):
-    if not isinstance(array, torch.Tensor):
-        return from_host(np.asarray(array, dtype=npdtype))
+def conform(array, npdtype, index: int | None = None):
+    if not isinstance(array, torch.Tensor):  # a host result goes to device `index`
+        return from_host(np.asarray(array, dtype=npdtype), index)
     want = _TORCH[np.dtype(npdtype)]
     return array if array.dtype is want else array.to(want)
 
@@ -93,15 +99,21 @@ def dtype_of(array) -> np.dtype:
     return _NUMPY[array.dtype]
 
 
-def enter_numerics():
+def enter_numerics(index: int = 0):
     """Launch work recorded outside ops (a variable's assign_add), so that an op or a graph
-    run starts from device data and records the same computation every time."""
+    run starts from device data and records the same computation every time; host values
+    the run copies in (constants, random draws) go to device `index`. Returns the index
+    before."""
     _XLA.sync()
+    previous = getattr(_CURRENT, "index", 0)
+    _CURRENT.index = index
+    return previous
 
 
 def leave_numerics(state) -> None:
     """Launch what was recorded since the last launch: one computation per eager op or graph run."""
     _XLA.sync()
+    _CURRENT.index = state
 
 
 def stats(index: int = 0) -> dict:

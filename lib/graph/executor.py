@@ -22,6 +22,7 @@ wanted (a late replica's gradient) gives its time back.
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import numpy as np
@@ -56,8 +57,12 @@ class Executor:
         nodes = _needed_nodes(graph, self.fetches, self.feeds, with_updates)
         devices = _node_devices(graph, nodes)
         self.fetch_devices = [graph.value_device(v) for v in self.fetches]
-        # the backends of every device the run touches, whose numerics are set around it
-        self._backends = list(dict.fromkeys([self._backend] + [backend(d.family) for d in devices.values()]))
+        # the backend of every device family the run touches, with the device index its
+        # numerics are set for around the run (a node on another index of it switches)
+        entered = {graph.device.family: graph.device.index}
+        for d in devices.values():
+            entered.setdefault(d.family, d.index)
+        self._numerics = [(backend(family), index) for family, index in entered.items()]
         slot: dict = {}
         constants: dict = {}  # slot -> (constant, the device it is copied to)
 
@@ -85,13 +90,14 @@ class Executor:
             reads.append(ins)
             if node.op == ASSIGN:
                 variable = graph.state[node.attrs["variable"]]
-                conform = backend(variable._device.family).conform
-                steps.append((_ASSIGN, variable, ins, None, None, node, conform))
+                steps.append((_ASSIGN, variable, ins, None, None, node, _conform_on(variable._device)))
                 continue
             op = get_op(node.op)
             fn = op.bound_kernel(device.family, node.public_attrs)
+            if device.index != entered[device.family]:
+                fn = _switched_to(device, fn)
             outs = tuple(slot_of(v) for v in node.outputs)
-            conform = backend(graph.value_device(node.outputs[0]).family).conform if node.outputs else None
+            conform = _conform_on(graph.value_device(node.outputs[0])) if node.outputs else None
             owned = _owned_rows_target(graph, node, nodes, self.fetches)
             if owned is not None:
                 steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], node.outputs[0].dtype.np, node, conform))
@@ -130,7 +136,7 @@ class Executor:
             env[s] = data
         for s, var in self._reads:
             env[s] = var._value
-        numerics = [b.enter_numerics() for b in self._backends]
+        numerics = [b.enter_numerics(index) for b, index in self._numerics]
         try:
             for kind, fn, args, out, dtype, node, conform, frees in self._steps:
                 if cancelled is not None and cancelled():
@@ -157,7 +163,7 @@ class Executor:
                 for i in frees:
                     env[i] = None
         finally:
-            for b, state in zip(reversed(self._backends), reversed(numerics), strict=True):
+            for (b, _), state in zip(reversed(self._numerics), reversed(numerics), strict=True):
                 b.leave_numerics(state)
         return [env[s] for s in self._fetch_slots]
 
@@ -172,6 +178,26 @@ def _node_devices(graph: Graph, nodes) -> dict[int, Device]:
         except ValueError as err:
             raise GraphError(f"{graph.name}: node '{node.name}' ({node.op}) cannot run: {err}") from None
     return found
+
+
+def _conform_on(device: Device):
+    """The backend's `conform` for results that live on `device`."""
+    return functools.partial(backend(device.family).conform, index=device.index)
+
+
+def _switched_to(device: Device, fn):
+    """`fn` run with the numerics of `device` (a device of a family the run entered for
+    another index), restoring them after."""
+    kernels = backend(device.family)
+
+    def run(*arrays):
+        state = kernels.enter_numerics(device.index)
+        try:
+            return fn(*arrays)
+        finally:
+            kernels.leave_numerics(state)
+
+    return run
 
 
 def _owned_rows_target(graph: Graph, node, nodes, fetches):

@@ -219,7 +219,7 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
     specs = op.infer(*inputs, **attrs)
     device = check_same_device(op.name, inputs) if inputs else current_device()
     kernels = backend(device.family)
-    numerics = kernels.enter_numerics()
+    numerics = kernels.enter_numerics(device.index)
     try:
         out = op.kernel(device.family)(*[t._value for t in inputs], **attrs)
     finally:
@@ -234,7 +234,9 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
     if kernels.HOLDS_NUMPY:
         outputs = tuple(_to_tensor(a, spec, device) for a, spec in zip(out, specs, strict=True))
     else:
-        outputs = tuple(Tensor._wrap(kernels.conform(a, s[1].np), device) for a, s in zip(out, specs, strict=True))
+        outputs = tuple(
+            Tensor._wrap(kernels.conform(a, s[1].np, device.index), device) for a, s in zip(out, specs, strict=True)
+        )
     recorders = _STATE.recorders
     if recorders and op.vjp is not None:
         for recorder in tuple(recorders):

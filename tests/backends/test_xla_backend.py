@@ -186,3 +186,50 @@ def test_sampled_losses_train_on_xla_as_on_the_cpu(loss_name):
     np.testing.assert_allclose(xla_losses, cpu_losses, rtol=1e-5)
     for a, b in zip(xla_vars, cpu_vars, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+second_device = pytest.mark.skipif(
+    not _compat.has_xla or tp.Device("xla", 1) not in tp.list_devices(),
+    reason="needs two XLA devices (make test-xla runs with CPU_NUM_DEVICES=2)",
+)
+
+
+def _torch_device(t) -> str:
+    return str(t._value.device)
+
+
+@second_device
+def test_work_on_the_second_device_stays_there():
+    with tp.device("xla:1"):
+        x = tp.ones((2, 3)) * 2.0 + tp.random.normal((2, 3))  # a creation, a scalar, a host draw
+        y = tp.tensor([1.0, 2.0, 3.0])
+        v = tp.Variable(tp.zeros((3,)))
+        v.assign_add(y)
+    for t in (x, y, v, x + y, tp.sum(x * y, axis=1)):
+        assert t.device == tp.Device("xla", 1) and _torch_device(t) == "xla:1"
+    moved = x.to("xla:0")
+    assert moved.device == tp.Device("xla", 0) and _torch_device(moved) == "xla:0"
+    np.testing.assert_array_equal(moved.numpy(), x.numpy())
+
+
+@second_device
+def test_a_graph_across_two_xla_devices_runs_each_node_on_its_own():
+    with tp.device("xla:1"):
+        w = tp.Variable(np.full((3, 2), 0.5, np.float32))
+    with tp.device("xla:0"):
+        graph = tp.freeze(lambda x: ((x * 2.0).to("xla:1") @ w).to("xla:0") + 1.0, tp.TensorSpec((4, 3)))
+        x = tp.tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
+        got = graph(x)
+    assert "@ xla:1" in str(graph) and got.device == tp.Device("xla", 0)
+    np.testing.assert_allclose(got.numpy(), (np.arange(12).reshape(4, 3) * 2.0) @ np.full((3, 2), 0.5) + 1.0)
+
+
+@second_device
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "frozen"])
+def test_training_on_the_second_xla_device_equals_the_numpy_backend(jit):
+    data = _data((8,), 3)
+    cpu_loss, cpu_weights = _fit("cpu", _mlp, data, jit)
+    xla_loss, xla_weights = _fit("xla:1", _mlp, data, jit)
+    np.testing.assert_allclose(xla_loss, cpu_loss, rtol=1e-5)
+    for a, b in zip(xla_weights, cpu_weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -41,7 +41,7 @@ class ConstantFolding:
             if sum(math.prod(v.shape) for v in node.outputs) > self.max_elements:
                 continue
             try:
-                result = _evaluate(op, graph.node_device(node).family, node)
+                result = _evaluate(op, graph.node_device(node), node)
             except Exception:  # noqa: BLE001 - left in place: the executor reports it with the node named
                 continue
             results = (result,) if op.num_outputs == 1 else tuple(result)
@@ -58,13 +58,13 @@ class ConstantFolding:
         return bool(folded)
 
 
-def _evaluate(op, family: str, node):
+def _evaluate(op, device, node):
     """The node's outputs, computed as the executor would: same kernel, same numerics (so a
     subnormal result is flushed exactly as it would be at run time)."""
-    kernels = backend(family)
-    numerics = kernels.enter_numerics()
+    kernels = backend(device.family)
+    numerics = kernels.enter_numerics(device.index)
     try:
         with np.errstate(all="ignore"):
-            return op.kernel(family)(*(v.data for v in node.inputs), **node.public_attrs)
+            return op.kernel(device.family)(*(v.data for v in node.inputs), **node.public_attrs)
     finally:
         kernels.leave_numerics(numerics)
