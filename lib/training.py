@@ -186,7 +186,8 @@ class Trainer:
 
             logged = bool(self._output_losses.log_names)  # else the one value is the total itself
 
-            def train(x, y, sample_weight, learning_rate, step):
+            def train(x, y, sample_weight, learning_rate, step, trained):
+                # `trained` names the trainable variables: a layer made (un)trainable retraces
                 with GradientTape() as tape:
                     y_pred = self(x, training=True)
                     loss, values = self._compute_loss(y, y_pred, sample_weight)
@@ -222,7 +223,8 @@ class Trainer:
         dtype = variables[0].dtype if variables else "float32"
         lr = as_tensor(float(self.optimizer.learning_rate), dtype=dtype)
         step = as_tensor(float(self.optimizer.iterations + 1), dtype=dtype)
-        y_pred, loss, values = self._frozen()[0](x, y, sample_weight, lr, step)
+        trained = hash(tuple(map(id, variables)))
+        y_pred, loss, values = self._frozen()[0](x, y, sample_weight, lr, step, trained)
         self.optimizer.iterations += 1
         return self._update_metrics(y, y_pred, loss, sample_weight, values)
 

@@ -178,3 +178,20 @@ def test_fit_freezes_the_step_by_default(caplog):
         model.fit(DATA["mlp"][1](50), RNG.integers(0, 5, 50), batch_size=16, validation_split=0.2, verbose=0)
     assert model.jit == "auto" and model._frozen()[0].trace_count == 2  # 40 rows: batches of 16, then one of 8
     assert caplog.records and all(r.levelno == logging.INFO for r in caplog.records)  # expected: no warning
+
+
+def test_a_layer_made_untrainable_between_fits_stays_put_in_the_frozen_step():
+    """Keras asks for a new compile after changing `trainable`; the frozen step retraces
+    instead, so it trains what eager training trains."""
+    x, y = DATA["mlp"][1](32), RNG.integers(0, 5, 32)
+    eager, frozen = _pair("mlp", "sgd", x)
+    for model in (eager, frozen):
+        model.fit(x, y, batch_size=16, shuffle=False, verbose=0)
+        model.layers[0].trainable = False
+        before = model.layers[0].get_weights()
+        model.fit(x, y, batch_size=16, shuffle=False, verbose=0)
+        for a, b in zip(model.layers[0].get_weights(), before, strict=True):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(eager.get_weights(), frozen.get_weights(), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    assert frozen._frozen()[0].trace_count == 2
