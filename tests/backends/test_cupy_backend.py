@@ -2,11 +2,14 @@
 checked against the op references; the RawKernels and the device itself need a GPU, and
 those tests skip without one."""
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import tapeflow as tp
-from tapeflow import _compat
+from tapeflow import _compat, devices
 from tapeflow.backends import cupy_backend
 from tapeflow.ops.registry import get_op
 
@@ -81,3 +84,18 @@ def test_raw_kernels_match_their_array_module_versions():
     slow = cupy_backend._softmax_xent_xp(logits, labels)
     for f, s in zip(fast, slow, strict=True):
         np.testing.assert_allclose(cupy.asnumpy(f), cupy.asnumpy(s), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "word2vec"])
+def test_the_gpu_benchmark_steps_run_on_the_backend(kind, monkeypatch):
+    """bench/gpu.py's tapeflow side, one step each, on gpu:0: a real GPU where there is one,
+    else the backend's array-module code with NumPy standing in for CuPy."""
+    if not _compat.has_gpu:
+        listed = devices.list_devices
+        monkeypatch.setattr(devices, "list_devices", lambda: [*listed(), tp.Device("gpu", 0)])
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("gpu_benchmark", bench / "gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert 0.0 < module.run_tapeflow(kind, 1) < 60.0
