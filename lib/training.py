@@ -202,7 +202,8 @@ class Trainer:
                 loss, values = self._compute_loss(y, y_pred, sample_weight)
                 return y_pred, loss, values if logged else []
 
-            self._frozen_steps = (Function(train, expected_traces=2), Function(test, expected_traces=2))
+            # expected: full and short last batches, for fit's and for evaluate's batch size
+            self._frozen_steps = (Function(train, expected_traces=2), Function(test, expected_traces=4))
         return self._frozen_steps
 
     def _train_eagerly_after(self, err: FreezeError) -> None:

@@ -59,7 +59,7 @@ class Function:
     `graphs` maps each traced signature to its Graph; `trace_count` counts
     traces; `retrace_reasons` lists why each retrace happened. Retraces are logged as
     warnings, except the first `expected_traces` traces, logged at INFO (`fit`'s steps
-    expect one more trace for an epoch's short last batch).
+    expect more traces for an epoch's short last batch and evaluation's batch size).
     """
 
     def __init__(self, fn, input_signature=None, optimize: bool = True, expected_traces: int = 1):
