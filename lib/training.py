@@ -53,6 +53,8 @@ class Trainer:
     """compile / fit / evaluate / predict for a model whose `__call__(x, training)` runs it."""
 
     _compiled = False
+    jit = "auto"  # an uncompiled model predicts with a frozen graph too
+    _frozen_predict = None
 
     def compile(
         self,
@@ -108,7 +110,7 @@ class Trainer:
         if jit not in (True, False, "auto"):
             raise ValueError(f"compile: jit must be True, False or 'auto', got {jit!r}")
         self.jit = jit
-        self._frozen_steps = None
+        self._frozen_steps = self._frozen_predict = None
         self._prediction_specs = None
         self._compiled = True
 
@@ -207,15 +209,15 @@ class Trainer:
         return self._frozen_steps
 
     def _train_eagerly_after(self, err: FreezeError) -> None:
-        """Under jit="auto", go on on the tape after a step failed to freeze; else re-raise."""
+        """Under jit="auto", go on eagerly after a step failed to freeze; else re-raise."""
         if self.jit != "auto":
             raise err
         warnings.warn(
-            f"{type(self).__name__}: the training step cannot be frozen into a graph, so it runs eagerly "
+            f"{type(self).__name__}: the model cannot be frozen into a graph, so it runs eagerly "
             f"(compile(jit=False) says so and silences this): {err}",
             stacklevel=4,
         )
-        self.jit, self._frozen_steps = False, None
+        self.jit, self._frozen_steps, self._frozen_predict = False, None, None
 
     def _frozen_train_step(self, x, y, sample_weight=None) -> dict:
         self._check_targets(x, y, sample_weight)
@@ -639,10 +641,27 @@ class Trainer:
             source = self._array_data(x, None, None, "predict", need_y=False)
         batches = self._batches(source, batch_size, steps, "predict", "steps", need_y=False)
         try:
-            outputs = [self(xb, training=False) for xb, _, _ in batches.epoch(0)]
+            outputs = [self._predict_step(xb) for xb, _, _ in batches.epoch(0)]
         finally:
             batches.close()
         return _concatenate(outputs)
+
+    def _predict_step(self, x):
+        """The model's outputs for one batch: a frozen graph (traced per batch shape) unless
+        jit is off, or the model cannot be frozen (under "auto": then eagerly, with a warning)."""
+        if self.jit:
+            if self._frozen_predict is None:
+                from tapeflow.graph.function import Function
+
+                def predict(x):
+                    return self(x, training=False)
+
+                self._frozen_predict = Function(predict, expected_traces=2)
+            try:
+                return self._frozen_predict(x)
+            except FreezeError as err:
+                self._train_eagerly_after(err)
+        return self(x, training=False)
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict: bool = False):
         """One update on one batch. Returns what Keras returns: the loss (a float) for a model
@@ -672,7 +691,7 @@ class Trainer:
         if isinstance(x, Dataset):
             raise TypeError("predict_on_batch: takes one batch of arrays, not a Dataset; use predict")
         arrays = self._array_data(x, None, None, "predict_on_batch", need_y=False)
-        return _concatenate([self(_to_tensors(arrays.x), training=False)])
+        return _concatenate([self._predict_step(_to_tensors(arrays.x))])
 
     def _on_batch(self, where, x, y, sample_weight, class_weight, return_dict, step):
         self._check_compiled(where)

@@ -195,3 +195,25 @@ def test_a_layer_made_untrainable_between_fits_stays_put_in_the_frozen_step():
     for a, b in zip(eager.get_weights(), frozen.get_weights(), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
     assert frozen._frozen()[0].trace_count == 2
+
+
+def test_predict_runs_a_frozen_graph_that_gives_the_eager_outputs():
+    x = DATA["cnn"][1](21)
+    tp.random.seed(5)
+    frozen = cnn()
+    eager = cnn()
+    frozen(tp.tensor(x[:2]))
+    eager(tp.tensor(x[:2]))
+    eager.set_weights(frozen.get_weights())
+    eager.compile("sgd", "mse", jit=False)
+    got, want = frozen.predict(x, batch_size=8, verbose=0), eager.predict(x, batch_size=8, verbose=0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert frozen._frozen_predict.trace_count == 2 and eager._frozen_predict is None  # 8 rows, then 5
+    np.testing.assert_allclose(frozen.predict_on_batch(x[:8]), want[:8], rtol=1e-5, atol=1e-6)
+
+
+def test_predict_falls_back_to_eager_for_a_model_that_cannot_be_frozen():
+    model, x = _unfreezable("auto"), DATA["mlp"][1](10)
+    with pytest.warns(UserWarning, match="cannot be frozen into a graph"):
+        got = model.predict(x, verbose=0)
+    np.testing.assert_allclose(got, model(tp.tensor(x)).numpy(), rtol=1e-6)
