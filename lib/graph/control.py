@@ -24,7 +24,7 @@ from tapeflow.graph.structure import TensorSpec, flatten_structure, rebuild_stru
 from tapeflow.graph.trace import Tracer, trace
 from tapeflow.ops import control
 from tapeflow.ops.creation import zeros_like
-from tapeflow.ops.registry import apply, as_tensor, defop, get_op
+from tapeflow.ops.registry import apply, as_tensor, defop, get_op, wrap_host
 from tapeflow.tensor import TRACING, Tensor, eager_scope
 
 
@@ -35,10 +35,12 @@ def run_subgraph(graph: Graph, arrays) -> list:
 
 
 def replay(graph: Graph, inputs) -> list:
-    """Apply a graph's nodes as ops to `inputs` (so tapes and tracers see them)."""
+    """Apply a graph's nodes as ops to `inputs` (so tapes and tracers see them); its
+    constants join them on their device."""
     env = {id(v): t for v, t in zip(graph.inputs, inputs, strict=True)}
+    device = inputs[0].device if len(inputs) else graph.device
     for c in graph.constants:
-        env[id(c)] = Tensor._wrap(c.data)
+        env[id(c)] = wrap_host(c.data, device)
     for node in graph.nodes:
         op = get_op(node.op)
         outs = apply(op, tuple(env[id(v)] for v in node.inputs), node.public_attrs)
