@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from device_training import cnn_layers, embedding_layers, fit_on, mlp_layers, random_data
 
 import tapeflow as tp
 from tapeflow import _compat, devices
@@ -86,16 +87,38 @@ def test_raw_kernels_match_their_array_module_versions():
         np.testing.assert_allclose(cupy.asnumpy(f), cupy.asnumpy(s), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn", "word2vec"])
-def test_the_gpu_benchmark_steps_run_on_the_backend(kind, monkeypatch):
-    """bench/gpu.py's tapeflow side, one step each, on gpu:0: a real GPU where there is one,
-    else the backend's array-module code with NumPy standing in for CuPy."""
+@pytest.fixture
+def gpu(monkeypatch):
+    """gpu:0: a real GPU where there is one, else the backend with NumPy standing in."""
     if not _compat.has_gpu:
         listed = devices.list_devices
         monkeypatch.setattr(devices, "list_devices", lambda: [*listed(), tp.Device("gpu", 0)])
+    return "gpu:0"
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "word2vec"])
+def test_the_gpu_benchmark_steps_run_on_the_backend(kind, gpu, monkeypatch):
+    """bench/gpu.py's tapeflow side, one step each, on gpu:0."""
     bench = Path(__file__).resolve().parents[2] / "bench"
     monkeypatch.syspath_prepend(str(bench))
     spec = importlib.util.spec_from_file_location("gpu_benchmark", bench / "gpu.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert 0.0 < module.run_tapeflow(kind, 1) < 60.0
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "frozen"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "embedding"])
+def test_training_on_the_gpu_backend_equals_the_numpy_backend(gpu, model, jit):
+    layers = {"mlp": mlp_layers, "cnn": cnn_layers, "embedding": embedding_layers}[model]
+    rng = np.random.default_rng(4)
+    data = {
+        "mlp": random_data((8,), 3),
+        "cnn": random_data((8, 8, 1), 3),
+        "embedding": (rng.integers(0, 20, (48, 5)), rng.integers(0, 3, 48)),
+    }[model]
+    cpu_loss, cpu_weights = fit_on("cpu", layers, data, jit)
+    gpu_loss, gpu_weights = fit_on(gpu, layers, data, jit)
+    np.testing.assert_allclose(gpu_loss, cpu_loss, rtol=1e-5)
+    for a, b in zip(gpu_weights, cpu_weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

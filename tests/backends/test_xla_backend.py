@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from device_training import cnn_layers, embedding_layers, fit_on, mlp_layers, random_data
 
 import tapeflow as tp
 from tapeflow import _compat
@@ -15,55 +16,16 @@ pytestmark = pytest.mark.skipif(not _compat.has_xla, reason="needs torch_xla (th
 XLA = "xla:0"
 
 
-def _data(shape, classes, n=48, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((n, *shape)).astype(np.float32), rng.integers(0, classes, n)
-
-
-def _mlp():
-    return [tp.Input((8,)), tp.layers.Dense(16, activation="relu"), tp.layers.Dense(3)]
-
-
-def _cnn():
-    return [
-        tp.Input((8, 8, 1)),
-        tp.layers.Conv2D(4, 3, padding="same", activation="relu"),
-        tp.layers.MaxPooling2D(2),
-        tp.layers.Conv2D(4, 3, activation="relu"),
-        tp.layers.Flatten(),
-        tp.layers.Dense(3),
-    ]
-
-
-def _fit(device: str, make_layers, data, jit: bool):
-    tp.random.seed(0)
-    with tp.device(device):
-        model = tp.Sequential(make_layers())
-        model.compile(
-            optimizer=tp.optimizers.Adam(1e-2),
-            loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-            jit=jit,
-        )
-        history = model.fit(*data, batch_size=16, epochs=2, shuffle=False, verbose=0)
-    assert all(w.device == tp.devices.parse_device(device) for w in model.weights)
-    return history.history["loss"], model.get_weights()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "frozen"])
-@pytest.mark.parametrize(("make_layers", "shape"), [(_mlp, (8,)), (_cnn, (8, 8, 1))], ids=["mlp", "cnn"])
+@pytest.mark.parametrize(("make_layers", "shape"), [(mlp_layers, (8,)), (cnn_layers, (8, 8, 1))], ids=["mlp", "cnn"])
 def test_training_on_xla_equals_the_numpy_backend(make_layers, shape, jit):
-    data = _data(shape, 3)
-    cpu_loss, cpu_weights = _fit("cpu", make_layers, data, jit)
-    xla_loss, xla_weights = _fit(XLA, make_layers, data, jit)
+    data = random_data(shape, 3)
+    cpu_loss, cpu_weights = fit_on("cpu", make_layers, data, jit)
+    xla_loss, xla_weights = fit_on(XLA, make_layers, data, jit)
     np.testing.assert_allclose(xla_loss, cpu_loss, rtol=1e-5)
     for a, b in zip(xla_weights, cpu_weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-
-
-def _embedding():
-    return [tp.Input((5,), dtype="int64"), tp.layers.Embedding(30, 4), tp.layers.Flatten(), tp.layers.Dense(3)]
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "frozen"])
@@ -72,8 +34,8 @@ def test_sparse_training_on_xla_equals_the_numpy_backend(jit):
     touched rows masked on XLA (fixed shapes); the same rows move, by the same amounts."""
     rng = np.random.default_rng(1)
     data = rng.integers(0, 20, (48, 5)), rng.integers(0, 3, 48)  # rows 20-29 are never looked up
-    cpu_loss, cpu_weights = _fit("cpu", _embedding, data, jit)
-    xla_loss, xla_weights = _fit(XLA, _embedding, data, jit)
+    cpu_loss, cpu_weights = fit_on("cpu", embedding_layers, data, jit)
+    xla_loss, xla_weights = fit_on(XLA, embedding_layers, data, jit)
     np.testing.assert_allclose(xla_loss, cpu_loss, rtol=1e-5)
     for a, b in zip(xla_weights, cpu_weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -82,11 +44,11 @@ def test_sparse_training_on_xla_equals_the_numpy_backend(jit):
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["mlp", "embedding"])
 def test_a_frozen_train_step_compiles_once_in_ten_steps(sparse):
-    x, y = _data((8,), 3, n=16)
+    x, y = random_data((8,), 3, n=16)
     if sparse:
         x = np.random.default_rng(2).integers(0, 30, (16, 5))
     with tp.device(XLA):
-        model = tp.Sequential(_embedding() if sparse else _mlp())
+        model = tp.Sequential(embedding_layers() if sparse else mlp_layers())
         optimizer = tp.optimizers.Adam(0.01)
         optimizer.build(model.trainable_weights)
         loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -145,11 +107,11 @@ def test_stats_count_compilations():
 
 @pytest.mark.slow
 def test_mixed_bfloat16_training_on_xla_follows_the_cpu():
-    data = _data((8,), 3)
+    data = random_data((8,), 3)
     tp.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
-        cpu_loss, cpu_weights = _fit("cpu", _mlp, data, jit=True)
-        xla_loss, xla_weights = _fit(XLA, _mlp, data, jit=True)
+        cpu_loss, cpu_weights = fit_on("cpu", mlp_layers, data, jit=True)
+        xla_loss, xla_weights = fit_on(XLA, mlp_layers, data, jit=True)
     finally:
         tp.mixed_precision.set_global_policy("float32")
     assert all(w.dtype == np.float32 for w in xla_weights)
@@ -227,9 +189,9 @@ def test_a_graph_across_two_xla_devices_runs_each_node_on_its_own():
 @second_device
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "frozen"])
 def test_training_on_the_second_xla_device_equals_the_numpy_backend(jit):
-    data = _data((8,), 3)
-    cpu_loss, cpu_weights = _fit("cpu", _mlp, data, jit)
-    xla_loss, xla_weights = _fit("xla:1", _mlp, data, jit)
+    data = random_data((8,), 3)
+    cpu_loss, cpu_weights = fit_on("cpu", mlp_layers, data, jit)
+    xla_loss, xla_weights = fit_on("xla:1", mlp_layers, data, jit)
     np.testing.assert_allclose(xla_loss, cpu_loss, rtol=1e-5)
     for a, b in zip(xla_weights, cpu_weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
