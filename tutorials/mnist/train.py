@@ -9,6 +9,7 @@ curves and prints a table of results.
     python tutorials/mnist/train.py --full              # long enough to reach the targets
     python tutorials/mnist/train.py --dataset mnist --full
     python tutorials/mnist/train.py --epochs-cnn 3 --batch-size 64 --out /tmp/run
+    python tutorials/mnist/train.py --device xla:0      # or gpu:0: see tp.list_devices()
 
 The default run is kept short for a newcomer on a laptop. It meets the MLP target but stops
 the CNN after a fraction of what it needs for its target (see README.md for the numbers).
@@ -204,9 +205,13 @@ def train(key: str, plan: Plan, dataset: str, data, out: Path, seed: int) -> Res
 
 
 # ---------------------------------------------------------------- reports
-def plot_curves(results: list[Result], dataset: str, path: Path) -> None:
-    """Loss and accuracy per epoch, train against validation, one column per model."""
-    import matplotlib
+def plot_curves(results: list[Result], dataset: str, path: Path) -> bool:
+    """Loss and accuracy per epoch, train against validation, one column per model; False
+    (no plot) where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -231,6 +236,7 @@ def plot_curves(results: list[Result], dataset: str, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return True
 
 
 def print_table(results: list[Result]) -> None:
@@ -259,7 +265,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=HERE / "out", help="directory for weights and the plot")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", default="mlp,cnn", help="comma-separated subset of: mlp,cnn")
+    parser.add_argument("--device", default="cpu", help="where the models live and train: cpu, gpu:N or xla:N")
     args = parser.parse_args(argv)
+    try:
+        args.device = tp.devices.parse_device(args.device)
+    except ValueError as err:
+        parser.error(f"--device: {err}")
     for name in ("epochs_mlp", "epochs_cnn", "batch_size", "train_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -284,16 +295,18 @@ def plans(args) -> dict[str, Plan]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"tapeflow {tp.__version__}, {tp.get_num_threads()} threads; data: {args.dataset}")
+    print(f"tapeflow {tp.__version__}, {tp.get_num_threads()} threads; data: {args.dataset}; device: {args.device}")
     data = load(args.dataset)
     print(f"train {len(data[0][0]):,}, validation {len(data[1][0]):,}, test {len(data[2][0]):,} images")
 
     start = time.perf_counter()
-    results = [train(key, plan, args.dataset, data, args.out, args.seed) for key, plan in plans(args).items()]
+    with tp.device(args.device):  # weights, batches and frozen graphs live there
+        results = [train(key, plan, args.dataset, data, args.out, args.seed) for key, plan in plans(args).items()]
     plot = args.out / f"{args.dataset}_learning_curves.png"
-    plot_curves(results, args.dataset, plot)
+    plotted = plot_curves(results, args.dataset, plot)
     print_table(results)
-    print(f"\ntotal {time.perf_counter() - start:.0f}s; learning curves: {plot}")
+    curves = plot if plotted else "not plotted (pip install matplotlib)"
+    print(f"\ntotal {time.perf_counter() - start:.0f}s; learning curves: {curves}")
 
     missed = [MODELS[r.key][0] for r in results if r.met is False]
     if missed:
