@@ -173,12 +173,13 @@ _xla_devices = None
 
 def xla_device_count() -> int:
     """How many XLA devices this process has (the runtime starts on the first call); 1 when
-    torch_xla cannot be imported, so that using xla:0 reports why."""
+    torch_xla cannot be imported or its runtime does not start, so that using xla:0 reports
+    why."""
     global _xla_devices
     if _xla_devices is None:
         try:
             _xla_devices = require_xla().device_count()
-        except ImportError:
+        except (ImportError, RuntimeError):
             _xla_devices = 1
     return _xla_devices
 
