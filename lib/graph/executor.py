@@ -169,12 +169,14 @@ class Executor:
 
 
 def _node_devices(graph: Graph, nodes) -> dict[int, Device]:
-    """id(node) -> the device of this process that runs it, each checked to exist here."""
+    """id(node) -> the device of this process that runs it, each checked to exist here (and
+    so is the device a transfer copies to)."""
     found = {}
     for node in nodes:
-        device = graph.node_device(node)
         try:
-            found[id(node)] = parse_device(device)
+            found[id(node)] = parse_device(graph.node_device(node))
+            if node.outputs:
+                parse_device(graph.value_device(node.outputs[0]))
         except ValueError as err:
             raise GraphError(f"{graph.name}: node '{node.name}' ({node.op}) cannot run: {err}") from None
     return found

@@ -175,8 +175,17 @@ def test_a_graph_whose_device_is_missing_names_the_node(monkeypatch):
         buffer = io.BytesIO()
         graph.save(buffer)
     loaded = tp.load_graph(io.BytesIO(buffer.getvalue()))
-    with pytest.raises(GraphError, match=r"node 'multiply_0' \(multiply\) cannot run: .*gpu:5 is not available"):
+    with pytest.raises(GraphError, match=r"node 'copy_to_device_0' \(copy_to_device\) cannot run: .*gpu:5 is not"):
         loaded(np.ones(2, np.float32))
+
+
+def test_a_transfer_to_a_missing_device_names_the_node():
+    graph = tp.freeze(lambda x: tp.copy_to_device(x, "cpu") * 2.0, tp.TensorSpec((2,)))
+    (copy,) = [n for n in graph.nodes if n.op == "copy_to_device"]
+    copy.attrs["device"] = "gpu:7"  # as a hostile graph file could say
+    graph.changed()
+    with pytest.raises(GraphError, match=r"node 'copy_to_device_0' \(copy_to_device\) cannot run: .*gpu:7"):
+        graph(np.ones(2, np.float32))
 
 
 def test_placing_a_graph_with_local_devices_on_workers_is_refused(other):
