@@ -3,7 +3,9 @@
 Each epoch is one call of the op over the whole corpus: the op's threads walk their
 shares of the corpus, subsample it, and update both embedding tables in place without a
 Python producer, as the original word2vec tool does. The learning rate falls linearly
-from `alpha` to `min_alpha` over all epochs.
+from `alpha` to `min_alpha` over all epochs. With `device=` ("xla:0", "gpu:0", or the CPU)
+the tables live on that device instead and train in batches of pairs drawn on the host
+(tapeflow.word2vec.batched).
 
 >>> import tapeflow as tp
 >>> sentences = [["the", "cat", "sat", "on", "the", "mat"], ["the", "dog", "sat"]] * 50
@@ -23,7 +25,11 @@ from collections.abc import Iterable
 import numpy as np
 
 from tapeflow.data.text import Corpus, Vocabulary
+from tapeflow.devices import device, parse_device
+from tapeflow.ops.creation import tensor
 from tapeflow.ops.skipgram import negative_table, word2vec_sgns_train
+from tapeflow.tensor import Variable
+from tapeflow.word2vec.batched import SkipGramStep, draw_negatives, skipgram_pairs
 from tapeflow.word2vec.vectors import KeyedVectors
 
 
@@ -43,6 +49,9 @@ class Word2Vec:
         seed: seeds the initial vectors and every random draw.
         alpha, min_alpha: the learning rate at the start and at the end.
         verbose: print one progress line per epoch.
+        device: None trains with the fused CPU kernel; a device ("xla:0", "gpu:0", "cpu")
+            trains there in batches of `batch_size` (center, context) pairs.
+        batch_size: pairs per step with `device`.
     """
 
     def __init__(
@@ -59,6 +68,8 @@ class Word2Vec:
         min_alpha: float = 1e-4,
         max_vocab: int | None = None,
         verbose: bool = True,
+        device=None,
+        batch_size: int = 1024,
     ):
         for name, value, low in (
             ("dim", dim, 1),
@@ -68,6 +79,7 @@ class Word2Vec:
             ("epochs", epochs, 1),
             ("threads", threads, 0),
             ("seed", seed, 0),
+            ("batch_size", batch_size, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
                 raise ValueError(f"Word2Vec: {name} must be an integer >= {low}, got {value!r}")
@@ -79,6 +91,8 @@ class Word2Vec:
         self.min_count, self.max_vocab, self.sample = int(min_count), max_vocab, float(sample)
         self.epochs, self.threads, self.seed = int(epochs), int(threads), int(seed)
         self.alpha, self.min_alpha, self.verbose = float(alpha), float(min_alpha), verbose
+        self.device = None if device is None else parse_device(device)
+        self.batch_size = int(batch_size)
         self.vocab: Vocabulary | None = None
         self.syn0: np.ndarray | None = None
         self.syn1: np.ndarray | None = None
@@ -101,8 +115,10 @@ class Word2Vec:
         corpus = self.build_vocab(sentences)
         keep = self.vocab.keep_probabilities(self.sample)
         cum = negative_table(self.vocab.counts)
-        decay = (self.alpha - self.min_alpha) / self.epochs
         self.history = []
+        if self.device is not None:
+            return self._train_in_batches(corpus, keep, cum)
+        decay = (self.alpha - self.min_alpha) / self.epochs
         for epoch in range(self.epochs):
             start = time.perf_counter()
             syn0, syn1, counts = word2vec_sgns_train(
@@ -121,18 +137,42 @@ class Word2Vec:
             )
             seconds = time.perf_counter() - start
             self.syn0, self.syn1 = syn0.numpy(), syn1.numpy()
-            words, kept, pairs = counts.numpy().tolist()
-            self.history.append(
-                {"words": words, "kept": kept, "pairs": pairs, "seconds": seconds, "words_per_second": words / seconds}
-            )
-            if self.verbose:
-                print(
-                    f"epoch {epoch + 1}/{self.epochs}: {words} words ({kept} after subsampling), {pairs} pairs, "
-                    f"{seconds:.2f} s, {words / seconds:,.0f} words/s",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            self._log(epoch, *counts.numpy().tolist(), seconds)
         return self
+
+    def _train_in_batches(self, corpus: Corpus, keep, cum) -> Word2Vec:
+        """Each epoch: the pairs drawn on the host, then one frozen step per batch on the device."""
+        rng = np.random.default_rng(self.seed)
+        with device(self.device):
+            syn0, syn1 = Variable(self.syn0, name="syn0"), Variable(self.syn1, name="syn1")
+        step = SkipGramStep(syn0, syn1, self.negative)
+        span = self.alpha - self.min_alpha
+        for epoch in range(self.epochs):
+            start = time.perf_counter()
+            centers, contexts, kept = skipgram_pairs(corpus.ids, corpus.offsets, keep, self.window, rng)
+            order = rng.permutation(centers.size)
+            negatives = draw_negatives(cum, (centers.size, self.negative), rng)
+            with device(self.device):
+                for first in range(0, centers.size, self.batch_size):
+                    rows = order[first : first + self.batch_size]
+                    done = (epoch + first / centers.size) / self.epochs
+                    rate = tensor(np.float32(self.alpha - span * done))
+                    step(tensor(centers[rows]), tensor(contexts[rows]), tensor(negatives[rows]), rate)
+            self.syn0, self.syn1 = syn0.numpy(), syn1.numpy()  # waits for the epoch's last step
+            self._log(epoch, len(corpus), kept, int(centers.size), time.perf_counter() - start)
+        return self
+
+    def _log(self, epoch: int, words: int, kept: int, pairs: int, seconds: float) -> None:
+        self.history.append(
+            {"words": words, "kept": kept, "pairs": pairs, "seconds": seconds, "words_per_second": words / seconds}
+        )
+        if self.verbose:
+            print(
+                f"epoch {epoch + 1}/{self.epochs}: {words} words ({kept} after subsampling), {pairs} pairs, "
+                f"{seconds:.2f} s, {words / seconds:,.0f} words/s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     @property
     def wv(self) -> KeyedVectors:
