@@ -45,7 +45,9 @@ class ConstantFolding:
             except Exception:  # noqa: BLE001 - left in place: the executor reports it with the node named
                 continue
             results = (result,) if op.num_outputs == 1 else tuple(result)
+            to_host = backend(graph.node_device(node).family).to_host  # constants are host arrays
             for v, r in zip(node.outputs, results, strict=True):
+                r = r if isinstance(r, np.ndarray | np.generic | int | float | bool) else to_host(r)
                 data = np.array(r, dtype=v.dtype.np, copy=True)  # never a view of another constant
                 if data.shape != v.shape:
                     raise ValueError(
