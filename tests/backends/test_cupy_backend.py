@@ -122,3 +122,17 @@ def test_training_on_the_gpu_backend_equals_the_numpy_backend(gpu, model, jit):
     np.testing.assert_allclose(gpu_loss, cpu_loss, rtol=1e-5)
     for a, b in zip(gpu_weights, cpu_weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_training_on_the_gpu_backend_follows_the_cpu(gpu, policy):
+    data = random_data((8,), 3)
+    tp.mixed_precision.set_global_policy(policy)
+    try:
+        cpu_loss, cpu_weights = fit_on("cpu", mlp_layers, data, jit=True)
+        gpu_loss, gpu_weights = fit_on(gpu, mlp_layers, data, jit=True)
+    finally:
+        tp.mixed_precision.set_global_policy("float32")
+    np.testing.assert_allclose(gpu_loss, cpu_loss, rtol=1e-4)
+    for a, b in zip(gpu_weights, cpu_weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
