@@ -408,7 +408,7 @@ def _getitem_vjp(gs, xs, ys, index):
 
 @defop("getitem", infer=_getitem_infer, vjp=_getitem_vjp)
 def _GETITEM(x, index):
-    return np.array(x[index]) if not _has_arrays(index) else x[index]
+    return x[index].copy() if not _has_arrays(index) else x[index]  # a copy, not a view
 
 
 def _getitem_grad_infer(g, *like, shape, index):
@@ -423,7 +423,7 @@ def _getitem_grad_infer(g, *like, shape, index):
 def _GETITEM_GRAD(g, *like, shape, index):
     """The gradient of getitem: `g` scattered into zeros of `shape` (or of the
     shape of `like`, the indexed tensor, when `shape` has dynamic dimensions)."""
-    out = np.zeros(like[0].shape if like else shape, dtype=g.dtype)
+    out = np.zeros_like(g, shape=like[0].shape if like else shape)  # in g's array module
     if _has_arrays(index):
         np.add.at(out, index, g)
     else:
@@ -503,7 +503,7 @@ def _scatter_add_vjp(gs, xs, ys, axis):
 @defop("scatter_add", infer=_scatter_add_infer, vjp=_scatter_add_vjp)
 def _SCATTER_ADD(x, indices, updates, axis):
     check_index_range("scatter_add", indices, x.shape[axis], axis)
-    out = np.array(x, copy=True)
+    out = x.copy()  # (copy, not np.array: a reference also runs on CuPy arrays)
     index = (slice(None),) * axis + (indices,)
     np.add.at(out, index, updates)
     return out
@@ -560,7 +560,7 @@ def _scatter_nd_add_infer(x, indices, updates):
     vjp=lambda gs, xs, ys: (gs[0], None, apply(_GATHER_ND, (gs[0], xs[1]), {})),
 )
 def _SCATTER_ND_ADD(x, indices, updates):
-    out = np.array(x, copy=True)
+    out = x.copy()
     np.add.at(out, _nd_index(indices, x.shape, "scatter_nd_add"), updates)
     return out
 
@@ -601,7 +601,7 @@ def _one_hot_infer(indices, depth, on_value, off_value, dtype):
 
 @defop("one_hot", infer=_one_hot_infer)
 def _ONE_HOT(indices, depth, on_value, off_value, dtype):
-    hot = indices[..., None] == np.arange(depth)
+    hot = indices[..., None] == np.arange(depth, like=indices)
     return np.where(hot, on_value, off_value).astype(dtypes.as_dtype(dtype).np)
 
 

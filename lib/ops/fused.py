@@ -142,6 +142,11 @@ def _fused_elementwise_infer(*inputs, program):
     return [(shapes.broadcast("fused_elementwise", *(tuple(x.shape) for x in inputs)), dtype)]
 
 
+def _as_dtype(value, dtype):
+    """`value` (an array of any array module, or a scalar) in `dtype`."""
+    return value.astype(dtype, copy=False) if hasattr(value, "astype") else np.asarray(value, dtype=dtype)
+
+
 @defop("fused_elementwise", infer=_fused_elementwise_infer)
 def FUSED_ELEMENTWISE(*inputs, program):
     """Run an elementwise program, instruction by instruction, with each op's reference."""
@@ -151,9 +156,9 @@ def FUSED_ELEMENTWISE(*inputs, program):
         if ins[0] == "input":
             registers.append(inputs[ins[1]])
         elif ins[0] == "const":
-            registers.append(np.asarray(ins[1], dtype=dtype))
+            registers.append(dtype.type(ins[1]))  # a scalar, which CuPy arrays take as NumPy arrays do
         else:
             args = (registers[a] for a in ins[1:])
-            registers.append(np.asarray(get_op(ins[0]).reference(*args), dtype=dtype))
+            registers.append(_as_dtype(get_op(ins[0]).reference(*args), dtype))
     shape = np.broadcast_shapes(*(a.shape for a in inputs))
     return np.ascontiguousarray(np.broadcast_to(registers[-1], shape))

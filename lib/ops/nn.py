@@ -287,7 +287,7 @@ def _CONV_INPUT_GRAD(dy, w, input_size, strides, padding, dilations):
     kh, kw, c, _ = w.shape
     in_h, in_w = input_size
     taps, rows, cols, _ = _windows(in_h, in_w, kh, kw, strides, padding, dilations, "conv2d_transpose")
-    dxp = np.zeros((dy.shape[0], in_h + sum(rows), in_w + sum(cols), c), dtype=dy.dtype)
+    dxp = np.zeros_like(dy, shape=(dy.shape[0], in_h + sum(rows), in_w + sum(cols), c))
     for i, j, rs, cs in taps:
         dxp[:, rs, cs, :] += dy @ w[i, j].T
     return dxp[:, rows[0] : rows[0] + in_h, cols[0] : cols[0] + in_w, :]
@@ -402,7 +402,7 @@ def _first_max_masks(x, ksize, strides, padding, name):
     taps, rows, cols, _ = _pool_taps(x.shape, ksize, strides, padding, name)
     xp = _pad_image(x, rows, cols, -np.inf)
     y = _MAX_POOL.reference(x, ksize, strides, padding)
-    taken = np.zeros(y.shape, dtype=bool)
+    taken = np.zeros_like(y, dtype=bool)
     for _, _, rs, cs in taps:
         hit = (xp[:, rs, cs, :] == y) & ~taken
         taken |= hit
@@ -422,7 +422,7 @@ def _MAX_POOL_GRAD(x, dy, ksize, strides, padding):
     dxp = None
     for rs, cs, hit, rows, cols in _first_max_masks(x, ksize, strides, padding, "max_pool2d"):
         if dxp is None:
-            dxp = np.zeros((x.shape[0], x.shape[1] + sum(rows), x.shape[2] + sum(cols), x.shape[3]), x.dtype)
+            dxp = np.zeros_like(x, shape=(x.shape[0], x.shape[1] + sum(rows), x.shape[2] + sum(cols), x.shape[3]))
         dxp[:, rs, cs, :] += np.where(hit, dy, 0)
     return dxp[:, rows[0] : rows[0] + x.shape[1], cols[0] : cols[0] + x.shape[2], :]
 
@@ -447,8 +447,10 @@ def _MAX_POOL_GRAD_GRAD(x, g, ksize, strides, padding):
     return out.astype(x.dtype, copy=False)
 
 
-def _avg_counts(in_shape, ksize, strides, padding, dtype):
-    ones = np.ones((1, in_shape[1], in_shape[2], 1), dtype=dtype)
+def _avg_counts(like, in_shape, ksize, strides, padding):
+    """How many input pixels each output of an average pool covers, as an array of the
+    array module and dtype of `like`."""
+    ones = np.ones_like(like, shape=(1, in_shape[1], in_shape[2], 1))
     taps, rows, cols, _ = _pool_taps(in_shape, ksize, strides, padding, "avg_pool2d")
     op = _pad_image(ones, rows, cols)
     return sum(op[:, rs, cs, :] for _, _, rs, cs in taps)
@@ -463,7 +465,7 @@ def _AVG_POOL(x, ksize, strides, padding):
     taps, rows, cols, _ = _pool_taps(x.shape, ksize, strides, padding, "avg_pool2d")
     xp = _pad_image(x, rows, cols)
     total = sum(xp[:, rs, cs, :] for _, _, rs, cs in taps)
-    return (total / _avg_counts(x.shape, ksize, strides, padding, x.dtype)).astype(x.dtype)
+    return (total / _avg_counts(x, x.shape, ksize, strides, padding)).astype(x.dtype)
 
 
 def _avg_pool_grad_infer(dy, input_size, ksize, strides, padding):
@@ -478,8 +480,8 @@ def _avg_pool_grad_infer(dy, input_size, ksize, strides, padding):
 def _AVG_POOL_GRAD(dy, input_size, ksize, strides, padding):
     shape = (dy.shape[0], *input_size, dy.shape[3])
     taps, rows, cols, _ = _pool_taps(shape, ksize, strides, padding, "avg_pool2d")
-    scaled = dy / _avg_counts(shape, ksize, strides, padding, dy.dtype)
-    dxp = np.zeros((shape[0], shape[1] + sum(rows), shape[2] + sum(cols), shape[3]), dtype=dy.dtype)
+    scaled = dy / _avg_counts(dy, shape, ksize, strides, padding)
+    dxp = np.zeros_like(dy, shape=(shape[0], shape[1] + sum(rows), shape[2] + sum(cols), shape[3]))
     for _, _, rs, cs in taps:
         dxp[:, rs, cs, :] += scaled
     return dxp[:, rows[0] : rows[0] + shape[1], cols[0] : cols[0] + shape[2], :]

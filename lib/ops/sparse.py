@@ -59,7 +59,7 @@ def _UNIQUE_SUM(indices, values, num_rows):
     check_index_range("unique_sum", indices, num_rows, 0)
     rows = indices.astype(np.int64, copy=False)
     unique, inverse = np.unique(np.where(rows < 0, rows + num_rows, rows), return_inverse=True)
-    sums = np.zeros((unique.shape[0], *values.shape[1:]), dtype=values.dtype)
+    sums = np.zeros_like(values, shape=(unique.shape[0], *values.shape[1:]))
     np.add.at(sums, inverse.reshape(-1), values)
     return unique, inverse.reshape(-1), sums
 
@@ -111,7 +111,7 @@ def _scatter_update_vjp(gs, xs, ys):
 def _SCATTER_UPDATE(x, indices, updates):
     """`x` with rows `indices` replaced by `updates` (indices distinct)."""
     check_index_range("scatter_update", indices, x.shape[0], 0)
-    out = np.array(x, copy=True)
+    out = x.copy()
     out[indices] = updates
     return out
 
