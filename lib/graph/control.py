@@ -17,6 +17,7 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.autodiff import GradientTape
+from tapeflow.devices import device
 from tapeflow.graph.ir import GraphError
 from tapeflow.graph.runnable import Graph
 from tapeflow.graph.serialize import MAX_ELEMENTS
@@ -38,9 +39,9 @@ def replay(graph: Graph, inputs) -> list:
     """Apply a graph's nodes as ops to `inputs` (so tapes and tracers see them); its
     constants join them on their device."""
     env = {id(v): t for v, t in zip(graph.inputs, inputs, strict=True)}
-    device = inputs[0].device if len(inputs) else graph.device
+    where = inputs[0].device if len(inputs) else graph.device
     for c in graph.constants:
-        env[id(c)] = wrap_host(c.data, device)
+        env[id(c)] = wrap_host(c.data, where)
     for node in graph.nodes:
         op = get_op(node.op)
         outs = apply(op, tuple(env[id(v)] for v in node.inputs), node.public_attrs)
@@ -273,7 +274,8 @@ def _body_gradient_graph(attrs) -> Graph:
         grads = replay_gradient(body, inputs, out_grads)
         return [g if g is not None else zeros_like(t) for g, t in zip(grads, inputs, strict=True)]
 
-    with eager_scope():  # a standalone graph, not part of the one being traced
+    # a standalone graph, not part of the one being traced, on the device the body runs on
+    with eager_scope(), device(body.device):
         return trace(body_grad, (specs, out_specs), name="while_body_grad")
 
 

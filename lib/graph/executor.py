@@ -38,7 +38,7 @@ class NodeError(RuntimeError):
     """An op failed while a graph ran; names the node, its op and input shapes."""
 
 
-_ASSIGN, _KERNEL, _MULTI, _ROWS = 0, 1, 2, 3
+_ASSIGN, _KERNEL, _MULTI, _ROWS, _DEVICE, _MULTI_DEVICE = 0, 1, 2, 3, 4, 5
 
 
 class RunCancelled(RuntimeError):
@@ -97,15 +97,19 @@ class Executor:
             if device.index != entered[device.family]:
                 fn = _switched_to(device, fn)
             outs = tuple(slot_of(v) for v in node.outputs)
-            conform = _conform_on(graph.value_device(node.outputs[0])) if node.outputs else None
+            where = graph.value_device(node.outputs[0]) if node.outputs else device
+            conform = _conform_on(where)
+            # on an accelerator, a kernel's host (NumPy) result is copied in as well
+            on_host = backend(where.family).HOLDS_NUMPY
             owned = _owned_rows_target(graph, node, nodes, self.fetches)
             if owned is not None:
                 steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], node.outputs[0].dtype.np, node, conform))
             elif op.num_outputs != 1:
                 dtypes = tuple(v.dtype.np for v in node.outputs)
-                steps.append((_MULTI, fn, _arguments(ins), outs, dtypes, node, conform))
+                steps.append((_MULTI if on_host else _MULTI_DEVICE, fn, _arguments(ins), outs, dtypes, node, conform))
             else:
-                steps.append((_KERNEL, fn, _arguments(ins), outs[0], node.outputs[0].dtype.np, node, conform))
+                kind = _KERNEL if on_host else _DEVICE
+                steps.append((kind, fn, _arguments(ins), outs[0], node.outputs[0].dtype.np, node, conform))
         self._fetch_slots = [slot_of(v) for v in self.fetches]
         self._constants = [(s, backend(d.family).from_host(v.data, d.index)) for s, (v, d) in constants.items()]
         self._size = len(slot)
@@ -151,13 +155,20 @@ class Executor:
                     env[out] = r
                 elif kind == _ROWS:
                     env[out] = _write_owned_rows(env, args, fn, node)
-                elif kind == _MULTI:
+                elif kind == _MULTI or kind == _MULTI_DEVICE:
                     try:
                         results = fn(*args(env))
                     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
                         raise _node_error(node, list(args(env)), exc) from exc
                     for s, r, d in zip(out, results, dtype, strict=True):
-                        env[s] = r if type(r) is np.ndarray and r.dtype == d else conform(r, d)
+                        host_ok = kind == _MULTI and type(r) is np.ndarray and r.dtype == d
+                        env[s] = r if host_ok else conform(r, d)
+                elif kind == _DEVICE:
+                    try:
+                        r = fn(*args(env))
+                    except Exception as exc:  # noqa: BLE001 - re-raised with the node named
+                        raise _node_error(node, list(args(env)), exc) from exc
+                    env[out] = conform(r, dtype)
                 else:
                     fn._value = conform(env[args[0]], fn.dtype.np)
                 for i in frees:

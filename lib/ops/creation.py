@@ -141,7 +141,7 @@ def _like_infer(x, value, dtype):
 
 @defop("full_like", infer=_like_infer)
 def _FULL_LIKE(x, value, dtype):
-    return np.full(x.shape, value, dtype=dtypes.as_dtype(dtype).np if dtype is not None else x.dtype)
+    return np.full_like(x, value, dtype=dtypes.as_dtype(dtype).np if dtype is not None else x.dtype)
 
 
 def full_like(x, fill_value, dtype=None) -> Tensor:

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from device_training import cnn_layers, embedding_layers, fit_on, mlp_layers, random_data
+from strict_arrays import stand_in_gpu
 
 import tapeflow as tp
-from tapeflow import _compat, devices
+from tapeflow import _compat
 from tapeflow.backends import cupy_backend
 from tapeflow.ops.registry import get_op
 
@@ -89,11 +90,8 @@ def test_raw_kernels_match_their_array_module_versions():
 
 @pytest.fixture
 def gpu(monkeypatch):
-    """gpu:0: a real GPU where there is one, else the backend with NumPy standing in."""
-    if not _compat.has_gpu:
-        listed = devices.list_devices
-        monkeypatch.setattr(devices, "list_devices", lambda: [*listed(), tp.Device("gpu", 0)])
-    return "gpu:0"
+    """gpu:0: a real GPU where there is one, else the backend holding StrictArrays."""
+    return stand_in_gpu(monkeypatch)
 
 
 @pytest.mark.parametrize("kind", ["mlp", "cnn", "word2vec"])

@@ -12,6 +12,7 @@ import io
 
 import numpy as np
 import pytest
+from strict_arrays import stand_in_gpu
 
 import tapeflow as tp
 from tapeflow import devices
@@ -28,11 +29,7 @@ SPECS = (tp.TensorSpec((None, 6)), tp.TensorSpec((None,), "int64"))  # a batch a
 @pytest.fixture(params=OTHERS)
 def other(request, monkeypatch):
     """The second device's name; a stand-in GPU where this process has none."""
-    name = request.param
-    if Device.named(name) not in tp.list_devices():
-        listed = devices.list_devices
-        monkeypatch.setattr(devices, "list_devices", lambda: [*listed(), Device.named(name)])
-    return name
+    return stand_in_gpu(monkeypatch) if request.param == "gpu:0" else request.param
 
 
 def _weights(other):

@@ -10,10 +10,10 @@ must say so (UnsupportedOpError), never run on the CPU.
 import numpy as np
 import pytest
 from layer_check import make_inputs
+from strict_arrays import stand_in_gpu
 from test_layers_check import CASES
 
 import tapeflow as tp
-from tapeflow import _compat, devices
 from tapeflow.backends import UnsupportedOpError
 
 DEVICES = ["gpu:0", *(str(d) for d in tp.list_devices() if d.family == "xla")]
@@ -22,10 +22,7 @@ TOL = {"gpu": 1e-5, "xla": 1e-4}
 
 @pytest.fixture(params=DEVICES)
 def device(request, monkeypatch):
-    if request.param == "gpu:0" and not _compat.has_gpu:
-        listed = devices.list_devices
-        monkeypatch.setattr(devices, "list_devices", lambda: [*listed(), tp.Device("gpu", 0)])
-    return request.param
+    return stand_in_gpu(monkeypatch) if request.param == "gpu:0" else request.param
 
 
 def _as_list(value):

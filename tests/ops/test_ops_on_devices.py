@@ -4,17 +4,20 @@ The cases are test_every_op's. On each non-CPU device the outputs must match the
 NumPy float64 oracle and the gradients the CPU backend's, to the device's precision;
 an op the backend lists as unsupported must raise UnsupportedOpError, never run on
 the CPU. Where no GPU exists, "gpu:0" stands for the GPU backend run with NumPy in
-place of CuPy, so that its array-module code runs every op here too.
+place of CuPy, its device arrays StrictArrays that keep CuPy's rules (no implicit
+conversion to NumPy, no host array mixed in), so that its array-module code and the
+references it falls back to run every op here too.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from strict_arrays import stand_in_gpu
 from test_every_op import SAMPLES, _as_tuple, _float_inputs, _params, _run, _used, _weighted_sum
 
 import tapeflow as tp
-from tapeflow import _compat, devices
+from tapeflow import _compat
 from tapeflow.backends import UnsupportedOpError, backend
 from tapeflow.devices import parse_device
 from tapeflow.ops import registry
@@ -25,10 +28,9 @@ DEVICES = [d for d in tp.list_devices() if d.family != "cpu"] + ([STAND_IN] if S
 
 @pytest.fixture(autouse=True)
 def _stand_in_gpu(monkeypatch):
-    """List the stand-in GPU while a test runs."""
+    """List the stand-in GPU while a test runs; its arrays keep CuPy's rules (StrictArray)."""
     if STAND_IN is not None:
-        listed = devices.list_devices
-        monkeypatch.setattr(devices, "list_devices", lambda: [*listed(), STAND_IN])
+        stand_in_gpu(monkeypatch)
 
 
 RTOL = {np.dtype(np.float64): 1e-7, np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3}

@@ -1,5 +1,5 @@
-"""`StrictArray`: a NumPy array behind the rules CuPy's arrays keep, so that op references
-can be checked for them without a GPU: no implicit conversion to a NumPy array
+"""`StrictArray`: a NumPy array behind the rules CuPy's arrays keep, so that the GPU backend
+and the op references can be checked for them without a GPU: no implicit conversion to a NumPy array
 (`np.asarray(a)` raises), and no host array mixed into an operation with it (indices of
 `ufunc.at` excepted). NumPy functions reach it through `__array_function__` and ufuncs
 through `__array_ufunc__`, as they reach CuPy's arrays.
@@ -14,6 +14,8 @@ TypeError: implicit conversion of a device array to NumPy
 """
 
 from __future__ import annotations
+
+import types
 
 import numpy as np
 import numpy.lib.mixins as mixins
@@ -102,3 +104,47 @@ class StrictArray(mixins.NDArrayOperatorsMixin):
 
     def __repr__(self) -> str:
         return f"StrictArray({self.array!r})"
+
+
+class StrictArrayModule(types.ModuleType):
+    """NumPy's namespace handing out StrictArrays: the array module a GPU backend written
+    against `xp` sees as CuPy, with CuPy's rules kept."""
+
+    ndarray = StrictArray
+
+    def __init__(self):
+        super().__init__("strict_array_module")
+
+    def asarray(self, a, dtype=None):
+        return StrictArray(np.asarray(unwrap(a), dtype=dtype))
+
+    def asnumpy(self, a):
+        return np.array(unwrap(a))
+
+    def __getattr__(self, name):
+        value = getattr(np, name)
+        if callable(value) and not isinstance(value, type | np.ufunc):  # ufuncs dispatch themselves
+            return lambda *args, **kwargs: wrap(value(*unwrap(args), **unwrap(kwargs)))
+        return value
+
+
+def use_strict_arrays(backend, monkeypatch) -> None:
+    """Make the GPU backend module (run without a GPU) hold StrictArrays on its device."""
+    module = StrictArrayModule()
+    monkeypatch.setattr(backend, "xp", module)
+    monkeypatch.setattr(backend, "to_host", module.asnumpy)
+    monkeypatch.setattr(backend, "dtype_of", lambda a: np.dtype(unwrap(a).dtype))
+
+
+def stand_in_gpu(monkeypatch) -> str:
+    """List "gpu:0" where this process has no GPU, served by the GPU backend holding
+    StrictArrays; returns the device name (a real GPU is used as it is)."""
+    from tapeflow import _compat, devices
+    from tapeflow.backends import cupy_backend
+    from tapeflow.devices import Device
+
+    if not _compat.has_gpu:
+        listed = devices.list_devices
+        monkeypatch.setattr(devices, "list_devices", lambda: [*listed(), Device("gpu", 0)])
+        use_strict_arrays(cupy_backend, monkeypatch)
+    return "gpu:0"
