@@ -222,7 +222,6 @@ class Optimizer:
         variables = [v for _, v in pairs]
         for var in variables:
             self._track(var)
-        self._step = step
         if self.weight_decay:
             for var in variables:
                 if self._decays(var):

@@ -155,7 +155,7 @@ class Trainer:
             try:
                 return self._frozen_train_step(x, y, sample_weight)
             except FreezeError as err:
-                self._train_eagerly_after(err)
+                self._run_eagerly_after(err)
         with GradientTape() as tape:
             y_pred = self(x, training=True)
             loss, values = self._compute_loss(y, y_pred, sample_weight)
@@ -172,7 +172,7 @@ class Trainer:
             try:
                 frozen = self._frozen()[1](x, y, sample_weight)
             except FreezeError as err:
-                self._train_eagerly_after(err)
+                self._run_eagerly_after(err)
         if frozen is not None:
             y_pred, loss, values = frozen
         else:
@@ -208,7 +208,7 @@ class Trainer:
             self._frozen_steps = (Function(train, expected_traces=2), Function(test, expected_traces=4))
         return self._frozen_steps
 
-    def _train_eagerly_after(self, err: FreezeError) -> None:
+    def _run_eagerly_after(self, err: FreezeError) -> None:
         """Under jit="auto", go on eagerly after a step failed to freeze; else re-raise."""
         if self.jit != "auto":
             raise err
@@ -660,7 +660,7 @@ class Trainer:
             try:
                 return self._frozen_predict(x)
             except FreezeError as err:
-                self._train_eagerly_after(err)
+                self._run_eagerly_after(err)
         return self(x, training=False)
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict: bool = False):

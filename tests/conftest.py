@@ -1,9 +1,13 @@
-"""Shared test settings: deterministic seeds and a float64 random helper."""
+"""Shared test settings: deterministic seeds, a float64 random helper, and the accelerators
+the device tests run on."""
 
 import numpy as np
 import pytest
+from strict_arrays import stand_in_gpu
 
 import tapeflow as tp
+
+ACCELERATORS = ["gpu:0", *(str(d) for d in tp.list_devices() if d.family == "xla")]
 
 
 @pytest.fixture(autouse=True)
@@ -15,3 +19,10 @@ def _seeded():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(params=ACCELERATORS)
+def accelerator(request, monkeypatch):
+    """Each accelerator's name: gpu:0 (a real GPU, or where there is none the stand-in that
+    holds StrictArrays) and every XLA device."""
+    return stand_in_gpu(monkeypatch) if request.param == "gpu:0" else request.param

@@ -36,15 +36,14 @@ _RAW_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _THREADS = 256
 
 
-def _on(index: int):
-    return xp.cuda.Device(index) if ON_GPU else contextlib.nullcontext()
+def _on(index: int | None):
+    """GPU `index` made current for the block; None (or no GPU) keeps the current one."""
+    return xp.cuda.Device(index) if ON_GPU and index is not None else contextlib.nullcontext()
 
 
 # ------------------------------------------------------------ the device boundary
 def from_host(array, index: int | None = None):
     """A copy of a host array on GPU `index` (default: the GPU of the op or graph run now)."""
-    if index is None:
-        return xp.asarray(array)
     with _on(index):
         return xp.asarray(array)
 
@@ -54,9 +53,7 @@ def to_host(array) -> np.ndarray:
 
 
 def conform(array, npdtype, index: int | None = None):
-    if index is None or not ON_GPU or isinstance(array, xp.ndarray):
-        return xp.asarray(array, dtype=npdtype)
-    with _on(index):  # a host result goes to the op's GPU
+    with _on(None if isinstance(array, xp.ndarray) else index):  # a host result goes to GPU `index`
         return xp.asarray(array, dtype=npdtype)
 
 

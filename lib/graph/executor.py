@@ -38,7 +38,7 @@ class NodeError(RuntimeError):
     """An op failed while a graph ran; names the node, its op and input shapes."""
 
 
-_ASSIGN, _KERNEL, _MULTI, _ROWS, _DEVICE, _MULTI_DEVICE = 0, 1, 2, 3, 4, 5
+_ASSIGN, _KERNEL, _MULTI, _ROWS = 0, 1, 2, 3
 
 
 class RunCancelled(RuntimeError):
@@ -99,17 +99,16 @@ class Executor:
             outs = tuple(slot_of(v) for v in node.outputs)
             where = graph.value_device(node.outputs[0]) if node.outputs else device
             conform = _conform_on(where)
-            # on an accelerator, a kernel's host (NumPy) result is copied in as well
-            on_host = backend(where.family).HOLDS_NUMPY
+            dtypes = tuple(v.dtype.np for v in node.outputs)
+            if not backend(where.family).HOLDS_NUMPY:  # a kernel's host result is copied in too
+                fn = _on_device(fn, conform, dtypes if op.num_outputs != 1 else dtypes[0])
             owned = _owned_rows_target(graph, node, nodes, self.fetches)
             if owned is not None:
-                steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], node.outputs[0].dtype.np, node, conform))
+                steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], dtypes[0], node, conform))
             elif op.num_outputs != 1:
-                dtypes = tuple(v.dtype.np for v in node.outputs)
-                steps.append((_MULTI if on_host else _MULTI_DEVICE, fn, _arguments(ins), outs, dtypes, node, conform))
+                steps.append((_MULTI, fn, _arguments(ins), outs, dtypes, node, conform))
             else:
-                kind = _KERNEL if on_host else _DEVICE
-                steps.append((kind, fn, _arguments(ins), outs[0], node.outputs[0].dtype.np, node, conform))
+                steps.append((_KERNEL, fn, _arguments(ins), outs[0], dtypes[0], node, conform))
         self._fetch_slots = [slot_of(v) for v in self.fetches]
         self._constants = [(s, backend(d.family).from_host(v.data, d.index)) for s, (v, d) in constants.items()]
         self._size = len(slot)
@@ -155,20 +154,13 @@ class Executor:
                     env[out] = r
                 elif kind == _ROWS:
                     env[out] = _write_owned_rows(env, args, fn, node)
-                elif kind == _MULTI or kind == _MULTI_DEVICE:
+                elif kind == _MULTI:
                     try:
                         results = fn(*args(env))
                     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
                         raise _node_error(node, list(args(env)), exc) from exc
                     for s, r, d in zip(out, results, dtype, strict=True):
-                        host_ok = kind == _MULTI and type(r) is np.ndarray and r.dtype == d
-                        env[s] = r if host_ok else conform(r, d)
-                elif kind == _DEVICE:
-                    try:
-                        r = fn(*args(env))
-                    except Exception as exc:  # noqa: BLE001 - re-raised with the node named
-                        raise _node_error(node, list(args(env)), exc) from exc
-                    env[out] = conform(r, dtype)
+                        env[s] = r if type(r) is np.ndarray and r.dtype == d else conform(r, d)
                 else:
                     fn._value = conform(env[args[0]], fn.dtype.np)
                 for i in frees:
@@ -196,6 +188,15 @@ def _node_devices(graph: Graph, nodes) -> dict[int, Device]:
 def _conform_on(device: Device):
     """The backend's `conform` for results that live on `device`."""
     return functools.partial(backend(device.family).conform, index=device.index)
+
+
+def _on_device(fn, conform, dtypes):
+    """`fn` with its result (a tuple of them where `dtypes` is a tuple) made arrays of the
+    output device: a kernel on an accelerator may give a host array, which the run loop
+    would otherwise take as final."""
+    if isinstance(dtypes, tuple):
+        return lambda *arrays: tuple(conform(r, d) for r, d in zip(fn(*arrays), dtypes, strict=True))
+    return lambda *arrays: conform(fn(*arrays), dtypes)
 
 
 def _switched_to(device: Device, fn):

@@ -12,7 +12,6 @@ import io
 
 import numpy as np
 import pytest
-from strict_arrays import stand_in_gpu
 
 import tapeflow as tp
 from tapeflow import devices
@@ -21,15 +20,14 @@ from tapeflow.graph.ir import GraphError
 from tapeflow.graph.placer import PlacementError, place
 
 RNG = np.random.default_rng(11)
-OTHERS = ["gpu:0"] + [str(d) for d in tp.list_devices() if d.family == "xla"]
 TOL = {"gpu": 1e-6, "xla": 2e-5}
 SPECS = (tp.TensorSpec((None, 6)), tp.TensorSpec((None,), "int64"))  # a batch and its labels
 
 
-@pytest.fixture(params=OTHERS)
-def other(request, monkeypatch):
-    """The second device's name; a stand-in GPU where this process has none."""
-    return stand_in_gpu(monkeypatch) if request.param == "gpu:0" else request.param
+@pytest.fixture
+def other(accelerator):
+    """The second device's name (see tests/conftest.py)."""
+    return accelerator
 
 
 def _weights(other):

@@ -10,19 +10,17 @@ must say so (UnsupportedOpError), never run on the CPU.
 import numpy as np
 import pytest
 from layer_check import make_inputs
-from strict_arrays import stand_in_gpu
 from test_layers_check import CASES
 
 import tapeflow as tp
 from tapeflow.backends import UnsupportedOpError
 
-DEVICES = ["gpu:0", *(str(d) for d in tp.list_devices() if d.family == "xla")]
 TOL = {"gpu": 1e-5, "xla": 1e-4}
 
 
-@pytest.fixture(params=DEVICES)
-def device(request, monkeypatch):
-    return stand_in_gpu(monkeypatch) if request.param == "gpu:0" else request.param
+@pytest.fixture
+def device(accelerator):
+    return accelerator
 
 
 def _as_list(value):
