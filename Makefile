@@ -18,7 +18,7 @@ XLA_INSTALLED := $(VENV_XLA)/.installed
 XLA_TORCH_INDEX ?=
 XLA_TESTS := tests/backends/test_xla_backend.py tests/ops/test_ops_on_devices.py tests/test_devices.py \
 	tests/graph/test_node_devices.py tests/backends/test_tutorial_on_devices.py tests/word2vec/test_batched.py \
-	tests/layers/test_layers_on_devices.py tests/test_losses_on_devices.py
+	tests/layers/test_layers_on_devices.py tests/losses/test_losses_on_devices.py
 
 .PHONY: all build test test-xla xla-env tutorial bench bench-xla lint data clean
 

@@ -24,6 +24,7 @@ from tapeflow import (
     regularizers,
     saving,
     serialization,
+    tree,
     word2vec,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
@@ -51,8 +52,7 @@ from tapeflow.models import Model, Sequential
 from tapeflow.ops import *  # noqa: F403 - the op namespace is the public API
 from tapeflow.ops import nn, random
 from tapeflow.ops.registry import get_op
+from tapeflow.optimizers import schedules
 from tapeflow.tensor import IndexedSlices, Tensor, Variable
-
-io.BackupAndRestore = callbacks.BackupAndRestore  # the checkpoint callback, beside the checkpoints it writes
 
 __version__ = "0.1.0"

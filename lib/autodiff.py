@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 
+from tapeflow import tree
 from tapeflow.devices import colocate_with
 from tapeflow.ops import registry, sparse
 from tapeflow.ops.creation import ones_like, zeros_like
@@ -68,7 +69,7 @@ class GradientTape:
 
     def watch(self, tensor) -> None:
         """Record operations on `tensor` (or on each tensor in a list/tuple/dict)."""
-        for t in _flatten(tensor)[0]:
+        for t in tree.flatten(tensor):
             if not isinstance(t, Tensor):
                 raise TypeError(f"GradientTape.watch: expected tensors, got {type(t).__name__}")
             if t.dtype.kind == "f":
@@ -122,8 +123,8 @@ class GradientTape:
             raise ValueError(
                 f"GradientTape.gradient: unconnected_gradients must be 'none' or 'zero', got {unconnected_gradients!r}"
             )
-        flat_sources, rebuild = _flatten(sources)
-        targets, _ = _flatten(target)
+        flat_sources = tree.flatten(sources)
+        targets = tree.flatten(target)
         seeds = _seeds(targets, output_gradients)
         watched = [s for s in flat_sources if isinstance(s, Tensor) and id(s) in self._watched]
         with registry.paused_recording(self):
@@ -139,7 +140,7 @@ class GradientTape:
         if not self.persistent:
             self._used = True
             self.reset()
-        return rebuild(results)
+        return tree.pack_sequence_as(sources, results)
 
 
 def backprop(records, targets, seeds, sources, vjp_tensors) -> dict[int, Tensor]:
@@ -214,7 +215,8 @@ def _accumulate(grads: dict, key: int, g) -> None:
 def _seeds(targets, output_gradients):
     if output_gradients is None:
         return [ones_like(t) for t in targets]
-    given, _ = _flatten(output_gradients)
+    # one gradient per target, in the targets' order: a nested Python list is one gradient
+    given = tree.flatten(output_gradients, is_leaf=lambda g: g is not output_gradients)
     if len(given) != len(targets):
         raise ValueError(f"GradientTape.gradient: {len(given)} output_gradients for {len(targets)} targets")
     seeds = []
@@ -226,17 +228,6 @@ def _seeds(targets, output_gradients):
             )
         seeds.append(g)
     return seeds
-
-
-def _flatten(structure):
-    """Flatten a tensor, list/tuple or dict; return the leaves and a rebuild function."""
-    if isinstance(structure, dict):
-        keys = list(structure)
-        return [structure[k] for k in keys], lambda vals: dict(zip(keys, vals, strict=True))
-    if isinstance(structure, list | tuple):
-        kind = type(structure)
-        return list(structure), lambda vals: kind(vals)
-    return [structure], lambda vals: vals[0]
 
 
 # ------------------------------------------------------------ functional API
@@ -351,9 +342,8 @@ def custom_gradient(f):
                 f"custom_gradient: {f.__name__} reads variables {[v.name for v in variables]}, "
                 "so its grad_fn must accept a `variables` keyword argument"
             )
-        outs, rebuild = _flatten(result)
-        attrs = {"outputs": tuple(outs), "grad_fn": grad_fn, "variables": variables}
+        attrs = {"outputs": tuple(tree.flatten(result)), "grad_fn": grad_fn, "variables": variables}
         wrapped_outs = apply(_CUSTOM, tensors + variables, attrs)
-        return rebuild(list(wrapped_outs))
+        return tree.pack_sequence_as(result, list(wrapped_outs))
 
     return wrapped

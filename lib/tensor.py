@@ -1,7 +1,7 @@
 """Tensor (an immutable value) and Variable (mutable state).
 
 A tensor is a NumPy array plus the device it lives on. It holds no math: the
-operator dunders call ops, bound here by `tapeflow.ops` at import time.
+operator dunders call the ops that `tapeflow.ops` binds here (see OPERATORS).
 
 >>> import tapeflow as tp
 >>> x = tp.tensor([[1.0, 2.0]])
@@ -21,7 +21,19 @@ from tapeflow import dtypes
 from tapeflow.backends import backend
 from tapeflow.devices import CPU, current_device, parse_device
 
-_ops = None  # the tapeflow.ops namespace, bound by bind_operators()
+# The ops behind Tensor's operators and methods. This module comes before tapeflow.ops in
+# the import order (ops are written on Tensors), so it cannot import them; tapeflow.ops
+# hands them over once, through `bind_operators`, at the end of its own import.
+OPERATORS = frozenset(
+    {
+        *("add", "subtract", "multiply", "divide", "pow", "matmul", "neg", "abs"),
+        *("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"),
+        *("logical_and", "logical_or", "logical_not", "getitem", "reshape", "transpose"),
+        *("sum", "mean", "max", "min", "argmax", "cast", "exp", "log", "sqrt"),
+        *("copy_to_device", "write_rows", "indexed_slices_to_dense"),
+    }
+)
+_ops = None  # the namespace bind_operators was given
 
 
 class FreezeError(TypeError):
@@ -72,7 +84,12 @@ def freeze_error(what: str, shape, dtype) -> FreezeError:
 
 
 def bind_operators(namespace) -> None:
-    """Give the operator dunders their ops (called once by tapeflow.ops)."""
+    """Give Tensor's operators and methods their ops: `namespace` holds one function per
+    name in OPERATORS. Called once, by tapeflow.ops as the last step of its import, so any
+    `import tapeflow...` that creates tensors finds them bound."""
+    missing = sorted(name for name in OPERATORS if not callable(getattr(namespace, name, None)))
+    if missing:
+        raise TypeError(f"bind_operators: no function for {missing}")
     global _ops
     _ops = namespace
 

@@ -93,7 +93,7 @@ def _graph_data(graph) -> list:
         for name, value in sorted(node.attrs.items()):
             if isinstance(value, np.ndarray | np.generic):
                 data.append(np.asarray(value))
-            elif isinstance(value, tp.graph.ir.Graph):
+            elif isinstance(value, tp.graph.ir.GraphIR):
                 data.append(_graph_data(value))
             else:
                 data.append(repr(value)[:10000])

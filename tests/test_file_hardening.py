@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import tapeflow as tp
-from tapeflow._h5safe import crc32, write_array, write_attrs, write_manifest, write_text
 from tapeflow.cli import main as cli_main
-from tapeflow.graph.serialize import GraphFileError
+from tapeflow.files.safe_h5 import crc32, global_heaps_sound, write_array, write_attrs, write_manifest, write_text
+from tapeflow.graph.file_format.codec import GraphFileError
 
 LEGACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "io", "legacy")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tp.__file__)))
@@ -159,8 +159,8 @@ def test_mutants_that_crashed_or_hung_the_old_loaders_are_refused(kind, name):
 
 def test_heap_check_accepts_every_legacy_file():
     for name in ("graph_v1.tfg", "weights_v1.h5", "checkpoint_v1.h5", "model_v1.keras", "weights_v2.weights.h5"):
-        assert tp._h5safe.global_heaps_sound(os.path.join(LEGACY, name)), name
-    assert not tp._h5safe.global_heaps_sound(os.path.join(LEGACY, "weights_v1_looping_heap.h5"))
+        assert global_heaps_sound(os.path.join(LEGACY, name)), name
+    assert not global_heaps_sound(os.path.join(LEGACY, "weights_v1_looping_heap.h5"))
 
 
 # ================================================================ integrity
@@ -566,7 +566,7 @@ def test_root_attributes_of_an_unexpected_type_or_shape_are_refused_naming_the_f
 
 
 def test_large_datasets_are_checksummed_block_by_block_exactly(tmp_path, monkeypatch):
-    from tapeflow import _h5safe
+    from tapeflow.files import safe_h5 as _h5safe
 
     monkeypatch.setattr(_h5safe, "_OVERLAP_BYTES", 1000)  # blocks of a few rows, as 64 MiB ones are
     model = tp.Sequential([tp.Input((300,)), tp.layers.Dense(70, name="wide")])

@@ -17,7 +17,7 @@ from libc.string cimport memcpy
 
 cnp.import_array()
 
-from tapeflow.elementwise import PRIMITIVES
+from tapeflow._kernels.fusion_opcodes import PRIMITIVES
 
 cdef extern from *:
     """
@@ -158,7 +158,7 @@ cdef enum:
 # Below this many elements the parallel region costs more than it saves.
 cdef Py_ssize_t _PARALLEL_MIN = 1 << 16
 
-# Opcodes follow tapeflow.elementwise.PRIMITIVES, the order of the enum above.
+# Opcodes follow tapeflow._kernels.fusion_opcodes.PRIMITIVES, the order of the enum above.
 OPCODES = {"input": LOAD, "const": CONST}
 OPCODES.update(zip(PRIMITIVES, range(ADD, ADD + len(PRIMITIVES))))
 LAYOUTS = {"full": FULL, "scalar": SCALAR, "row": ROW}

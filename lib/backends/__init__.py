@@ -5,14 +5,16 @@ A backend module holds, both optional:
 - `<op>(*arrays, **attrs)`: the op's kernel, called exactly as the op's NumPy
   reference is; an op without one runs its reference (see FALLS_BACK_TO_REFERENCE);
 - `bind_<op>(reference, **attrs)`: a callable of the input arrays only, with the
-  attrs fixed once (how a graph's executor calls kernels); `reference` is the op's
-  reference with the same attrs fixed, for inputs the compiled kernel does not take;
+  attrs fixed once (a graph's executor binds each node once); where it exists, eager ops
+  and constant folding run it too (`OpDef.bound_kernel` finds both). `reference` is the
+  op's reference with the same attrs fixed, for inputs the compiled kernel does not take;
 
 and, all required:
 
 - `enter_numerics(index)` / `leave_numerics(state)`: the floating-point environment the
   kernels run in, and the device `index` of the family that host values copied in go to
-  (`from_host(array)` without an index), set around each eager op and each graph run;
+  (`from_host(array)` without an index); called only through `numerics`, around each eager
+  op, each folded node and each graph run;
 
 - `FALLS_BACK_TO_REFERENCE`: whether an op without a kernel here runs its NumPy
   reference (the CPU) or is an `UnsupportedOpError` (an accelerator: nothing moves to
@@ -26,8 +28,8 @@ and, all required:
 - `dtype_of(array)`: the NumPy dtype of one of its arrays;
 - `stats(index)` / `memory_stats(index)`: its counters and its memory pool, as dicts.
 
-`enter_numerics`/`leave_numerics` also bound the work an accelerator launches at once:
-one eager op, or one whole graph run.
+`numerics` also bounds the work an accelerator launches at once: one eager op, or one
+whole graph run.
 
 >>> from tapeflow.backends import backend
 >>> backend("cpu").__name__
@@ -58,6 +60,55 @@ def backend(family: str):
             raise ValueError(f"no backend for device family {family!r}") from None
         module = _LOADED[family] = importlib.import_module(name)
     return module
+
+
+class numerics:
+    """Context in which kernels of `devices` run: each device's backend sets its numerics
+    (floating-point environment, current device) on entry and restores them on exit, in
+    reverse order. Eager ops, constant folding and graph runs all run kernels inside it, so
+    one kernel gives the same bits in each.
+
+    >>> import numpy as np
+    >>> from tapeflow.devices import CPU
+    >>> tiny = np.array([1e-30], np.float32)
+    >>> with numerics(CPU):  # subnormal float32 results are flushed to zero
+    ...     (tiny * np.float32(1e-10)).tolist()
+    [0.0]
+    """
+
+    __slots__ = ("_devices", "_entered")
+
+    def __init__(self, *devices):
+        self._devices = devices
+
+    def __enter__(self) -> numerics:
+        entered = self._entered = []
+        try:
+            for device in self._devices:
+                entered.append(numerics.enter(device))
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        entered = self._entered
+        while entered:
+            numerics.leave(entered.pop())
+
+    @staticmethod
+    def enter(device) -> tuple:
+        """Set the numerics of one device; returns (its backend module, what `leave`
+        restores). The same as entering `numerics(device)`, for the per-op hot path of eager
+        ops, where a `with` block's object would cost as much as a small kernel."""
+        kernels = _LOADED.get(device.family) or backend(device.family)
+        return kernels, kernels.enter_numerics(device.index)
+
+    @staticmethod
+    def leave(entered: tuple) -> None:
+        """Restore what `enter` returned."""
+        kernels, state = entered
+        kernels.leave_numerics(state)
 
 
 class UnsupportedOpError(NotImplementedError, ValueError):

@@ -21,7 +21,9 @@ import contextlib
 import numpy as np
 
 from tapeflow import _compat
-from tapeflow.backends.common import check_labels, conv_geometry, padded_extent
+from tapeflow._kernels import cuda
+from tapeflow.backends.common import check_labels
+from tapeflow.backends.geometry import conv_geometry, padded_extent
 
 xp = _compat.cupy if _compat.has_gpu else np
 ON_GPU = xp is not np
@@ -99,8 +101,6 @@ def _raw(source: str, name: str, dtype):
     suffix = _RAW_DTYPES.get(np.dtype(dtype))
     if not ON_GPU or suffix is None:
         return None
-    from tapeflow._kernels import cuda
-
     return cuda.kernel(source, f"{name}_{suffix}")
 
 

@@ -18,8 +18,9 @@ import numpy as np
 
 from tapeflow import _kernels
 from tapeflow._kernels import elementwise as _elementwise
-from tapeflow.backends.common import MAX_EXTENT as MAX_DIM
-from tapeflow.backends.common import check_index_range, check_labels, conv_geometry
+from tapeflow.backends.common import check_index_range, check_labels
+from tapeflow.backends.geometry import MAX_EXTENT as MAX_DIM
+from tapeflow.backends.geometry import conv_geometry
 
 _FAST = (np.float32, np.float64)
 

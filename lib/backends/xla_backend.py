@@ -22,7 +22,7 @@ import threading
 import numpy as np
 
 from tapeflow import _compat
-from tapeflow.backends.common import conv_geometry, padded_extent
+from tapeflow.backends.geometry import conv_geometry, padded_extent
 
 _XLA = _compat.require_xla()
 torch, F = _XLA.torch, _XLA.torch.nn.functional

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from tapeflow import tree
 from tapeflow.ops.random import global_generator
 
 AUTOTUNE = -1
@@ -243,32 +244,25 @@ class Dataset:
         raise NotImplementedError
 
 
-# ----- nested structures: tuples (named too) and dicts of leaves -----
-def _flatten(structure) -> list:
-    if isinstance(structure, tuple):
-        return [leaf for part in structure for leaf in _flatten(part)]
-    if isinstance(structure, dict):
-        return [leaf for part in structure.values() for leaf in _flatten(part)]
-    return [structure]
+# ----- elements: tuples (named too) and dicts of components, as `tapeflow.tree` nests them;
+# a list is one component (array data), not a structure -----
+def _is_component(value) -> bool:
+    return isinstance(value, list)
 
 
-def _paths(structure, prefix: str = "") -> list[str]:
-    """A name for each leaf, in `_flatten` order: "[0]", "['image']", "[1]['a']"."""
-    if isinstance(structure, tuple):
-        return [p for i, part in enumerate(structure) for p in _paths(part, f"{prefix}[{i}]")]
-    if isinstance(structure, dict):
-        return [p for key, part in structure.items() for p in _paths(part, f"{prefix}[{key!r}]")]
-    return [prefix or "tensors"]
+def _flatten(element) -> list:
+    return tree.flatten(element, is_leaf=_is_component)
 
 
-def _pack(structure, leaves: Iterator):
-    """`structure` with its leaves replaced, in order, by those of `leaves`."""
-    if isinstance(structure, tuple):
-        parts = [_pack(part, leaves) for part in structure]
-        return type(structure)(*parts) if hasattr(structure, "_fields") else tuple(parts)
-    if isinstance(structure, dict):
-        return {key: _pack(part, leaves) for key, part in structure.items()}
-    return next(leaves)
+def _pack(structure, components: Iterable):
+    """`structure` with its components replaced, in `_flatten` order, by `components`."""
+    return tree.pack_sequence_as(structure, components, is_leaf=_is_component)
+
+
+def _paths(structure) -> list[str]:
+    """A name for each component, in `_flatten` order: "[0]", "['image']", "[1]['a']"."""
+    found = tree.flatten_with_path(structure, is_leaf=_is_component)
+    return ["".join(f"[{key!r}]" for key in path) or "tensors" for path, _ in found]
 
 
 def _to_numpy(structure, where: str):

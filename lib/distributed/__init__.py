@@ -1,10 +1,11 @@
-"""Distributed training on Dask: `Cluster` starts or joins the worker processes, and
-`DataParallel` (synchronous, with periodic checkpoints and recovery from lost workers;
-`latest_checkpoint` finds the newest), `AsyncParameterServer` (asynchronous) or
-`Pipeline` (model-parallel stages with pipelined micro-batches) trains a model on them
-through `model.fit(..., distribute=...)`; `run_placed` runs a graph whose nodes were
-placed with `tp.device("/worker:w")` on the workers they name; `ShardedEmbedding`
-shards an embedding table by rows over the workers and updates it sparsely.
+"""Distributed training on Dask: `Cluster` starts or joins the worker processes, and a
+`Strategy` trains a model on them through `model.fit(..., distribute=...)`:
+`DataParallel` (synchronous, with backup workers, periodic checkpoints and recovery from
+lost workers; `latest_checkpoint` finds the newest), `AsyncParameterServer`
+(asynchronous) or `Pipeline` (model-parallel stages with pipelined micro-batches).
+`run_placed` runs a graph whose nodes were placed with `tp.device("/worker:w")` on the
+workers they name; `ShardedEmbedding` shards an embedding table by rows over the
+workers and updates it sparsely. docs/distributed.md tells the design.
 
 Dask itself is imported only when a cluster is made, so `tapeflow.distributed` imports
 without it (install `tapeflow[dist]`).
@@ -14,10 +15,13 @@ without it (install `tapeflow[dist]`).
 ...     model.fit(x, y, batch_size=64, distribute=tp.distributed.DataParallel(cluster, replicas=2))
 """
 
-from tapeflow.distributed.async_ps import AsyncParameterServer, AsyncStep
+from tapeflow.distributed.asynchronous.parameter_server import AsyncParameterServer, AsyncStep
 from tapeflow.distributed.checkpoints import latest_checkpoint
-from tapeflow.distributed.cluster import Cluster
-from tapeflow.distributed.data_parallel import DataParallel, Placement, Recovery, StepRecord
-from tapeflow.distributed.pipeline import Pipeline, PipelineStep
-from tapeflow.distributed.placed_graph import run_placed
-from tapeflow.distributed.sharded_embedding import ShardedEmbedding
+from tapeflow.distributed.parameters.sharded_embedding import ShardedEmbedding
+from tapeflow.distributed.pipeline.pipeline import Pipeline, PipelineStep
+from tapeflow.distributed.pipeline.placed_graph import run_placed
+from tapeflow.distributed.runtime.cluster import Cluster
+from tapeflow.distributed.strategy import Recovery, Strategy
+from tapeflow.distributed.sync.data_parallel import DataParallel, StepRecord, WorkerAssignment
+
+Placement = WorkerAssignment  # the name `strategy.placements` records went by first

@@ -21,7 +21,8 @@ import os
 import re
 import time
 
-from tapeflow.io.checkpoint import remove_temp_files, save_checkpoint
+from tapeflow.files.atomic import remove_temp_files
+from tapeflow.saving.checkpoint import save_checkpoint
 
 _NAME = re.compile(r"ckpt-(\d+)\.h5")
 _TEMP = re.compile(r"\.(ckpt-\d+\.h5)\..*\.tmp")

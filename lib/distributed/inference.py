@@ -24,29 +24,18 @@ from tapeflow.graph.trace import freeze
 from tapeflow.ops.registry import as_tensor
 
 
-class ClusterInference:
-    """`predict` and `evaluate` for a strategy with `cluster`, `replicas`, `timeout` and
-    `workers()`: the rows are split over the first `replicas` workers."""
-
-    def predict(self, model, x, batch_size: int):
-        """`model.predict(x, distribute=self)`."""
-        return predict_on_cluster(self, model, x, batch_size)
-
-    def evaluate(self, model, x, y, batch_size: int) -> dict:
-        """`model.evaluate(x, y, distribute=self)`."""
-        return evaluate_on_cluster(self, model, x, y, batch_size)
-
-
-def predict_on_cluster(strategy, model, x, batch_size: int) -> np.ndarray:
-    """The outputs of `model` for `x` (an array or a tuple/list of arrays), computed on the
-    first `strategy.replicas` workers of `strategy.cluster`; every wait is bounded by
-    `strategy.timeout`. A model with several outputs gives a list of arrays."""
+def predict_on_cluster(model, x, batch_size: int, client, workers: list[str], timeout: float) -> np.ndarray:
+    """The outputs of `model` for `x` (an array or a tuple/list of arrays), computed on
+    `workers` through Dask's `client`; every wait is bounded by `timeout` seconds. A model
+    with several outputs gives a list of arrays."""
     inputs = _input_arrays("predict", x)
     _build(model, inputs)
     buffer = io.BytesIO()
     model.freeze().save(buffer)
-    bounds = np.linspace(0, len(inputs[0]), len(strategy.workers()[: strategy.replicas]) + 1).round().astype(int)
-    parts = _run_parts(strategy, "predict", _predict_part, buffer.getvalue(), inputs, bounds, batch_size)
+    bounds = np.linspace(0, len(inputs[0]), len(workers) + 1).round().astype(int)
+    parts = _run_parts(
+        client, workers, timeout, "predict", _predict_part, buffer.getvalue(), inputs, bounds, batch_size
+    )
     if not parts:
         return np.zeros((0,))
     if isinstance(parts[0], list):
@@ -54,7 +43,7 @@ def predict_on_cluster(strategy, model, x, batch_size: int) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def evaluate_on_cluster(strategy, model, x, y, batch_size: int) -> dict:
+def evaluate_on_cluster(model, x, y, batch_size: int, client, workers: list[str], timeout: float) -> dict:
     """The loss and compiled metrics of `model` over (x, y) as a dict of floats, equal to
     `model.evaluate(x, y, batch_size)`: the batches' forward passes and losses run on the
     workers, the metrics are updated here."""
@@ -68,10 +57,10 @@ def evaluate_on_cluster(strategy, model, x, y, batch_size: int) -> dict:
     sizes = {min(batch_size, len(labels)), len(labels) % batch_size} - {0}
     graphs = _frozen_test_steps(model, inputs, labels, sizes)
     n_batches = -(-len(labels) // batch_size)
-    n_workers = len(strategy.workers()[: strategy.replicas])
-    bounds = np.minimum(np.linspace(0, n_batches, n_workers + 1).round().astype(int) * batch_size, len(labels))
-    parts = _run_parts(strategy, "evaluate", _evaluate_part, graphs, (*inputs, labels), bounds, batch_size)
-    model._reset_metrics()
+    bounds = np.minimum(np.linspace(0, n_batches, len(workers) + 1).round().astype(int) * batch_size, len(labels))
+    arrays = (*inputs, labels)
+    parts = _run_parts(client, workers, timeout, "evaluate", _evaluate_part, graphs, arrays, bounds, batch_size)
+    model.reset_metrics()
     logs = {}
     start = 0
     for batch in (b for part in parts for b in part):
@@ -79,7 +68,7 @@ def evaluate_on_cluster(strategy, model, x, y, batch_size: int) -> dict:
         y_batch = as_tensor(labels[start : start + len(predictions[0])])
         start += len(predictions[0])
         y_pred = [as_tensor(p) for p in predictions] if len(predictions) > 1 else as_tensor(predictions[0])
-        logs = model._update_metrics(y_batch, y_pred, as_tensor(loss))
+        logs = model.update_metrics(y_batch, y_pred, as_tensor(loss))
     return {k: float(v) for k, v in logs.items()}
 
 
@@ -102,7 +91,7 @@ def _frozen_test_steps(model, inputs, labels, sizes) -> dict[int, bytes]:
     def test_step(x, y):
         predictions = model(x, training=False)
         outputs = predictions if isinstance(predictions, list | tuple) else [predictions]
-        return (model._total_loss(y, predictions), *outputs)
+        return (model.compute_loss(y=y, y_pred=predictions), *outputs)
 
     graphs = {}
     for size in sizes:
@@ -114,11 +103,9 @@ def _frozen_test_steps(model, inputs, labels, sizes) -> dict[int, bytes]:
     return graphs
 
 
-def _run_parts(strategy, method: str, function, graphs, arrays, bounds, batch_size: int) -> list:
+def _run_parts(client, workers, timeout: float, method: str, function, graphs, arrays, bounds, batch_size: int) -> list:
     """`function(graphs, part, batch_size)` on each worker's rows bounds[i]:bounds[i+1]
-    (empty parts skipped), results in row order; every wait bounded by `strategy.timeout`."""
-    client, timeout = strategy.cluster.client, strategy.timeout
-    workers = strategy.workers()[: strategy.replicas]
+    (empty parts skipped), results in row order; every wait bounded by `timeout`."""
     deadline = time.monotonic() + timeout
     futures = []
     for worker, start, stop in zip(workers, bounds[:-1], bounds[1:], strict=True):

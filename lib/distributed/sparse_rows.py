@@ -1,7 +1,9 @@
-"""`SparseRows`: a sparse gradient on its way from a replica to the parameter shards, as
-the row ids of the whole variable and one gradient row per id (ids may repeat; their
-rows add up). A row block takes the ids it holds, renumbered from its first row, so a
-shard receives the rows of the batch that fall in its block and nothing more.
+"""`SparseRows`: a `tp.IndexedSlices` in wire form, the sparse gradient of an Embedding on
+its way from a replica to the parameter shards: NumPy row ids of the whole variable and
+one gradient row per id (ids may repeat; their rows add up), where an IndexedSlices holds
+tensors. A row block takes the ids it holds, renumbered from its first row, so a shard
+receives the rows of the batch that fall in its block and nothing more, and turns them
+back into one IndexedSlices for its optimizer.
 
 >>> import numpy as np
 >>> g = SparseRows(np.array([7, 1, 7]), np.arange(3.0).reshape(3, 1))
@@ -19,7 +21,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class SparseRows:
-    """Gradient rows `values` of the variable rows `indices` (a 1-D integer array)."""
+    """Gradient rows `values` of the variable rows `indices` (a 1-D integer array): the
+    `values` and `indices` of an IndexedSlices, as arrays."""
 
     indices: np.ndarray
     values: np.ndarray

@@ -1,5 +1,6 @@
-"""Graph-mode `tp.cond` and `tp.while_loop`: branches and loop bodies are traced
-into subgraphs, held by a `cond` or `while_loop` node, and run by the executor.
+"""The `cond`, `while_loop` and `while_loop_grad` ops of frozen graphs: their shape rules,
+kernels (which run the branch, condition and body subgraphs a tracer recorded, see
+`tapeflow.graph.subgraphs`) and gradients.
 
 Gradients: the VJP of a cond is a cond of the branches' VJPs; the VJP of a
 while loop is a `while_loop_grad` node that replays the forward iterations and
@@ -18,15 +19,16 @@ import numpy as np
 from tapeflow import dtypes
 from tapeflow.autodiff import GradientTape
 from tapeflow.devices import device
+from tapeflow.graph.file_format.codec import MAX_ELEMENTS
 from tapeflow.graph.ir import GraphError
 from tapeflow.graph.runnable import Graph
-from tapeflow.graph.serialize import MAX_ELEMENTS
-from tapeflow.graph.structure import TensorSpec, flatten_structure, rebuild_structure
-from tapeflow.graph.trace import Tracer, trace
-from tapeflow.ops import control
-from tapeflow.ops.creation import zeros_like
+from tapeflow.graph.structure import TensorSpec
+from tapeflow.graph.subgraphs import merge_branch_specs
+from tapeflow.graph.trace import trace
+from tapeflow.ops.control import cond
+from tapeflow.ops.core import zeros_like
 from tapeflow.ops.registry import apply, as_tensor, defop, get_op, wrap_host
-from tapeflow.tensor import TRACING, Tensor, eager_scope
+from tapeflow.tensor import Tensor, eager_scope
 
 
 # ------------------------------------------------------------ subgraphs
@@ -63,36 +65,6 @@ def replay_gradient(graph: Graph, inputs, output_grads) -> list:
         [o for o, _ in pairs], list(inputs), output_gradients=[g for _, g in pairs], unconnected_gradients="zero"
     )
     return [g if g is None or isinstance(g, Tensor) else as_tensor(g) for g in grads]
-
-
-def _trace_subgraph(fn, args, name: str):
-    """Trace fn(*args) as a nested subgraph; returns (graph, captured outer tensors)."""
-    parent = TRACING.tracer
-    graph = Graph(name)
-    tracer = Tracer(graph, parent=parent)
-    inner = [tracer.add_input(f"arg{i}", a.shape, a.dtype) for i, a in enumerate(args)]
-    with tracer:
-        result = fn(*inner)
-        leaves, structure = flatten_structure(result)
-        graph.outputs = [tracer.value_of(x if isinstance(x, Tensor) else as_tensor(x, name=name)) for x in leaves]
-    graph.output_structure = structure
-    graph.lint()
-    return graph, [outer for outer, _ in tracer.captures]
-
-
-def _union(*capture_lists):
-    union, index = [], {}
-    maps = []
-    for caps in capture_lists:
-        m = []
-        for t in caps:
-            key = id(t.ref)
-            if key not in index:
-                index[key] = len(union)
-                union.append(t)
-            m.append(index[key])
-        maps.append(tuple(m))
-    return union, maps
 
 
 # ------------------------------------------------------------ shape rules
@@ -136,7 +108,7 @@ def _cond_infer(pred, *captures, then_graph, else_graph, then_map, else_map, out
         raise TypeError(f"cond: the predicate must be a scalar bool, got {pred.dtype.name}{list(pred.shape)}")
     _check_subgraph("cond", "then_graph", then_graph, [], then_map, captures)
     _check_subgraph("cond", "else_graph", else_graph, [], else_map, captures)
-    return _check_declared("cond", output_specs, _merge_specs(then_graph, else_graph))
+    return _check_declared("cond", output_specs, merge_branch_specs(then_graph, else_graph))
 
 
 def _cond_vjp(gs, inputs, outputs, then_graph, else_graph, then_map, else_map, output_specs, structure):
@@ -160,7 +132,7 @@ def _cond_vjp(gs, inputs, outputs, then_graph, else_graph, then_map, else_map, o
 
         return fn
 
-    result = control.cond(pred, branch(then_graph, then_map), branch(else_graph, else_map))
+    result = cond(pred, branch(then_graph, then_map), branch(else_graph, else_map))
     result = result if isinstance(result, tuple) else (result,)
     grads = [None] * len(inputs)
     for j, g in zip(wanted, result, strict=True):
@@ -172,39 +144,6 @@ def _cond_vjp(gs, inputs, outputs, then_graph, else_graph, then_map, else_map, o
 def _COND(pred, *captures, then_graph, else_graph, then_map, else_map, output_specs, structure):
     graph, mapping = (then_graph, then_map) if bool(np.asarray(pred).reshape(())) else (else_graph, else_map)
     return tuple(run_subgraph(graph, [captures[i] for i in mapping]))
-
-
-def _merge_specs(a: Graph, b: Graph):
-    if len(a.outputs) != len(b.outputs) or str(a.output_structure) != str(b.output_structure):
-        raise ValueError(
-            f"cond: the branches return different structures ({len(a.outputs)} and {len(b.outputs)} tensors)"
-        )
-    specs = []
-    for i, (x, y) in enumerate(zip(a.outputs, b.outputs, strict=True)):
-        if x.dtype is not y.dtype or len(x.shape) != len(y.shape):
-            raise ValueError(
-                f"cond: output {i} is {x.type_string()} in true_fn but {y.type_string()} in false_fn; "
-                "both branches must give the same dtype and rank"
-            )
-        specs.append((tuple(p if p == q else None for p, q in zip(x.shape, y.shape, strict=True)), x.dtype.name))
-    return tuple(specs)
-
-
-def graph_cond(pred, true_fn, false_fn):
-    then_graph, then_caps = _trace_subgraph(true_fn, [], "cond_true")
-    else_graph, else_caps = _trace_subgraph(false_fn, [], "cond_false")
-    specs = _merge_specs(then_graph, else_graph)
-    union, (then_map, else_map) = _union(then_caps, else_caps)
-    attrs = {
-        "then_graph": then_graph,
-        "else_graph": else_graph,
-        "then_map": then_map,
-        "else_map": else_map,
-        "output_specs": specs,
-        "structure": then_graph.output_structure,
-    }
-    outs = apply(_COND, (pred, *union), attrs)
-    return rebuild_structure(then_graph.output_structure, list(outs))
 
 
 # ------------------------------------------------------------ while
@@ -309,33 +248,3 @@ def _WHILE_GRAD(
         for k, j in enumerate(body_map):
             cap_grads[j] = cap_grads[j] + res[n_vars + k]
     return tuple(g_vars) + tuple(cap_grads)
-
-
-def graph_while(cond_fn, body, values, maximum_iterations):
-    cond_graph, cond_caps = _trace_subgraph(cond_fn, values, "while_cond")
-    if len(cond_graph.outputs) != 1 or cond_graph.outputs[0].dtype.kind != "b":
-        raise TypeError("while_loop: cond must return one bool tensor")
-    body_graph, body_caps = _trace_subgraph(body, values, "while_body")
-    if len(body_graph.outputs) != len(values):
-        raise ValueError(f"while_loop: body returned {len(body_graph.outputs)} values for {len(values)} loop variables")
-    for i, (v, o) in enumerate(zip(values, body_graph.outputs, strict=True)):
-        if o.dtype is not v.dtype or tuple(o.shape) != tuple(v.shape):
-            raise ValueError(
-                f"while_loop: loop variable {i} enters as {v.dtype.name}{list(v.shape)} but the body returns "
-                f"{o.type_string()}; a loop variable must keep its shape and dtype"
-            )
-    union, (cond_map, body_map) = _union(cond_caps, body_caps)
-    attrs = {
-        "cond_graph": cond_graph,
-        "body_graph": body_graph,
-        "cond_map": cond_map,
-        "body_map": body_map,
-        "n_vars": len(values),
-        "maximum_iterations": maximum_iterations,
-        "output_specs": tuple((tuple(v.shape), v.dtype.name) for v in values),
-    }
-    return list(apply(_WHILE, (*values, *union), attrs))
-
-
-control.GRAPH_IMPL["cond"] = graph_cond
-control.GRAPH_IMPL["while_loop"] = graph_while

@@ -2,18 +2,18 @@
 shape inference at run time.
 
 `Executor(graph, fetches, feeds)` prunes the graph to what the fetches (and
-the state writes, when asked) need and binds each node's kernel once, from the
-backend of the node's device (the graph's, unless the node names another device of
-this process); `run(feed_arrays)` then walks the schedule. Each
-value's slot is cleared after its last reader, so its array can be freed while the
-rest of the graph runs. A failing node is reported with its name, op and input shapes.
-A run given `cancelled` (a function of no arguments) asks it before each node and stops
-with `RunCancelled` once it answers true: how a computation whose result is no longer
-wanted (a late replica's gradient) gives its time back.
+the state writes, when asked) need and binds each node's kernel once
+(`OpDef.bound_kernel`, on the node's device); `run(feed_arrays)` then walks the
+schedule inside `tapeflow.backends.numerics`. Each value's slot is cleared after its
+last reader, so its array can be freed while the rest of the graph runs. A failing node
+is reported with its name, op and input shapes. A run given `cancelled` (a function of
+no arguments) asks it before each node and stops with `RunCancelled` once it answers
+true: how a computation whose result is no longer wanted (a late replica's gradient)
+gives its time back. A subclass changes how each node runs by overriding `run_node`.
 
 >>> import numpy as np
->>> from tapeflow.graph.ir import Graph
->>> g = Graph("sq")
+>>> from tapeflow.graph.ir import GraphIR
+>>> g = GraphIR("sq")
 >>> x = g.add_input("x", (2,), "float32")
 >>> g.outputs = g.add_node("multiply", [x, x], {}, [((2,), "float32")])
 >>> Executor(g, g.outputs, [x]).run([np.array([2.0, 3.0], np.float32)])[0].tolist()
@@ -27,9 +27,9 @@ import operator
 
 import numpy as np
 
-from tapeflow.backends import backend
+from tapeflow.backends import backend, numerics
 from tapeflow.devices import Device, parse_device
-from tapeflow.graph.ir import ASSIGN, READ, SIDE_EFFECT_OPS, Graph, GraphError, Value
+from tapeflow.graph.ir import ASSIGN, READ, SIDE_EFFECT_OPS, GraphError, GraphIR, Value
 from tapeflow.ops.registry import get_op
 from tapeflow.ops.sparse import in_place_rows, sole_owner
 
@@ -49,7 +49,7 @@ class RunCancelled(RuntimeError):
 class Executor:
     """A compiled schedule for one (feeds, fetches) choice on a graph."""
 
-    def __init__(self, graph: Graph, fetches: list[Value], feeds: list[Value], with_updates: bool = True):
+    def __init__(self, graph: GraphIR, fetches: list[Value], feeds: list[Value], with_updates: bool = True):
         self.graph = graph
         self.fetches = list(fetches)
         self.feeds = list(feeds)
@@ -57,12 +57,14 @@ class Executor:
         nodes = _needed_nodes(graph, self.fetches, self.feeds, with_updates)
         devices = _node_devices(graph, nodes)
         self.fetch_devices = [graph.value_device(v) for v in self.fetches]
-        # the backend of every device family the run touches, with the device index its
-        # numerics are set for around the run (a node on another index of it switches)
-        entered = {graph.device.family: graph.device.index}
+        # one device of every family the run touches, whose numerics are set around the
+        # run (a node on another device of that family switches for its own call)
+        entered = {graph.device.family: graph.device}
         for d in devices.values():
-            entered.setdefault(d.family, d.index)
-        self._numerics = [(backend(family), index) for family, index in entered.items()]
+            entered.setdefault(d.family, d)
+        self._numerics_devices = tuple(entered.values())
+        # the base run_node is the kernel call itself: only an override is bound into the steps
+        custom_run_node = type(self).run_node is not Executor.run_node
         slot: dict = {}
         constants: dict = {}  # slot -> (constant, the device it is copied to)
 
@@ -94,7 +96,7 @@ class Executor:
                 continue
             op = get_op(node.op)
             fn = op.bound_kernel(device.family, node.public_attrs)
-            if device.index != entered[device.family]:
+            if device != entered[device.family]:
                 fn = _switched_to(device, fn)
             outs = tuple(slot_of(v) for v in node.outputs)
             where = graph.value_device(node.outputs[0]) if node.outputs else device
@@ -102,7 +104,11 @@ class Executor:
             dtypes = tuple(v.dtype.np for v in node.outputs)
             if not backend(where.family).HOLDS_NUMPY:  # a kernel's host result is copied in too
                 fn = _on_device(fn, conform, dtypes if op.num_outputs != 1 else dtypes[0])
-            owned = _owned_rows_target(graph, node, nodes, self.fetches)
+            owned = None
+            if custom_run_node:
+                fn = functools.partial(self.run_node, node, fn)
+            else:  # a scatter into a variable nothing else holds writes its rows in place
+                owned = _owned_rows_target(graph, node, nodes, self.fetches)
             if owned is not None:
                 steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], dtypes[0], node, conform))
             elif op.num_outputs != 1:
@@ -139,8 +145,7 @@ class Executor:
             env[s] = data
         for s, var in self._reads:
             env[s] = var._value
-        numerics = [b.enter_numerics(index) for b, index in self._numerics]
-        try:
+        with numerics(*self._numerics_devices):
             for kind, fn, args, out, dtype, node, conform, frees in self._steps:
                 if cancelled is not None and cancelled():
                     raise RunCancelled(f"graph {self.graph.name!r}: run cancelled before node {node.name!r}")
@@ -165,13 +170,34 @@ class Executor:
                     fn._value = conform(env[args[0]], fn.dtype.np)
                 for i in frees:
                     env[i] = None
-        finally:
-            for (b, _), state in zip(reversed(self._numerics), reversed(numerics), strict=True):
-                b.leave_numerics(state)
         return [env[s] for s in self._fetch_slots]
 
+    def run_node(self, node, kernel, *arrays):
+        """The outputs of one node (an array, or a tuple of them for a multi-output op):
+        `kernel`, its op's kernel bound to its attrs and device when the executor was built,
+        called on its input arrays. Override it to observe or change how each node runs (as
+        torch.fx's `Interpreter.run_node`); state reads and writes are not kernel calls and
+        do not pass through it. This base method is the kernel call itself, so the run loop
+        calls kernels directly; an override is bound into every node's step when the
+        executor is built (and scatters are then never written in place).
 
-def _node_devices(graph: Graph, nodes) -> dict[int, Device]:
+        >>> import numpy as np
+        >>> from tapeflow.graph.ir import GraphIR
+        >>> class Logged(Executor):
+        ...     def run_node(self, node, kernel, *arrays):
+        ...         print(node.op, [a.shape for a in arrays])
+        ...         return kernel(*arrays)
+        >>> g = GraphIR("sq")
+        >>> x = g.add_input("x", (2,), "float32")
+        >>> g.outputs = g.add_node("multiply", [x, x], {}, [((2,), "float32")])
+        >>> Logged(g, g.outputs, [x]).run([np.ones(2, np.float32)])[0].tolist()
+        multiply [(2,), (2,)]
+        [1.0, 1.0]
+        """
+        return kernel(*arrays)
+
+
+def _node_devices(graph: GraphIR, nodes) -> dict[int, Device]:
     """id(node) -> the device of this process that runs it, each checked to exist here (and
     so is the device a transfer copies to)."""
     found = {}
@@ -202,19 +228,15 @@ def _on_device(fn, conform, dtypes):
 def _switched_to(device: Device, fn):
     """`fn` run with the numerics of `device` (a device of a family the run entered for
     another index), restoring them after."""
-    kernels = backend(device.family)
 
     def run(*arrays):
-        state = kernels.enter_numerics(device.index)
-        try:
+        with numerics(device):
             return fn(*arrays)
-        finally:
-            kernels.leave_numerics(state)
 
     return run
 
 
-def _owned_rows_target(graph: Graph, node, nodes, fetches):
+def _owned_rows_target(graph: GraphIR, node, nodes, fetches):
     """The Variable a `scatter_update` node may write in place: its table is the
     variable's read value, read by no later node and not fetched, and its result is
     written back to that variable. None otherwise."""
@@ -259,7 +281,7 @@ def _node_error(node, arrays, exc) -> NodeError:
     return NodeError(f"node '{node.name}' ({node.op}) with inputs ({shapes}) failed: {type(exc).__name__}: {exc}")
 
 
-def _needed_nodes(graph: Graph, fetches, feeds, with_updates: bool) -> list:
+def _needed_nodes(graph: GraphIR, fetches, feeds, with_updates: bool) -> list:
     """The nodes the fetches depend on (stopping at fed values), in graph order;
     with `with_updates`, also every state write and send and what they need."""
     fed = {id(v) for v in feeds}

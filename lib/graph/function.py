@@ -26,6 +26,7 @@ import weakref
 
 import numpy as np
 
+from tapeflow import tree
 from tapeflow.graph import passes
 from tapeflow.graph.passes.rewrite import attr_key
 from tapeflow.graph.structure import TensorSpec, flatten_structure, rebuild_structure
@@ -120,9 +121,10 @@ class Function:
                 if graph is None:
                     graph = self._trace(key, names, specs, bound)
         feeds = []
-        for value in bound.arguments.values():
-            leaves, _ = flatten_structure(value, leaf=_is_leaf)
-            feeds.extend(leaf for leaf in leaves if _is_tensor(leaf) and not isinstance(leaf, Variable))
+        for name, value in bound.arguments.items():
+            if self._signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+                value = tuple(value.values())  # traced one keyword at a time, in the order given
+            feeds.extend(leaf for leaf in tree.flatten(value) if _is_tensor(leaf) and not isinstance(leaf, Variable))
         return graph(*feeds)
 
     def _trace(self, key, names, specs, bound):

@@ -18,7 +18,7 @@ to `graph.outputs`, or fetch them with `graph.run`.
 from __future__ import annotations
 
 from tapeflow.autodiff import backprop
-from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError, SparseGradient, Value
+from tapeflow.graph.ir import ASSIGN, READ, GraphError, GraphIR, SparseGradient, Value
 from tapeflow.graph.trace import Tracer
 from tapeflow.ops.creation import ones_like
 from tapeflow.ops.registry import get_op
@@ -35,7 +35,7 @@ class _NodeRecord:
         self.inputs, self.outputs = node.inputs, node.outputs
 
 
-def gradients(graph: Graph, ys, xs, grad_ys=None) -> list:
+def gradients(graph: GraphIR, ys, xs, grad_ys=None) -> list:
     """d(sum of ys) / d(xs) as new values of `graph` (weighted by `grad_ys` values if given).
 
     `ys` and `xs` are values of the graph or their names; `grad_ys` are values of the

@@ -1,14 +1,14 @@
-"""The graph IR: values (typed, shaped edges), nodes and the Graph that holds them.
+"""The graph IR: values (typed, shaped edges), nodes and the GraphIR that holds them.
 
 This module is a data structure only: it knows nothing about concrete ops (a node
 names its op and keeps its attributes; the executor and passes give those names
-meaning) and nothing about running (tapeflow.graph.runnable adds that). Graph
-state (Variables) is read by `read_variable` nodes and written by
+meaning) and nothing about running (`tp.Graph`, in tapeflow.graph.runnable, adds that).
+Graph state (Variables) is read by `read_variable` nodes and written by
 `assign_variable` nodes, kept in program order. A graph belongs to a device, whose
 backend runs it; a node that runs on another device of this process names it ("xla:0"),
 and values reach it through `copy_to_device` nodes, the graph's explicit transfers.
 
->>> g = Graph("double")
+>>> g = GraphIR("double")
 >>> x = g.add_input("x", (None, 3), "float32")
 >>> y = g.add_node("add", [x, x], {}, [((None, 3), "float32")])[0]
 >>> g.outputs = [y]
@@ -34,7 +34,7 @@ SIDE_EFFECT_OPS = frozenset({ASSIGN, "send"})  # run for their effect: never pru
 
 
 class GraphError(ValueError):
-    """A malformed graph (found by `Graph.lint`) or a bad feed or fetch."""
+    """A malformed graph (found by `GraphIR.lint`) or a bad feed or fetch."""
 
 
 class Value:
@@ -66,7 +66,7 @@ class Value:
 @dataclass(frozen=True)
 class SparseGradient:
     """A sparse gradient among a graph's values (what an IndexedSlices is in a graph):
-    rows `indices` of a tensor of `dense_shape` hold `values`. `Graph.run` fetches it as
+    rows `indices` of a tensor of `dense_shape` hold `values`. `tp.Graph.run` fetches it as
     a `tp.IndexedSlices`."""
 
     values: Value
@@ -110,7 +110,7 @@ def format_attr(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-class Graph:
+class GraphIR:
     """A dataflow graph: inputs, nodes in a topological order, outputs and state.
 
     `state` maps each state name to its Variable (or, for a loaded graph, to a

@@ -25,10 +25,10 @@ import tempfile
 import numpy as np
 
 from tapeflow import _compat
-from tapeflow.backends.common import conv_geometry, padded_extent
-from tapeflow.elementwise import PRIMITIVES
-from tapeflow.graph.ir import ASSIGN, READ, Graph, Node, Value
+from tapeflow.graph.ir import ASSIGN, READ, GraphIR, Node, Value
+from tapeflow.ops.fused import PRIMITIVES
 from tapeflow.ops.registry import get_op
+from tapeflow.ops.shapes import conv_geometry, padded_extent
 
 MIN_OPSET = 13
 _INT64_MAX = np.iinfo(np.int64).max
@@ -49,7 +49,7 @@ def exportable_ops() -> list[str]:
     return sorted(_CONVERTERS)
 
 
-def export_onnx(graph: Graph, path, opset: int = 17) -> None:
+def export_onnx(graph: GraphIR, path, opset: int = 17) -> None:
     """Write `graph` to `path` as a checked ONNX model (atomically: a partial
     file never replaces an existing one).
 
@@ -76,7 +76,7 @@ def export_onnx(graph: Graph, path, opset: int = 17) -> None:
         raise
 
 
-def to_onnx(graph: Graph, opset: int = 17):
+def to_onnx(graph: GraphIR, opset: int = 17):
     """The ONNX ModelProto of `graph`, validated with onnx.checker.
 
     >>> import tapeflow as tp
@@ -95,7 +95,7 @@ def to_onnx(graph: Graph, opset: int = 17):
     return model
 
 
-def _check_inference_graph(graph: Graph) -> None:
+def _check_inference_graph(graph: GraphIR) -> None:
     for node in graph.nodes:
         if node.op == ASSIGN:
             raise ExportError(
@@ -117,7 +117,7 @@ def _stateful(op: str) -> bool:
         return False
 
 
-def _needed(graph: Graph) -> list:
+def _needed(graph: GraphIR) -> list:
     """The nodes the outputs depend on, in graph order."""
     needed: set[int] = set()
     stack = list(graph.outputs)
@@ -132,7 +132,7 @@ def _needed(graph: Graph) -> list:
 class _Exporter:
     """Builds the ONNX graph: names, initializers and nodes."""
 
-    def __init__(self, graph: Graph, opset: int, onnx):
+    def __init__(self, graph: GraphIR, opset: int, onnx):
         self.graph = graph
         self.opset = opset
         self.onnx = onnx

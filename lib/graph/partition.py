@@ -21,7 +21,7 @@ or the caller needs is an output: the partition is an ordinary `tp.Graph` that r
 saves and ships as any other, sharing the original's Variables, and its sends and recvs
 talk to the rendezvous its runner gives it. Moving values from the sends of one device
 to the recvs of another is the runtime's job: `Partitioning.run` does it in one
-process; the Dask pipeline (`tapeflow.distributed.model_parallel`) between workers.
+process; the Dask pipeline (`tapeflow.distributed.pipeline.stages`) between workers.
 
 >>> import numpy as np
 >>> import tapeflow as tp
@@ -49,9 +49,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tapeflow.graph.executor import check_feed
-from tapeflow.graph.ir import Graph, GraphError, Node, Value
+from tapeflow.graph.ir import GraphError, GraphIR, Node, Value
 from tapeflow.graph.placer import place
-from tapeflow.graph.runnable import Graph as RunnableGraph
+from tapeflow.graph.runnable import Graph
 from tapeflow.ops.transfer import rendezvous
 
 
@@ -82,7 +82,7 @@ class Partition:
     index: int
     device: str
     rank: int
-    graph: RunnableGraph
+    graph: Graph
     recvs: list[Transfer] = field(default_factory=list)
     sends: list[Transfer] = field(default_factory=list)
 
@@ -99,7 +99,7 @@ class Partitioning:
     """The partitions of `graph` in an order to run them, the transfers between them, and
     where the graph's outputs come from (`outputs`: value names)."""
 
-    def __init__(self, graph: Graph, partitions: list[Partition], transfers: list[Transfer]):
+    def __init__(self, graph: GraphIR, partitions: list[Partition], transfers: list[Transfer]):
         self.graph = graph
         self.partitions = partitions
         self.transfers = transfers
@@ -164,7 +164,7 @@ def transfer_key(source: str, destination: str, value: str) -> str:
     return f"{source};{destination};{value}"
 
 
-def partition(graph: Graph, devices=None) -> Partitioning:
+def partition(graph: GraphIR, devices=None) -> Partitioning:
     """Place `graph`'s unplaced nodes (`tapeflow.graph.placer.place`, on `devices` if given)
     and cut it into partitions (see the module docstring). A malformed graph (a cycle, a
     use before definition) raises GraphError naming the node."""
@@ -205,7 +205,7 @@ def partition(graph: Graph, devices=None) -> Partitioning:
     return Partitioning(graph, parts, transfers)
 
 
-def _cut(graph: Graph, members: list, where: dict, devices: list[str]):
+def _cut(graph: GraphIR, members: list, where: dict, devices: list[str]):
     """(outputs, recvs, sends, transfers): per partition, the values it gives to later
     partitions of its device or to the caller, the transfers it receives and those it
     sends; and all transfers, one per value and destination device, in partition order."""
@@ -238,12 +238,12 @@ def _cut(graph: Graph, members: list, where: dict, devices: list[str]):
     return [list(o.values()) for o in outputs], recvs, sends, list(transfers.values())
 
 
-def _subgraph(graph: Graph, name: str, nodes: list[Node], outputs: list[Value], recvs, sends) -> RunnableGraph:
+def _subgraph(graph: GraphIR, name: str, nodes: list[Node], outputs: list[Value], recvs, sends) -> Graph:
     """A runnable graph of `nodes` (copied, keeping names and devices) giving `outputs`: a
     value of another device named by one of `recvs` comes from a recv node, any other
     value from outside is an input (constants are copied in), and a send node gives each
     value of `sends` to the rendezvous."""
-    sub = RunnableGraph(name, graph.device)
+    sub = Graph(name, graph.device)
     device = nodes[0].device
     mapped: dict[int, Value] = {}
     received = {t.value: t for t in recvs}

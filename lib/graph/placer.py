@@ -1,4 +1,4 @@
-"""Placement: give every node of a graph a worker device, keeping the ones the user chose.
+"""The placer: give every node of a graph a worker device, keeping the ones the user chose.
 
 Nodes traced inside `tp.device("/worker:W...")` carry that device, and gradient nodes
 carry the device of the op they differentiate. `place(graph)` puts the rest with a
@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 
 from tapeflow.devices import canonical_placement, is_local_name
-from tapeflow.graph.ir import ASSIGN, READ, Graph, GraphError
+from tapeflow.graph.ir import ASSIGN, READ, GraphError, GraphIR
 
 DEFAULT_DEVICE = "/worker:0/cpu:0"
 
@@ -51,7 +51,7 @@ def value_bytes(v) -> int:
     return math.prod(d or 1 for d in v.shape) * v.dtype.np.itemsize
 
 
-def place(graph: Graph, devices=None, default: str | None = None) -> int:
+def place(graph: GraphIR, devices=None, default: str | None = None) -> int:
     """Give every unplaced node of `graph` a device (see the module docstring); returns
     how many nodes it placed. `devices` limits where nodes may go."""
     allowed = None if devices is None else [canonical_placement(d) for d in devices]
@@ -97,7 +97,7 @@ def place(graph: Graph, devices=None, default: str | None = None) -> int:
     return len(unplaced)
 
 
-def _variable_homes(graph: Graph) -> dict[str, str]:
+def _variable_homes(graph: GraphIR) -> dict[str, str]:
     """The device of each variable that an explicitly placed read or write gives."""
     homes: dict[str, tuple[str, str]] = {}
     for node in graph.nodes:

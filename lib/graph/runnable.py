@@ -1,6 +1,6 @@
 """`tp.Graph`: the graph IR with running, saving and exporting added.
 
-`tapeflow.graph.ir.Graph` is the data structure; this subclass is what freezing and
+`tapeflow.graph.ir.GraphIR` is the data structure; this subclass is what freezing and
 loading give: calling it runs the whole graph (outputs and state writes) with an
 executor it builds once and drops when the graph is edited, `run` executes part of it,
 and `save` and `export_onnx` write it out.
@@ -18,14 +18,15 @@ from __future__ import annotations
 import numpy as np
 
 from tapeflow.devices import Device
-from tapeflow.graph import ir, onnx, serialize
+from tapeflow.graph import ir, onnx
 from tapeflow.graph.executor import Executor, check_feed
+from tapeflow.graph.file_format import reader, writer
 from tapeflow.graph.ir import GraphError, SparseGradient
 from tapeflow.graph.structure import flatten_structure, rebuild_structure
 from tapeflow.tensor import IndexedSlices, Tensor
 
 
-class Graph(ir.Graph):
+class Graph(ir.GraphIR):
     """A dataflow graph that runs: `graph(*inputs)`, `graph.run(feeds, fetches)`,
     `graph.save(path)` and `graph.export_onnx(path)`."""
 
@@ -96,8 +97,8 @@ class Graph(ir.Graph):
 
     def save(self, path) -> None:
         """Write the graph with its state and constants to one file, or to a binary file
-        object such as `io.BytesIO` (see tapeflow.graph.serialize)."""
-        serialize.save_graph(self, path)
+        object such as `io.BytesIO` (see docs/file-formats.md)."""
+        writer.save_graph(self, path)
 
     def export_onnx(self, path, opset: int = 17) -> None:
         """Write the graph as an ONNX model file (see tapeflow.graph.onnx; needs the onnx package)."""
@@ -116,4 +117,4 @@ def load_graph(path) -> Graph:
     >>> load_graph(path)(tp.ones((2,))).numpy().tolist()
     [2.0, 2.0]
     """
-    return serialize.load_graph(path, graph_class=Graph)
+    return reader.load_graph(path, graph_class=Graph)

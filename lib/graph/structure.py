@@ -1,15 +1,16 @@
-"""Nested structures of tensors: TensorSpec, and flattening to leaves and back.
+"""Nested structures of tensors: TensorSpec, and the JSON-able description of a structure
+that graph files store, to rebuild it from its leaves.
 
->>> leaves, spec = flatten_structure({"a": [1.0, None]})
->>> leaves, rebuild_structure(spec, [2.0])
-([1.0], {'a': [2.0, None]})
+>>> leaves, spec = flatten_structure({"b": [1.0, None], "a": 3.0})
+>>> leaves, rebuild_structure(spec, [4.0, 2.0])
+([3.0, 1.0], {'b': [2.0, None], 'a': 4.0})
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tapeflow import dtypes
+from tapeflow import dtypes, tree
 from tapeflow.ops.shapes import MAX_DIM
 from tapeflow.tensor import IndexedSlices, Tensor
 
@@ -45,29 +46,48 @@ class TensorSpec:
 
 
 def flatten_structure(obj, leaf=lambda x: isinstance(x, Tensor | TensorSpec)):
-    """Leaves of nested lists/tuples/dicts, and a JSON-able description to rebuild them."""
+    """The leaves of a nested structure in `tapeflow.tree` order, and a JSON-able description
+    (the form graph files store) to rebuild it: None stays in the description unless `leaf`
+    takes it; numbers, arrays and IndexedSlices (densified) are leaves too."""
     leaves: list = []
+    marks = []
+    for value in tree.flatten(obj):
+        if leaf(value) or isinstance(value, _CONSTANTS):
+            marks.append(_Leaf(len(leaves)))
+            leaves.append(value)
+        elif value is None:
+            marks.append(None)
+        else:
+            raise TypeError(
+                f"freeze: cannot return or accept a {type(value).__name__}; use tensors, lists, tuples or dicts"
+            )
+    return leaves, _describe(tree.pack_sequence_as(obj, marks))
 
-    def walk(o):
-        if leaf(o):
-            leaves.append(o)
-            return {"leaf": len(leaves) - 1}
-        if isinstance(o, list | tuple):
-            return {"list" if isinstance(o, list) else "tuple": [walk(x) for x in o]}
-        if isinstance(o, dict):
-            return {"dict": [[str(k), walk(v)] for k, v in o.items()]}
-        if o is None:
-            return {"none": None}
-        if isinstance(o, bool | int | float | np.number | np.ndarray | IndexedSlices):  # IndexedSlices: densified
-            leaves.append(o)
-            return {"leaf": len(leaves) - 1}
-        raise TypeError(f"freeze: cannot return or accept a {type(o).__name__}; use tensors, lists, tuples or dicts")
 
-    return leaves, walk(obj)
+_CONSTANTS = (bool, int, float, np.number, np.ndarray, IndexedSlices)
+
+
+class _Leaf:
+    """A leaf's place among the flattened leaves, while the description is written."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _describe(marked):
+    if isinstance(marked, _Leaf):
+        return {"leaf": marked.index}
+    if marked is None:
+        return {"none": None}
+    if isinstance(marked, dict):
+        return {"dict": [[str(k), _describe(v)] for k, v in marked.items()]}
+    return {"list" if isinstance(marked, list) else "tuple": [_describe(x) for x in marked]}
 
 
 def rebuild_structure(spec, leaves):
-    """The inverse of flatten_structure."""
+    """The inverse of flatten_structure: each {"leaf": i} takes leaves[i]."""
     if spec is None:
         return leaves[0] if len(leaves) == 1 else tuple(leaves)
     if "leaf" in spec:

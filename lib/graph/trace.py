@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import inspect
 
+from tapeflow import tree
 from tapeflow.devices import check_same_device, current_device, current_placement, is_local_name
 from tapeflow.graph import passes
 from tapeflow.graph.ir import ASSIGN, READ, Value
 from tapeflow.graph.runnable import Graph
 from tapeflow.graph.structure import TensorSpec, flatten_structure
+from tapeflow.graph.subgraphs import record_cond, record_while
 from tapeflow.ops import registry
 from tapeflow.ops.math import add, subtract
 from tapeflow.tensor import TRACING, FreezeError, Tensor, TracedTensor, Variable, user_frame
@@ -119,7 +121,7 @@ class Tracer:
             current = self.traced(self._capture(self.parent.read(var)))
         else:
             name = self.state_name(var)
-            device = self.placement(var._device)
+            device = self.device_for_node(var._device)
             (value,) = self.graph.add_node(
                 READ, [], {"variable": name}, [(var.shape, var.dtype)], name="read", device=device
             )
@@ -146,13 +148,27 @@ class Tracer:
             value = subtract(self.read(var), value)
         new = self.value_of(value)
         self.graph.add_node(
-            ASSIGN, [new], {"variable": self.state_name(var)}, [], name="assign", device=self.placement(var._device)
+            ASSIGN,
+            [new],
+            {"variable": self.state_name(var)},
+            [],
+            name="assign",
+            device=self.device_for_node(var._device),
         )
         self._current[id(var)] = value if isinstance(value, TracedTensor) else self.traced(new)
         return var
 
-    # ------------------------------------------------------------ placement
-    def placement(self, runs_on) -> str | None:
+    # ------------------------------------------------------------ control flow
+    def cond(self, pred, true_fn, false_fn):
+        """Record `tp.cond` on a traced predicate: a cond node holding both branches."""
+        return record_cond(self, pred, true_fn, false_fn)
+
+    def while_loop(self, cond_fn, body, loop_vars: list, maximum_iterations):
+        """Record `tp.while_loop` on traced values: a while_loop node holding cond and body."""
+        return record_while(self, cond_fn, body, loop_vars, maximum_iterations)
+
+    # ------------------------------------------------------------ node devices
+    def device_for_node(self, runs_on) -> str | None:
         """The device name a node recorded now carries: a worker device where one is
         placing nodes (see `tapeflow.devices.current_placement`), else `runs_on` where that
         is not the graph's device, else None."""
@@ -170,7 +186,7 @@ class Tracer:
         values = [self.value_of(t) for t in inputs]
         specs = op.infer(*inputs, **attrs)
         runs_on = check_same_device(op.name, inputs) if inputs else current_device()
-        outs = self.graph.add_node(op.name, values, attrs, specs, device=self.placement(runs_on))
+        outs = self.graph.add_node(op.name, values, attrs, specs, device=self.device_for_node(runs_on))
         outputs = tuple(self.traced(v) for v in outs)
         registry.notify_recorders(op, inputs, attrs, outputs)
         return outputs[0] if op.num_outputs == 1 else outputs
@@ -207,13 +223,13 @@ def trace(fn, args: tuple, kwargs: dict | None = None, name: str | None = None) 
     names = _input_names(fn, len(args))
 
     def bind(obj, label):
-        if isinstance(obj, TensorSpec):
-            return tracer.add_input(obj.name or label, obj.shape, obj.dtype)
-        if isinstance(obj, list | tuple):
-            return type(obj)(bind(o, f"{label}_{i}") for i, o in enumerate(obj))
-        if isinstance(obj, dict):
-            return {k: bind(o, f"{label}_{k}") for k, o in obj.items()}
-        return obj
+        """`obj` with each TensorSpec in it a new graph input, in `tapeflow.tree` order."""
+        bound = []
+        for path, leaf in tree.flatten_with_path(obj):
+            if isinstance(leaf, TensorSpec):
+                leaf = tracer.add_input(leaf.name or "_".join([label, *map(str, path)]), leaf.shape, leaf.dtype)
+            bound.append(leaf)
+        return tree.pack_sequence_as(obj, bound)
 
     traced_args = tuple(bind(a, n) for a, n in zip(args, names, strict=True))
     traced_kwargs = {k: bind(v, k) for k, v in kwargs.items()}

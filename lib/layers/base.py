@@ -24,8 +24,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from tapeflow import dtypes, initializers, mixed_precision, regularizers, serialization
-from tapeflow.graph.ir import Graph
+from tapeflow import dtypes, initializers, mixed_precision, regularizers, serialization, tree
+from tapeflow.graph.ir import GraphIR
 from tapeflow.graph.trace import TensorSpec, Tracer
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
@@ -119,16 +119,16 @@ def _as_shapes(shape):
     return _as_shape(shape)
 
 
-def _map_structure(fn, value):
-    if isinstance(value, list | tuple):
-        return [fn(v) for v in value]
-    if isinstance(value, dict):
-        return {k: fn(v) for k, v in value.items()}
-    return fn(value)
+def _map_inputs(fn, inputs):
+    """`fn` on one input, or on each of a list, tuple (giving a list) or dict of inputs; an
+    input that is itself a nested Python list is one array."""
+    if isinstance(inputs, tuple):
+        inputs = list(inputs)
+    return tree.map_structure(fn, inputs, is_leaf=lambda item: item is not inputs)
 
 
-def _shape_of(value):
-    return _map_structure(lambda v: tuple(v.shape), value)
+def _shape_of(inputs):
+    return _map_inputs(lambda t: tuple(t.shape), inputs)
 
 
 # -------------------------------------------------------------- input checks
@@ -285,7 +285,7 @@ class Layer:
         """
         input_shape = _as_shapes(input_shape)
         probe = _probe_copy(self, {})
-        tracer = Tracer(Graph(f"{self.name}_output_shape"))
+        tracer = Tracer(GraphIR(f"{self.name}_output_shape"))
         inputs = _map_shapes(lambda shape: tracer.add_input("input", shape, self.compute_dtype), input_shape)
         outer, _CONTEXT.probe = _CONTEXT.probe, tracer
         try:
@@ -303,7 +303,7 @@ class Layer:
     def __call__(self, inputs, *args, **kwargs):
         if _is_symbolic(inputs):
             return self._call_symbolic(inputs, *args, **kwargs)
-        inputs = _map_structure(self._convert_input, inputs)
+        inputs = _map_inputs(self._convert_input, inputs)
         if _CONTEXT.probe is not None and _has_shape_rule(type(self)):
             return self._call_shape_rule(inputs)
         if self._input_signature is None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeflow.backends.common import conv_transpose_output_size, window_output_size
 from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
 from tapeflow.layers.core import get_activation, serialize_activation
 from tapeflow.ops import nn
 from tapeflow.ops.array import concat, split
-from tapeflow.ops.shapes import as_int
+from tapeflow.ops.shapes import as_int, conv_transpose_output_size, window_output_size
 
 
 def pair(layer: str, label: str, value) -> tuple[int, int]:

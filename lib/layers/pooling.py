@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
-from tapeflow.backends.common import window_output_size
 from tapeflow.layers.base import InputSpec, Layer
 from tapeflow.layers.conv import padding_mode, pair
 from tapeflow.ops import nn
 from tapeflow.ops.reduce import max as reduce_max
 from tapeflow.ops.reduce import mean
+from tapeflow.ops.shapes import window_output_size
 
 
 class _Pooling2D(Layer):

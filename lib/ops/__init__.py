@@ -1,5 +1,6 @@
 """Every op, defined once, grouped by family; this package binds the
-operators of Tensor to them.
+operators of Tensor to them. The primitives the families share (cast, reshape,
+sum, full_like ...) are defined in `core`, which every family imports.
 
 >>> from tapeflow import ops
 >>> len(ops.registry.all_ops()) > 50

@@ -10,134 +10,38 @@ indexing, gather/scatter and one_hot.
 
 from __future__ import annotations
 
-import math as _pymath
-
 import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.backends.common import IndexOutOfRange, check_index_range
 from tapeflow.ops import shapes
-from tapeflow.ops.math import unbroadcast
+from tapeflow.ops.core import broadcast_to, expand_dims, reshape, squeeze, transpose, zeros_like
+from tapeflow.ops.core import sum as reduce_sum
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import IndexedSlices, Tensor
 
-
-# ----------------------------------------------------------------- reshape
-def _resolve_shape(name: str, in_shape: tuple, shape: tuple) -> tuple:
-    """The output shape of reshape; None in `shape` keeps the input's dimension at
-    that position, and None in the result marks a dimension known only at run time."""
-    if shape.count(-1) > 1:
-        raise ValueError(f"{name}: at most one -1 is allowed in shape {shape}")
-    for i, d in enumerate(shape):
-        if d is None:
-            if i >= len(in_shape):
-                raise ValueError(f"{name}: None at position {i} of {shape} has no input dimension {in_shape} to keep")
-        else:
-            shapes.as_int(name, "each dimension of shape (or -1)", d, low=-1)
-    shape = tuple(in_shape[i] if d is None else d for i, d in enumerate(shape))
-    if None in shape or None in in_shape:
-        return tuple(None if d == -1 else d for d in shape)
-    size = _pymath.prod(in_shape)
-    known = _pymath.prod(d for d in shape if d != -1)
-    if -1 in shape:
-        if known == 0 or size % known:
-            raise ValueError(f"{name}: cannot reshape a tensor of shape {in_shape} into {shape}")
-        shape = tuple(size // known if d == -1 else int(d) for d in shape)
-    elif known != size:
-        raise ValueError(f"{name}: cannot reshape a tensor of shape {in_shape} ({size} elements) into {shape}")
-    return tuple(int(d) for d in shape)
+__all__ = [
+    "broadcast_to",
+    "concat",
+    "expand_dims",
+    "flatten",
+    "gather",
+    "gather_nd",
+    "getitem",
+    "one_hot",
+    "pad",
+    "reshape",
+    "scatter_add",
+    "scatter_nd_add",
+    "split",
+    "squeeze",
+    "stack",
+    "tile",
+    "transpose",
+]
 
 
-def _reshape_infer(x, shape):
-    return [(_resolve_shape("reshape", x.shape, shape), x.dtype)]
-
-
-@defop("reshape", infer=_reshape_infer, vjp=lambda gs, xs, ys, shape: (reshape(gs[0], xs[0].shape),))
-def _RESHAPE(x, shape):
-    if None in shape:
-        shape = tuple(x.shape[i] if d is None else d for i, d in enumerate(shape))
-    return np.reshape(x, shape)
-
-
-def reshape(x, shape) -> Tensor:
-    """The same values in a new shape; one dimension may be -1, and None keeps
-    the input's dimension at that position (a batch size known only at run time).
-
-    >>> import tapeflow as tp
-    >>> tp.reshape(tp.ones((2, 3)), (-1,)).shape
-    (6,)
-    """
-    x = as_tensor(x, name="reshape")
-    if hasattr(type(shape), "__index__") and not isinstance(shape, bool):
-        shape = (shape,)
-    shape = tuple(
-        None if d is None else shapes.as_int("reshape", "each dimension of shape (or -1)", d, low=-1) for d in shape
-    )
-    if shape == x.shape:
-        return x
-    return apply(_RESHAPE, (x,), {"shape": shape})
-
-
-def _transpose_infer(x, perm):
-    if sorted(perm) != list(range(len(x.shape))):
-        raise ValueError(f"transpose: perm {perm} is not a permutation of the axes of shape {x.shape}")
-    return [(tuple(x.shape[p] for p in perm), x.dtype)]
-
-
-def _transpose_vjp(gs, xs, ys, perm):
-    return (transpose(gs[0], tuple(int(i) for i in np.argsort(perm))),)
-
-
-@defop("transpose", infer=_transpose_infer, vjp=_transpose_vjp)
-def _TRANSPOSE(x, perm):
-    return np.transpose(x, perm)
-
-
-def transpose(x, perm=None) -> Tensor:
-    """Permute axes; by default reverse them.
-
-    >>> import tapeflow as tp
-    >>> tp.transpose(tp.ones((2, 3, 4)), (0, 2, 1)).shape
-    (2, 4, 3)
-    """
-    x = as_tensor(x, name="transpose")
-    if perm is None:
-        perm = tuple(range(x.ndim - 1, -1, -1))
-    else:
-        perm = tuple(shapes.as_int("transpose", "perm", p, low=-shapes.MAX_DIM) for p in perm)
-    return apply(_TRANSPOSE, (x,), {"perm": perm})
-
-
-def expand_dims(x, axis: int) -> Tensor:
-    """Insert a size-1 axis at `axis`.
-
-    >>> import tapeflow as tp
-    >>> tp.expand_dims(tp.ones((2, 3)), -1).shape
-    (2, 3, 1)
-    """
-    x = as_tensor(x, name="expand_dims")
-    a = shapes.normalize_axis("expand_dims", axis, x.ndim + 1)
-    return reshape(x, x.shape[:a] + (1,) + x.shape[a:])
-
-
-def squeeze(x, axis=None) -> Tensor:
-    """Remove size-1 axes (all of them, or those in `axis`).
-
-    >>> import tapeflow as tp
-    >>> tp.squeeze(tp.ones((2, 1, 3))).shape
-    (2, 3)
-    """
-    x = as_tensor(x, name="squeeze")
-    if axis is None:
-        axes = tuple(i for i, d in enumerate(x.shape) if d == 1)
-    else:
-        axes = shapes.normalize_axes("squeeze", axis, x.ndim)
-        bad = [a for a in axes if x.shape[a] != 1]
-        if bad:
-            raise ValueError(f"squeeze: axis {bad[0]} of shape {x.shape} has size {x.shape[bad[0]]}, not 1")
-    return reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in axes))
-
-
+# ------------------------------------------------------------- reshaping
 def flatten(x, start_axis: int = 0) -> Tensor:
     """Merge the axes from `start_axis` on into one.
 
@@ -148,36 +52,6 @@ def flatten(x, start_axis: int = 0) -> Tensor:
     x = as_tensor(x, name="flatten")
     a = shapes.normalize_axis("flatten", start_axis, max(x.ndim, 1))
     return reshape(x, x.shape[:a] + (-1,))
-
-
-def _broadcast_to_infer(x, shape):
-    out = shapes.broadcast("broadcast_to", x.shape, shape)
-    if out != tuple(shape):
-        raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}")
-    return [(out, x.dtype)]
-
-
-@defop(
-    "broadcast_to",
-    infer=_broadcast_to_infer,
-    vjp=lambda gs, xs, ys, shape: (unbroadcast(gs[0], xs[0].shape),),
-)
-def _BROADCAST_TO(x, shape):
-    return np.broadcast_to(x, shape)
-
-
-def broadcast_to(x, shape) -> Tensor:
-    """Broadcast to `shape`; the gradient sums back over broadcast axes.
-
-    >>> import tapeflow as tp
-    >>> tp.broadcast_to(tp.ones((3,)), (2, 3)).shape
-    (2, 3)
-    """
-    x = as_tensor(x, name="broadcast_to")
-    shape = shapes.as_dims("broadcast_to", shape)
-    if shape == x.shape:
-        return x
-    return apply(_BROADCAST_TO, (x,), {"shape": shape})
 
 
 # ---------------------------------------------------------- concat / split
@@ -247,8 +121,6 @@ def _split_infer(x, sizes, axis):
 
 
 def _split_vjp(gs, xs, ys, sizes, axis):
-    from tapeflow.ops.creation import zeros_like
-
     parts = [g if g is not None else zeros_like(y) for g, y in zip(gs, ys, strict=True)]
     return (concat(parts, axis),)
 
@@ -319,8 +191,6 @@ def _tile_infer(x, multiples):
 
 
 def _tile_vjp(gs, xs, ys, multiples):
-    from tapeflow.ops.reduce import sum as reduce_sum
-
     split_shape = []
     for m, d in zip(multiples, xs[0].shape, strict=True):
         split_shape += [m, d]
@@ -457,8 +327,6 @@ def _gather_infer(x, indices, axis):
 
 def _gather_vjp(gs, xs, ys, axis):
     """Rows of axis 0 give an IndexedSlices (the rows gathered, no table-sized zeros)."""
-    from tapeflow.ops.creation import zeros_like
-
     x, idx = xs
     if axis == 0 and None not in x.shape:
         rows = reshape(gs[0], (-1, *x.shape[1:]))
@@ -566,8 +434,6 @@ def _SCATTER_ND_ADD(x, indices, updates):
 
 
 def _scatter_nd_into_zeros(x, indices, g):
-    from tapeflow.ops.creation import zeros_like
-
     return apply(_SCATTER_ND_ADD, (zeros_like(x), indices, g), {})
 
 

@@ -2,7 +2,7 @@
 
 Eagerly (and in a freeze whose predicate is already known) they are plain
 Python branching and looping, so the tape records the path taken. When the
-predicate is a traced tensor, the graph package builds a cond or while node
+predicate is a traced tensor, the active tracer records a cond or while node
 with its branches as subgraphs; both forms have gradients.
 
 >>> import tapeflow as tp
@@ -17,9 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 from tapeflow.ops.registry import as_tensor
-from tapeflow.tensor import Tensor, TracedTensor
+from tapeflow.tensor import TRACING, FreezeError, Tensor, TracedTensor
 
-GRAPH_IMPL: dict = {}  # "cond" / "while_loop" -> the graph-mode builders, set by tapeflow.graph.control
+
+def _tracer(name: str):
+    """The tracer that records a traced `name` (the graph package's Tracer)."""
+    if TRACING.tracer is None:
+        raise FreezeError(f"{name}: a traced tensor is used outside the function being frozen")
+    return TRACING.tracer
 
 
 def _truth(name: str, pred) -> bool:
@@ -38,7 +43,7 @@ def cond(pred, true_fn, false_fn):
     if isinstance(pred, TracedTensor):
         if pred.dtype.kind != "b" or pred.shape not in ((), (1,)):
             raise TypeError(f"cond: the predicate must be a scalar bool tensor, got {pred.dtype} {pred.shape}")
-        return GRAPH_IMPL["cond"](pred, true_fn, false_fn)
+        return _tracer("cond").cond(pred, true_fn, false_fn)
     return true_fn() if _truth("cond", pred) else false_fn()
 
 
@@ -77,7 +82,7 @@ def while_loop(cond_fn, body, loop_vars, maximum_iterations: int | None = None):
         raise ValueError("while_loop: loop_vars must not be empty")
     first = cond_fn(*values)
     if isinstance(first, TracedTensor) or any(isinstance(v, TracedTensor) for v in values):
-        out = GRAPH_IMPL["while_loop"](cond_fn, body, values, maximum_iterations)
+        out = _tracer("while_loop").while_loop(cond_fn, body, values, maximum_iterations)
         return out[0] if single else type(loop_vars)(out) if isinstance(loop_vars, tuple) else list(out)
     i = 0
     keep_going = _truth("while_loop", first)

@@ -14,7 +14,8 @@ import numpy as np
 from tapeflow import dtypes
 from tapeflow.devices import device as device_scope
 from tapeflow.ops import shapes
-from tapeflow.ops.registry import apply, as_tensor, defop, wrap_host
+from tapeflow.ops.core import cast, full_like, ones_like, zeros_like
+from tapeflow.ops.registry import as_tensor, wrap_host
 from tapeflow.tensor import Tensor
 
 
@@ -28,7 +29,7 @@ def tensor(value, dtype=None, device=None) -> Tensor:
     tapeflow.float32
     """
     if isinstance(value, Tensor):
-        t = value if dtype is None else apply_cast(value, dtype)
+        t = value if dtype is None else cast(value, dtype)
         return t if device is None else t.to(device)
     if device is not None:
         with device_scope(device):
@@ -40,12 +41,6 @@ def tensor(value, dtype=None, device=None) -> Tensor:
 
 
 constant = tensor
-
-
-def apply_cast(x: Tensor, dtype) -> Tensor:
-    from tapeflow.ops.math import cast
-
-    return cast(x, dtype)
 
 
 def _shape_of(name: str, shape) -> tuple:
@@ -133,47 +128,6 @@ def eye(n: int, m: int | None = None, dtype="float32", device=None) -> Tensor:
         ),
         device,
     )
-
-
-def _like_infer(x, value, dtype):
-    return [(x.shape, dtypes.as_dtype(dtype) if dtype is not None else x.dtype)]
-
-
-@defop("full_like", infer=_like_infer)
-def _FULL_LIKE(x, value, dtype):
-    return np.full_like(x, value, dtype=dtypes.as_dtype(dtype).np if dtype is not None else x.dtype)
-
-
-def full_like(x, fill_value, dtype=None) -> Tensor:
-    """A tensor shaped like `x`, filled with one value.
-
-    >>> import tapeflow as tp
-    >>> tp.full_like(tp.ones((2,)), 3.0).numpy().tolist()
-    [3.0, 3.0]
-    """
-    x = as_tensor(x, name="full_like")
-    d = None if dtype is None else dtypes.as_dtype(dtype).name
-    return apply(_FULL_LIKE, (x,), {"value": fill_value, "dtype": d})
-
-
-def zeros_like(x, dtype=None) -> Tensor:
-    """Zeros shaped like `x`.
-
-    >>> import tapeflow as tp
-    >>> tp.zeros_like(tp.ones((2,))).numpy().tolist()
-    [0.0, 0.0]
-    """
-    return full_like(x, 0, dtype)
-
-
-def ones_like(x, dtype=None) -> Tensor:
-    """Ones shaped like `x`.
-
-    >>> import tapeflow as tp
-    >>> tp.ones_like(tp.zeros((2,))).numpy().tolist()
-    [1.0, 1.0]
-    """
-    return full_like(x, 1, dtype)
 
 
 __all__ = [

@@ -10,7 +10,7 @@ register k:
 
 - ``("input", i)``: the op's input i, broadcast to the output shape;
 - ``("const", c)``: the float c;
-- ``(name, a)`` or ``(name, a, b)``: a primitive of tapeflow.elementwise applied to
+- ``(name, a)`` or ``(name, a, b)``: a primitive of tapeflow._kernels.fusion_opcodes applied to
   earlier registers a, b.
 
 The last register is the result. Programs hold only strings, ints, floats and tuples,
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeflow.elementwise import ARITY, PRIMITIVES
+from tapeflow._kernels.fusion_opcodes import ARITY, PRIMITIVES
 from tapeflow.ops import shapes
 from tapeflow.ops.array import transpose
 from tapeflow.ops.math import matmul

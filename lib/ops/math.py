@@ -14,8 +14,50 @@ import scipy.special
 
 from tapeflow import dtypes
 from tapeflow.ops import shapes
+from tapeflow.ops.core import cast, expand_dims, squeeze, transpose, unbroadcast, zeros_like
 from tapeflow.ops.registry import apply, as_tensor, autocast_operand, defop
 from tapeflow.tensor import Tensor
+
+__all__ = [
+    "abs",
+    "add",
+    "binary_operands",
+    "cast",
+    "clip",
+    "cos",
+    "divide",
+    "equal",
+    "erf",
+    "exp",
+    "greater",
+    "greater_equal",
+    "identity",
+    "less",
+    "less_equal",
+    "log",
+    "log1p",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "matmul",
+    "maximum",
+    "minimum",
+    "multiply",
+    "neg",
+    "not_equal",
+    "pow",
+    "reciprocal",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sqrt",
+    "square",
+    "stop_gradient",
+    "subtract",
+    "tanh",
+    "where",
+]
 
 
 # ---------------------------------------------------------------- operands
@@ -46,20 +88,6 @@ def binary_operands(x, y, name: str) -> tuple[Tensor, Tensor]:
     return binary_operands(as_tensor(x, name=name), y, name)
 
 
-def unbroadcast(g: Tensor, shape: tuple) -> Tensor:
-    """Sum a broadcast gradient back down to `shape`."""
-    if g.shape == tuple(shape):
-        return g
-    from tapeflow.ops.reduce import sum as reduce_sum
-
-    lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and g.shape[lead + i] != 1)
-    out = reduce_sum(g, axes, keepdims=True) if axes else g
-    from tapeflow.ops.array import reshape
-
-    return reshape(out, shape)
-
-
 # ------------------------------------------------------------------- unary
 def _unary(opdef, doc_example: str):
     def fn(x) -> Tensor:
@@ -73,7 +101,7 @@ def _unary(opdef, doc_example: str):
 
 _NEG = defop("neg", infer=shapes.numeric("neg"), vjp=lambda gs, xs, ys: (-gs[0],))(np.negative)
 _ABS = defop("abs", infer=shapes.numeric("abs"), vjp=lambda gs, xs, ys: (gs[0] * sign(xs[0]),))(np.abs)
-_SIGN = defop("sign", infer=shapes.numeric("sign"), vjp=lambda gs, xs, ys: (zeros_like_grad(xs[0]),))(np.sign)
+_SIGN = defop("sign", infer=shapes.numeric("sign"), vjp=lambda gs, xs, ys: (zeros_like(xs[0]),))(np.sign)
 _EXP = defop("exp", infer=shapes.floating("exp"), vjp=lambda gs, xs, ys: (gs[0] * ys[0],))(np.exp)
 _LOG = defop("log", infer=shapes.floating("log"), vjp=lambda gs, xs, ys: (gs[0] / xs[0],))(np.log)
 _LOG1P = defop("log1p", infer=shapes.floating("log1p"), vjp=lambda gs, xs, ys: (gs[0] / (xs[0] + 1.0),))(np.log1p)
@@ -118,13 +146,6 @@ cos = _unary(_COS, "tp.cos(tp.tensor([0.0])).numpy().tolist()\n    [1.0]")
 tanh = _unary(_TANH, "tp.tanh(tp.tensor([0.0])).numpy().tolist()\n    [0.0]")
 sigmoid = _unary(_SIGMOID, "tp.sigmoid(tp.tensor([0.0])).numpy().tolist()\n    [0.5]")
 erf = _unary(_ERF, "tp.erf(tp.tensor([0.0])).numpy().tolist()\n    [0.0]")
-
-
-def zeros_like_grad(x: Tensor) -> Tensor:
-    """A zero gradient shaped like `x` (used by VJPs of piecewise-constant ops)."""
-    from tapeflow.ops.creation import zeros_like
-
-    return zeros_like(x)
 
 
 # ------------------------------------------------------------------ binary
@@ -271,7 +292,7 @@ def where(condition, x, y) -> Tensor:
     return apply(_WHERE, (c, a, b), {})
 
 
-# ---------------------------------------------------------------- clip, cast
+# ---------------------------------------------------------------- clip
 def _clip_infer(x, lo, hi):
     if x.dtype.kind == "b":
         raise TypeError("clip: expected a numeric tensor, got bool")
@@ -305,36 +326,6 @@ def clip(x, clip_value_min=None, clip_value_max=None) -> Tensor:
     lo = None if clip_value_min is None else float(clip_value_min)
     hi = None if clip_value_max is None else float(clip_value_max)
     return apply(_clip, (as_tensor(x, name="clip"),), {"lo": lo, "hi": hi})
-
-
-def _cast_infer(x, dtype):
-    return [(x.shape, dtypes.as_dtype(dtype))]
-
-
-def _cast_vjp(gs, xs, ys, dtype):
-    x = xs[0]
-    if x.dtype.kind != "f" or dtypes.as_dtype(dtype).kind != "f":
-        return (None,)
-    return (cast(gs[0], x.dtype),)
-
-
-@defop("cast", infer=_cast_infer, vjp=_cast_vjp)
-def _cast(x, dtype):
-    return x.astype(dtypes.as_dtype(dtype).np)
-
-
-def cast(x, dtype) -> Tensor:
-    """Convert to another dtype; floats to ints truncate toward zero.
-
-    >>> import tapeflow as tp
-    >>> tp.cast(tp.tensor([1.7, -1.7]), "int32").numpy().tolist()
-    [1, -1]
-    """
-    d = dtypes.as_dtype(dtype)
-    x = as_tensor(x, name="cast")
-    if x.dtype is d:
-        return x
-    return apply(_cast, (x,), {"dtype": d.name})
 
 
 @defop("stop_gradient", infer=shapes.same)
@@ -383,8 +374,6 @@ def _matmul_infer(a, b):
 
 
 def _swap_last(t: Tensor) -> Tensor:
-    from tapeflow.ops.array import transpose
-
     perm = list(range(t.ndim))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     return transpose(t, perm)
@@ -409,8 +398,6 @@ def matmul(a, b) -> Tensor:
     >>> tp.matmul(tp.ones((2, 3)), tp.ones((3, 4))).shape
     (2, 4)
     """
-    from tapeflow.ops.array import expand_dims, squeeze
-
     a, b = binary_operands(a, b, "matmul")
     vec_a, vec_b = a.ndim == 1, b.ndim == 1
     if vec_a:

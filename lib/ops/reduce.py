@@ -16,66 +16,35 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.ops import shapes
-from tapeflow.ops.math import cast, divide, equal, exp, sqrt, square, subtract, where
+from tapeflow.ops.core import cast, full_like, restore_reduced_axes, sum
+from tapeflow.ops.math import divide, equal, exp, sqrt, square, subtract, where
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
 
-
-def _reduce_infer(name, kinds="if"):
-    def infer(x, axes, keepdims):
-        if x.dtype.kind not in kinds:
-            raise TypeError(f"{name}: dtype {x.dtype} is not supported")
-        for a in axes:
-            if not 0 <= a < builtins.max(len(x.shape), 1):
-                raise ValueError(f"{name}: axis {a} is out of range for shape {x.shape}")
-        out = dtypes.int64 if x.dtype.kind == "b" else x.dtype
-        return [(shapes.reduced_shape(x.shape, axes, keepdims), out)]
-
-    return infer
-
-
-def _keep(g: Tensor, x_shape: tuple, axes: tuple, keepdims: bool) -> Tensor:
-    """Reshape a reduced gradient so that it broadcasts against the input."""
-    from tapeflow.ops.array import reshape
-
-    if keepdims:
-        return g
-    return reshape(g, shapes.reduced_shape(x_shape, axes, True))
-
-
-def _sum_vjp(gs, xs, ys, axes, keepdims):
-    from tapeflow.ops.array import broadcast_to
-
-    x = xs[0]
-    g = _keep(gs[0], x.shape, axes, keepdims)
-    if None in x.shape:  # a shape known only when a frozen graph runs: broadcast by adding zeros like x
-        from tapeflow.ops.creation import full_like
-
-        return (g + full_like(x, 0),)
-    return (broadcast_to(g, x.shape),)
+__all__ = ["argmax", "argmin", "logsumexp", "max", "mean", "min", "prod", "std", "sum", "var"]
 
 
 def _extreme_vjp(gs, xs, ys, axes, keepdims):
     x = xs[0]
-    y = _keep(ys[0], x.shape, axes, keepdims)
-    g = _keep(gs[0], x.shape, axes, keepdims)
+    y = restore_reduced_axes(ys[0], x.shape, axes, keepdims)
+    g = restore_reduced_axes(gs[0], x.shape, axes, keepdims)
     hit = cast(equal(x, y), x.dtype)
-    count = apply(_SUM, (hit,), {"axes": axes, "keepdims": True})
+    count = sum(hit, axes, keepdims=True)
     return (hit * divide(g, count),)
 
 
 def _prod_vjp(gs, xs, ys, axes, keepdims):
     x = xs[0]
-    g = _keep(gs[0], x.shape, axes, keepdims)
-    out = _keep(ys[0], x.shape, axes, keepdims)
+    g = restore_reduced_axes(gs[0], x.shape, axes, keepdims)
+    out = restore_reduced_axes(ys[0], x.shape, axes, keepdims)
     is_zero = equal(x, 0.0)
-    zeros = apply(_SUM, (cast(is_zero, x.dtype),), {"axes": axes, "keepdims": True})
+    zeros = sum(cast(is_zero, x.dtype), axes, keepdims=True)
     nonzero_x = where(is_zero, 1.0, x)
     prod_nonzero = apply(_PROD, (nonzero_x,), {"axes": axes, "keepdims": True})
     no_zero_grad = out / nonzero_x
     # With one zero the others' gradient is (that zero) * prod_nonzero / x_i: zero in
     # value, but its derivative with respect to the zero element is right.
-    the_zero = apply(_SUM, (where(is_zero, x, 0.0),), {"axes": axes, "keepdims": True})
+    the_zero = sum(where(is_zero, x, 0.0), axes, keepdims=True)
     one_zero_grad = where(is_zero, prod_nonzero, the_zero * prod_nonzero / nonzero_x)
     grad = where(equal(zeros, 0.0), no_zero_grad, where(equal(zeros, 1.0), one_zero_grad, 0.0))
     return (g * grad,)
@@ -83,31 +52,26 @@ def _prod_vjp(gs, xs, ys, axes, keepdims):
 
 def _logsumexp_vjp(gs, xs, ys, axes, keepdims):
     x = xs[0]
-    y = _keep(ys[0], x.shape, axes, keepdims)
-    return (_keep(gs[0], x.shape, axes, keepdims) * exp(subtract(x, y)),)
+    y = restore_reduced_axes(ys[0], x.shape, axes, keepdims)
+    return (restore_reduced_axes(gs[0], x.shape, axes, keepdims) * exp(subtract(x, y)),)
 
 
-@defop("sum", infer=_reduce_infer("sum", "bif"), vjp=_sum_vjp)
-def _SUM(x, axes, keepdims):
-    return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype if x.dtype != bool else np.int64)
-
-
-@defop("max", infer=_reduce_infer("max"), vjp=_extreme_vjp)
+@defop("max", infer=shapes.reduction("max"), vjp=_extreme_vjp)
 def _MAX(x, axes, keepdims):
     return np.max(x, axis=axes, keepdims=keepdims)
 
 
-@defop("min", infer=_reduce_infer("min"), vjp=_extreme_vjp)
+@defop("min", infer=shapes.reduction("min"), vjp=_extreme_vjp)
 def _MIN(x, axes, keepdims):
     return np.min(x, axis=axes, keepdims=keepdims)
 
 
-@defop("prod", infer=_reduce_infer("prod"), vjp=_prod_vjp)
+@defop("prod", infer=shapes.reduction("prod"), vjp=_prod_vjp)
 def _PROD(x, axes, keepdims):
     return np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
-@defop("logsumexp", infer=_reduce_infer("logsumexp", "f"), vjp=_logsumexp_vjp)
+@defop("logsumexp", infer=shapes.reduction("logsumexp", "f"), vjp=_logsumexp_vjp)
 def _LOGSUMEXP(x, axes, keepdims):
     if x.size == 0:
         return np.log(np.sum(np.exp(x), axis=axes, keepdims=keepdims))
@@ -149,15 +113,6 @@ def _reduction(opdef, doc: str):
     return fn
 
 
-sum = _reduction(  # noqa: A001
-    _SUM,
-    """Sum over `axis`.
-
-    >>> import tapeflow as tp
-    >>> tp.sum(tp.ones((2, 3))).numpy().item()
-    6.0
-    """,
-)
 max = _reduction(  # noqa: A001
     _MAX,
     """Maximum over `axis`; ties share the gradient equally.
@@ -239,11 +194,9 @@ def mean(x, axis=None, keepdims: bool = False) -> Tensor:
     if x.dtype.kind != "f":
         x = cast(x, dtypes.DEFAULT_FLOAT)
     axes = shapes.normalize_axes("mean", axis, x.ndim)
-    total = apply(_SUM, (x,), {"axes": axes, "keepdims": bool(keepdims)})
+    total = sum(x, axes, keepdims)
     if any(x.shape[a] is None for a in axes):  # counted when a frozen graph runs
-        from tapeflow.ops.creation import full_like
-
-        return total / apply(_SUM, (full_like(x, 1),), {"axes": axes, "keepdims": bool(keepdims)})
+        return total / sum(full_like(x, 1), axes, keepdims)
     count = 1
     for a in axes:
         count *= x.shape[a]

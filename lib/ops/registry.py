@@ -3,7 +3,9 @@
 An OpDef holds the op's shape/dtype rule (`infer`), its NumPy reference
 forward, and its VJP written with tapeflow ops. Backends give fast kernels by
 op name (see tapeflow.backends); the reference is the fallback and the test oracle,
-and calls no compiled code.
+and calls no compiled code. `OpDef.bound_kernel` is the one lookup of what runs an op,
+and `tapeflow.backends.numerics` the one context it runs in, for eager ops, constant
+folding and graph runs alike.
 
 >>> from tapeflow.ops import registry
 >>> registry.get_op("exp").name
@@ -18,7 +20,7 @@ import threading
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.backends import UnsupportedOpError, backend
+from tapeflow.backends import UnsupportedOpError, backend, numerics
 from tapeflow.devices import check_same_device, current_device, parse_device
 from tapeflow.tensor import TRACING, IndexedSlices, Tensor, Variable
 
@@ -56,24 +58,13 @@ class OpDef:
         return self.vjp is not None
 
     def kernel(self, family: str):
-        """The forward kernel for a device family (the reference if none)."""
-        fn = self._by_family.get(family)
-        if fn is None and self.transfer:
-            fn = self._by_family[family] = self.reference
-        if fn is None:
-            module = backend(family)
-            fn = getattr(module, self.name, None)
-            if fn is None and self.name in module.RUNS_ON_HOST:
-                fn = _copied_in(self.reference, module)
-            if fn is None:
-                if not module.FALLS_BACK_TO_REFERENCE:
-                    raise UnsupportedOpError(
-                        f"{self.name}: the {family} backend cannot run this op, and tapeflow does not move it "
-                        f"to the CPU behind your back; run it on the CPU explicitly (tensor.to('cpu'))"
-                    )
-                fn = self.reference
-            self._by_family[family] = fn
-        return fn
+        """The forward kernel for a device family, called as the reference is (the reference
+        if the backend has none).
+
+        >>> get_op("exp").kernel("cpu") is get_op("exp").reference
+        True
+        """
+        return (self._by_family.get(family) or self._resolve(family))[0]
 
     def runs_on(self, family: str) -> bool:
         """Whether the backend of `family` can run this op.
@@ -88,18 +79,36 @@ class OpDef:
         return True
 
     def bound_kernel(self, family: str, attrs: dict):
-        """The forward kernel with `attrs` fixed, called with the input arrays only (how a
-        graph's executor calls each node): the backend's `bind_<op>` where it has one.
+        """The one way to find what runs this op on a device family: its kernel with `attrs`
+        fixed, called with the input arrays only (the backend's `bind_<op>` where it has one).
+        Eager ops, constant folding and a graph's executor all run what this gives, so an op
+        runs the same kernel in each.
 
         >>> import numpy as np
         >>> get_op("transpose").bound_kernel("cpu", {"perm": (1, 0)})(np.zeros((2, 3))).shape
         (3, 2)
         """
-        binder = getattr(backend(family), f"bind_{self.name}", None)
+        kernel, binder = self._by_family.get(family) or self._resolve(family)
         if binder is not None:
             return binder(functools.partial(self.reference, **attrs), **attrs)
-        fn = self.kernel(family)
-        return functools.partial(fn, **attrs) if attrs else fn
+        return functools.partial(kernel, **attrs) if attrs else kernel
+
+    def _resolve(self, family: str) -> tuple:
+        """(kernel, binder) for `family`, looked up in its backend once."""
+        module = backend(family)
+        binder = getattr(module, f"bind_{self.name}", None)
+        kernel = self.reference if self.transfer else getattr(module, self.name, None)
+        if kernel is None and self.name in module.RUNS_ON_HOST:
+            kernel = _copied_in(self.reference, module)
+        if kernel is None:
+            if not module.FALLS_BACK_TO_REFERENCE:
+                raise UnsupportedOpError(
+                    f"{self.name}: the {family} backend cannot run this op, and tapeflow does not move it "
+                    f"to the CPU behind your back; run it on the CPU explicitly (tensor.to('cpu'))"
+                )
+            kernel = self.reference
+        self._by_family[family] = (kernel, binder)
+        return kernel, binder
 
     def __repr__(self) -> str:
         return f"OpDef({self.name!r})"
@@ -218,16 +227,20 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
         return tracer.apply(op, inputs, attrs)
     specs = op.infer(*inputs, **attrs)
     device = check_same_device(op.name, inputs) if inputs else current_device()
-    kernels = backend(device.family)
-    numerics = kernels.enter_numerics(device.index)
+    kernel, binder = op._by_family.get(device.family) or op._resolve(device.family)
+    entered = numerics.enter(device)
     try:
-        out = op.kernel(device.family)(*[t._value for t in inputs], **attrs)
+        if binder is None:  # what bound_kernel gives, called without fixing attrs for one call
+            out = kernel(*[t._value for t in inputs], **attrs)
+        else:
+            out = op.bound_kernel(device.family, attrs)(*[t._value for t in inputs])
     finally:
-        kernels.leave_numerics(numerics)
+        numerics.leave(entered)
     if op.num_outputs == 1:
         out = (out,)
     elif len(out) != len(specs):
         raise RuntimeError(f"{op.name}: kernel returned {len(out)} outputs, expected {len(specs)}")
+    kernels = entered[0]
     if op.transfer:
         device = parse_device(attrs["device"])
         kernels = backend(device.family)

@@ -1,11 +1,35 @@
-"""Shape and dtype rules shared by many ops (the `infer` half of an OpDef)."""
+"""Shape and dtype rules shared by many ops (the `infer` half of an OpDef), and the
+geometry of window ops (convolution and pooling) that layers and exporters use.
+
+>>> window_output_size("pool", 28, 28, 2, 2, (2, 2), "VALID")
+(14, 14)
+"""
 
 from __future__ import annotations
 
 import operator
 
 from tapeflow import dtypes
-from tapeflow.backends.common import MAX_EXTENT
+from tapeflow.backends.geometry import MAX_EXTENT, axis_geometry, conv_geometry, padded_extent
+
+__all__ = [
+    "MAX_DIM",
+    "as_dims",
+    "as_int",
+    "binary",
+    "broadcast",
+    "conv_geometry",
+    "conv_transpose_output_size",
+    "floating",
+    "normalize_axes",
+    "normalize_axis",
+    "numeric",
+    "padded_extent",
+    "reduced_shape",
+    "reduction",
+    "same",
+    "window_output_size",
+]
 
 # The largest dimension, count or index an op takes: the compiled kernels (and BLAS) hold
 # them in C ints.
@@ -155,7 +179,67 @@ def normalize_axis(name: str, axis: int, ndim: int) -> int:
     return axis % ndim
 
 
+def reduction(name: str, kinds: str = "if"):
+    """Rule for a reduction over `axes` (already normalized); bools sum to int64."""
+
+    def infer(x, axes, keepdims):
+        if x.dtype.kind not in kinds:
+            raise TypeError(f"{name}: dtype {x.dtype} is not supported")
+        for a in axes:
+            if not 0 <= a < max(len(x.shape), 1):
+                raise ValueError(f"{name}: axis {a} is out of range for shape {x.shape}")
+        out = dtypes.int64 if x.dtype.kind == "b" else x.dtype
+        return [(reduced_shape(x.shape, axes, keepdims), out)]
+
+    return infer
+
+
 def reduced_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+# ---------------------------------------------------------------- windows
+def window_output_size(name: str, in_h, in_w, kh: int, kw: int, strides, padding: str, dilations=(1, 1)) -> tuple:
+    """(out_h, out_w) of a 'SAME' or 'VALID' window op, for layers: an unknown size (None)
+    stays unknown, and a window larger than the input is an error in the layer's words.
+
+    >>> window_output_size("pool", None, 7, 3, 3, (2, 2), "SAME")
+    (None, 4)
+    >>> window_output_size("pool", 2, 5, 3, 3, (1, 1), "VALID")
+    Traceback (most recent call last):
+    ...
+    ValueError: pool: input size 2 is smaller than the window 3 with 'valid' padding
+    """
+    sizes = []
+    for size, k, stride, dilation in zip((in_h, in_w), (kh, kw), strides, dilations, strict=True):
+        span = (k - 1) * dilation + 1
+        if padding == "VALID" and size is not None and size < span:
+            raise ValueError(f"{name}: input size {size} is smaller than the window {span} with 'valid' padding")
+        sizes.append(axis_geometry(name, size, k, stride, dilation, padding, (0, 0))[0])
+    return tuple(sizes)
+
+
+def conv_transpose_output_size(in_h, in_w, kh: int, kw: int, strides, padding, output_padding, dilations):
+    """(out_h, out_w) of a transposed convolution by Keras' rule, for layers that must give
+    the op its output size: without `output_padding`, in * stride ('SAME') or
+    in * stride + max(window - stride, 0) ('VALID'). An unknown size (None) stays unknown.
+
+    >>> conv_transpose_output_size(4, 4, 3, 3, (2, 2), "VALID", None, (1, 1))
+    (9, 9)
+    >>> conv_transpose_output_size(4, 4, 3, 3, (2, 2), "SAME", (1, 0), (1, 1))
+    (8, 7)
+    """
+    sizes = []
+    axes = zip((in_h, in_w), (kh, kw), strides, output_padding or (None, None), dilations, strict=True)
+    for size, k, stride, extra, dilation in axes:
+        span = (k - 1) * dilation + 1
+        if size is None:
+            sizes.append(None)
+        elif extra is None:
+            sizes.append(size * stride + max(span - stride, 0) if padding == "VALID" else size * stride)
+        else:
+            pad = span // 2 if padding == "SAME" else 0
+            sizes.append((size - 1) * stride + span - 2 * pad + extra)
+    return tuple(sizes)

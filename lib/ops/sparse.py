@@ -20,7 +20,8 @@ import sys
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.ops.array import check_index_range, concat, gather, scatter_add
+from tapeflow.backends.common import check_index_range
+from tapeflow.ops.array import concat, gather, scatter_add
 from tapeflow.ops.creation import ones_like, zeros
 from tapeflow.ops.math import cast, multiply
 from tapeflow.ops.registry import apply, as_tensor, defop

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from tapeflow._files import atomic_file
+from tapeflow.files.atomic import atomic_file
 
 
 class KeyedVectors:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import tapeflow as tp
+from tapeflow._kernels.fusion_opcodes import ARITY, PRIMITIVES
 from tapeflow.backends import numpy_backend
-from tapeflow.elementwise import ARITY, PRIMITIVES
 from tapeflow.ops.registry import all_ops, get_op
 
 KERNEL_OPS = sorted(op.name for op in all_ops() if op.kernel("cpu") is not op.reference)
@@ -157,7 +157,7 @@ def test_ops_run_with_subnormals_flushed_and_the_callers_setting_restored():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("primitive", PRIMITIVES)
 def test_each_elementwise_primitive_has_its_opcode(primitive, dtype):
-    """The compiled program kernel numbers its opcodes after tapeflow.elementwise.PRIMITIVES:
+    """The compiled program kernel numbers its opcodes after tapeflow._kernels.fusion_opcodes.PRIMITIVES:
     each one-instruction program computes what the op's reference does."""
     arity = ARITY[primitive]
     inputs = [np.abs(RNG.standard_normal((3, 5))).astype(dtype) + 0.5 for _ in range(arity)]

@@ -14,7 +14,7 @@ from distributed_helpers import OPTIMIZERS, Recorder
 
 import tapeflow as tp
 from tapeflow import _compat
-from tapeflow.distributed.placement import place_variables
+from tapeflow.distributed.parameters.variable_blocks import split_variables
 
 pytestmark = [
     pytest.mark.skipif(not _compat.has_dask, reason="needs dask[distributed]"),
@@ -118,7 +118,7 @@ def replay(model, steps, x, y, batch_size):
     variables, applied to the current weights with the model's optimizer."""
     variables = model.trainable_weights
     shapes = [v.shape for v in variables]
-    blocks = place_variables(shapes, n_shards=2, row_block_bytes=1 << 20)
+    blocks = split_variables(shapes, n_shards=2, row_block_bytes=1 << 20)
     shard_of = {b.variable: sorted({c.shard for c in blocks}).index(b.shard) for b in blocks}
     versions = {0: model.get_weights()}
     for record in sorted((s for s in steps if s.applied), key=lambda s: s.step):

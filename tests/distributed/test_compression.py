@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tapeflow.distributed.compression import RELATIVE_ERROR, check_compression, decode, encode
+from tapeflow.distributed.pipeline.compression import RELATIVE_ERROR, check_compression, decode, encode
 
 
 @pytest.mark.parametrize("compression", ["float16", "bfloat16"])

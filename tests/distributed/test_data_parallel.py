@@ -14,7 +14,7 @@ from distributed_helpers import OPTIMIZERS, Recorder
 
 import tapeflow as tp
 from tapeflow import _compat
-from tapeflow.distributed.epoch_plan import EpochPlan
+from tapeflow.distributed.sync.epoch_plan import EpochPlan
 
 pytestmark = [
     pytest.mark.skipif(not _compat.has_dask, reason="needs dask[distributed]"),

@@ -8,7 +8,7 @@ import pytest
 
 import tapeflow as tp
 from tapeflow import _compat
-from tapeflow.distributed.deployment import futures_of, launch_replicas, scatter_to_each
+from tapeflow.distributed.runtime.tasks import futures_of, launch_replicas, scatter_to_each
 
 pytestmark = [pytest.mark.skipif(not _compat.has_dask, reason="needs dask[distributed]"), pytest.mark.timeout(60)]
 

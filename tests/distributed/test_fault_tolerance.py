@@ -154,10 +154,10 @@ class FailingWrites:
     """Makes the n-th checkpoint write fail half-way, as a full disk would."""
 
     def __init__(self, monkeypatch, n):
-        import tapeflow.io.checkpoint as checkpoint
+        import tapeflow.saving.checkpoint as checkpoint
 
-        self.calls, self.n, self.write = 0, n, checkpoint._write_arrays
-        monkeypatch.setattr(checkpoint, "_write_arrays", self)
+        self.calls, self.n, self.write = 0, n, checkpoint.write_arrays
+        monkeypatch.setattr(checkpoint, "write_arrays", self)
 
     def __call__(self, group, arrays):
         self.write(group, arrays)

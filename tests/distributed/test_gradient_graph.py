@@ -5,10 +5,11 @@ batch alone (`SparseRows`)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tapeflow as tp
 from tapeflow.distributed.gradient_graph import GradientRunner, freeze_gradient_step
-from tapeflow.distributed.placement import Block
+from tapeflow.distributed.parameters.variable_blocks import Block
 from tapeflow.distributed.sparse_rows import SparseRows
 
 
@@ -72,3 +73,50 @@ def test_pushed_gradient_bytes_do_not_grow_with_the_table():
         blocks = [Block(0, (0, rows // 2), 0), Block(0, (rows // 2, rows), 1)]
         pushed[rows] = sum(b.take(table).nbytes for b in blocks)
     assert pushed[10**6] == pushed[10**5] == x.size * (8 + 4 * 4)
+
+
+def _dense_model(optimizer):
+    tp.random.seed(4)
+    model = tp.Sequential([tp.Input((3,)), tp.layers.Dense(4, activation="tanh"), tp.layers.Dense(2)])
+    model.compile(optimizer=optimizer, loss="mse")
+    return model
+
+
+def _eager_gradients(model, x, y, sample_weight=None):
+    with tp.GradientTape() as tape:
+        loss = model.compute_loss(y=tp.tensor(y), y_pred=model(x, training=True), sample_weight=sample_weight)
+    return float(loss), [np.asarray(g) for g in tape.gradient(loss, model.trainable_weights)]
+
+
+def test_the_replica_step_returns_unscaled_gradients_under_loss_scaling():
+    rng = np.random.default_rng(6)
+    x, y = rng.standard_normal((6, 3)).astype(np.float32), rng.standard_normal((6, 2)).astype(np.float32)
+    for built in (False, True):  # the scale a constant, or the optimizer's Variable
+        model = _dense_model(tp.optimizers.LossScaleOptimizer(tp.optimizers.SGD(0.1), initial_scale=1024.0))
+        if built:
+            model.optimizer.build(model.trainable_weights)
+        graphs, layout, variables = freeze_gradient_step(model, x, y, shard_sizes=[6], with_predictions=False)
+        loss, arrays, _ = GradientRunner(graphs, layout).run([v.numpy() for v in variables], x, y)
+        eager_loss, expected = _eager_gradients(model, x, y)
+        np.testing.assert_allclose(float(loss), eager_loss, rtol=1e-6)
+        for got, want in zip(arrays, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_the_replica_step_takes_sample_weights_when_traced_with_them():
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((6, 3)).astype(np.float32), rng.standard_normal((6, 2)).astype(np.float32)
+    weights = np.array([1.0, 0.0, 2.0, 0.5, 1.0, 0.0], np.float32)
+    model = _dense_model("sgd")
+    graphs, layout, variables = freeze_gradient_step(
+        model, x, y, shard_sizes=[6], with_predictions=False, sample_weight=weights
+    )
+    runner = GradientRunner(graphs, layout)
+    loss, arrays, _ = runner.run([v.numpy() for v in variables], x, y, sample_weight=weights)
+    eager_loss, expected = _eager_gradients(model, x, y, weights)
+    assert layout.weighted and eager_loss != pytest.approx(_eager_gradients(model, x, y)[0])
+    np.testing.assert_allclose(float(loss), eager_loss, rtol=1e-6)
+    for got, want in zip(arrays, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="this gradient step needs sample weights"):
+        runner.run([v.numpy() for v in variables], x, y)

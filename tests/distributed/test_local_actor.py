@@ -9,7 +9,7 @@ import pytest
 
 import tapeflow as tp
 from tapeflow import _compat
-from tapeflow.distributed.local_actor import in_process
+from tapeflow.distributed.runtime.local_actor import in_process
 
 pytestmark = [pytest.mark.skipif(not _compat.has_dask, reason="needs dask[distributed]"), pytest.mark.timeout(60)]
 

@@ -7,10 +7,10 @@ import asyncio
 import numpy as np
 
 import tapeflow as tp
-from tapeflow.distributed.epoch_plan import EpochPlan
-from tapeflow.distributed.parameter_server import ParameterShard
-from tapeflow.distributed.placement import Block
+from tapeflow.distributed.parameters.variable_blocks import Block
 from tapeflow.distributed.sparse_rows import SparseRows
+from tapeflow.distributed.sync.epoch_plan import EpochPlan
+from tapeflow.distributed.sync.parameter_shard import ParameterShard
 
 WIDTH = 4
 

@@ -6,7 +6,7 @@ import pytest
 
 import tapeflow as tp
 from tapeflow.distributed.gradient_graph import trace_gradient_steps
-from tapeflow.distributed.pipeline import micro_batches, split_layers, stage_devices
+from tapeflow.distributed.pipeline.layer_stages import micro_batches, split_layers, stage_devices
 from tapeflow.graph.partition import partition
 
 

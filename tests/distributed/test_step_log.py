@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tapeflow.distributed.epoch_plan import EpochPlan
-from tapeflow.distributed.step_log import StepLog
+from tapeflow.distributed.sync.epoch_plan import EpochPlan
+from tapeflow.distributed.sync.step_log import StepLog
 
 
 def _plan() -> EpochPlan:

@@ -9,6 +9,9 @@ import pytest
 import tapeflow as tp
 from tapeflow.graph import passes
 from tapeflow.graph.executor import Executor, NodeError, RunCancelled
+from tapeflow.graph.ir import GraphIR
+from tapeflow.graph.passes.fold import ConstantFolding
+from tapeflow.ops.registry import apply, get_op
 
 
 def _mlp_graph(optimize):
@@ -94,13 +97,10 @@ def test_a_failing_node_is_named():
 @pytest.mark.parametrize("activation", ["linear", "relu"])
 def test_fused_matmul_nodes_match_float64(shape, activation, rng):
     """The executor binds fused_matmul to a compiled kernel; every input shape gives a @ w + b."""
-    from tapeflow.graph.ir import Graph
-    from tapeflow.ops.registry import get_op
-
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal((70, 130)).astype(np.float32)
     b = rng.standard_normal(130).astype(np.float32)
-    graph = Graph("dense")
+    graph = GraphIR("dense")
     xv = graph.add_input("x", (None,) * (len(shape) - 1) + (70,), "float32")
     wv, bv = graph.add_constant(w), graph.add_constant(b)
     out_shape = (None,) * (len(shape) - 1) + (130,)
@@ -130,3 +130,69 @@ def test_a_cancelled_run_stops_between_nodes(rng):
     with pytest.raises(RunCancelled, match="cancelled before node"):
         graph.execute([x], cancelled=after_two_nodes)
     assert len(asked) == 3  # asked before each node until it said yes
+
+
+def _fused_dense_graph(x, w, b, feed_x: bool) -> GraphIR:
+    graph = GraphIR("dense")
+    xv = graph.add_input("x", x.shape, "float32") if feed_x else graph.add_constant(x)
+    wv, bv = graph.add_constant(w), graph.add_constant(b)
+    out = ((x.shape[0], w.shape[1]), "float32")
+    graph.outputs = graph.add_node("fused_matmul", [xv, wv, bv], {"activation": "relu"}, [out])
+    return graph
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_eager_folding_and_the_executor_give_the_same_bits(rows, rng):
+    """All three run the kernel `OpDef.bound_kernel` finds (for one float32 row, the one-row
+    dense kernel), so a fused_matmul gives the same bits in each."""
+    x = rng.standard_normal((rows, 70)).astype(np.float32)
+    w = rng.standard_normal((70, 130)).astype(np.float32)
+    b = rng.standard_normal(130).astype(np.float32)
+    eager = apply(get_op("fused_matmul"), (tp.tensor(x), tp.tensor(w), tp.tensor(b)), {"activation": "relu"}).numpy()
+    graph = _fused_dense_graph(x, w, b, feed_x=True)
+    (run,) = Executor(graph, graph.outputs, graph.inputs).run([x])
+    folded_graph = _fused_dense_graph(x, w, b, feed_x=False)
+    assert ConstantFolding().run(folded_graph)
+    folded = folded_graph.outputs[0].data
+    assert eager.tobytes() == run.tobytes() == folded.tobytes()
+
+
+class _Recording(Executor):
+    """Runs every node through its kernel, noting each op and the shapes it was given."""
+
+    def __init__(self, *args, **kwargs):
+        self.seen = []
+        super().__init__(*args, **kwargs)
+
+    def run_node(self, node, kernel, *arrays):
+        self.seen.append((node.op, [a.shape for a in arrays]))
+        return kernel(*arrays)
+
+
+def test_a_subclass_runs_every_kernel_node_through_run_node(rng):
+    """Overriding `run_node` sees each kernel node once per run, multi-output ones included,
+    and a plain pass-through gives the base executor's results."""
+    graph = tp.freeze(lambda x: [tp.exp(p) for p in tp.split(x, 2)], tp.TensorSpec((4,)), optimize=False)
+    x = rng.standard_normal(4).astype(np.float32)
+    recording = _Recording(graph, graph.outputs, graph.inputs)
+    got = recording.run([x])
+    expected = Executor(graph, graph.outputs, graph.inputs).run([x])
+    assert [a.tobytes() for a in got] == [a.tobytes() for a in expected]
+    assert recording.seen == [("split", [(4,)]), ("exp", [(2,)]), ("exp", [(2,)])]
+
+
+def test_an_in_place_scatter_also_passes_through_run_node():
+    """A scatter into a variable, which the base executor writes in place, still passes
+    through an overriding `run_node` and gives the same variable."""
+    table = tp.Variable(np.arange(12, dtype=np.float32).reshape(4, 3), name="table")
+
+    def step(rows):
+        table.assign(tp.scatter_update(table, tp.tensor([1, 3]), rows))
+        return tp.sum(table)
+
+    graph = tp.freeze(step, tp.TensorSpec((2, 3)), optimize=False)
+    recording = _Recording(graph, graph.outputs, graph.inputs)
+    (total,) = recording.run([np.ones((2, 3), np.float32)])
+    assert "scatter_update" in [op for op, _ in recording.seen]
+    np.testing.assert_array_equal(table.numpy()[[1, 3]], np.ones((2, 3)))
+    assert float(total) == float(table.numpy().sum())

@@ -9,8 +9,9 @@ import pytest
 from hostile import PRIMITIVE_ORACLE, RTOL, edge_values, flushed, mismatches
 
 import tapeflow as tp
-from tapeflow.backends import numpy_backend
-from tapeflow.elementwise import PRIMITIVES, UNARY
+from tapeflow._kernels.fusion_opcodes import PRIMITIVES, UNARY
+from tapeflow.backends import numerics, numpy_backend
+from tapeflow.devices import CPU
 from tapeflow.ops import registry
 
 DTYPES = [np.float32, np.float64]
@@ -33,11 +34,8 @@ def _fused(name, operands):
     """The compiled program for one primitive, run as a graph's executor runs it."""
     program = (*(("input", i) for i in range(len(operands))), (name, *range(len(operands))))
     run = numpy_backend.bind_fused_elementwise(None, program)
-    numerics = numpy_backend.enter_numerics()
-    try:
+    with numerics(CPU):
         return run(*operands)
-    finally:
-        numpy_backend.leave_numerics(numerics)
 
 
 def _eager(name, operands):

@@ -12,8 +12,7 @@ import pytest
 
 import tapeflow as tp
 from tapeflow.graph.executor import NodeError
-from tapeflow.graph.ir import Graph as IRGraph
-from tapeflow.graph.ir import GraphError, Node, Value
+from tapeflow.graph.ir import GraphError, GraphIR, Node, Value
 from tapeflow.graph.partition import partition
 from tapeflow.graph.placer import PlacementError, place
 from tapeflow.ops.transfer import rendezvous
@@ -182,7 +181,7 @@ def test_a_device_outside_the_cluster_is_an_error_naming_the_node():
 
 
 def test_a_cycle_is_an_error_naming_the_node():
-    g = IRGraph("cyclic")
+    g = GraphIR("cyclic")
     x = g.add_input("x", (2,), "float32")
     a = Value("a", (2,), "float32")
     b_node = Node("b", "exp", [a], {}, [])

@@ -16,7 +16,7 @@ import torch
 from hostile import PRIMITIVE_ORACLE
 
 from tapeflow import _kernels as K
-from tapeflow.elementwise import BINARY, UNARY
+from tapeflow._kernels.fusion_opcodes import BINARY, UNARY
 
 TOLERANCE = {np.float32: 1e-4, np.float64: 1e-10}
 N, H, W, C_IN, C_OUT, KH, KW = 3, 7, 9, 3, 5, 3, 2

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeflow._h5safe import FileReadError, check_regular_file
 from tapeflow.data.datasets._download import fetch, sha256_of
+from tapeflow.files.safe_h5 import FileReadError, check_regular_file
 
 VARIANTS = ("mnist", "fashion")
 

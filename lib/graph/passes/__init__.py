@@ -13,7 +13,7 @@ into single `fused_elementwise` kernels (`FUSION`).
 
 from __future__ import annotations
 
-from tapeflow.graph.ir import Graph
+from tapeflow.graph.ir import GraphIR
 from tapeflow.graph.passes.cse import CommonSubexpressionElimination
 from tapeflow.graph.passes.dce import DeadCodeElimination
 from tapeflow.graph.passes.epilogue import BiasActivationFusion
@@ -32,7 +32,7 @@ DEFAULT_PASSES: list = [
 ]
 
 
-def optimize(graph: Graph, passes=None, max_rounds: int = 4) -> dict:
+def optimize(graph: GraphIR, passes=None, max_rounds: int = 4) -> dict:
     """Run `passes` (default DEFAULT_PASSES) until nothing changes, linting after each.
 
     Returns {"changed": bool, "rounds": int, "by_pass": {pass name: times changed}}.

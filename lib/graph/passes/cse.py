@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 
-from tapeflow.graph.ir import ASSIGN, READ, Graph
+from tapeflow.graph.ir import ASSIGN, READ, GraphIR
 from tapeflow.graph.passes.rewrite import attr_key
 from tapeflow.ops.registry import get_op
 
@@ -22,7 +22,7 @@ from tapeflow.ops.registry import get_op
 class CommonSubexpressionElimination:
     name = "cse"
 
-    def run(self, graph: Graph) -> bool:
+    def run(self, graph: GraphIR) -> bool:
         same: dict[int, object] = {}  # id(value) -> the value that replaces it
         by_bytes: dict[tuple, object] = {}
         constants = []

@@ -11,13 +11,13 @@ they depend on stays.
 
 from __future__ import annotations
 
-from tapeflow.graph.ir import ASSIGN, READ, SIDE_EFFECT_OPS, Graph
+from tapeflow.graph.ir import ASSIGN, READ, SIDE_EFFECT_OPS, GraphIR
 
 
 class DeadCodeElimination:
     name = "dce"
 
-    def run(self, graph: Graph) -> bool:
+    def run(self, graph: GraphIR) -> bool:
         live: set[int] = set()
         stack = list(graph.outputs)
         for node in graph.nodes:

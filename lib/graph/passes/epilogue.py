@@ -14,7 +14,7 @@ other reader. Used for inference graphs (`model.freeze()`).
 
 from __future__ import annotations
 
-from tapeflow.graph.ir import Graph
+from tapeflow.graph.ir import GraphIR
 from tapeflow.graph.passes.rewrite import consumer_counts, replace_uses
 
 _PRODUCTS = {"matmul": "fused_matmul", "conv2d": "fused_conv2d"}
@@ -23,7 +23,7 @@ _PRODUCTS = {"matmul": "fused_matmul", "conv2d": "fused_conv2d"}
 class BiasActivationFusion:
     name = "bias_activation_fusion"
 
-    def run(self, graph: Graph) -> bool:
+    def run(self, graph: GraphIR) -> bool:
         users = graph.consumers()
         counts = consumer_counts(graph)
         removed: set[int] = set()

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from tapeflow.backends import backend
-from tapeflow.graph.ir import ASSIGN, READ, Graph
+from tapeflow.backends import backend, numerics
+from tapeflow.graph.ir import ASSIGN, READ, GraphIR
 from tapeflow.graph.passes.rewrite import replace_uses
 from tapeflow.ops.registry import get_op
 
@@ -27,7 +27,7 @@ class ConstantFolding:
     def __init__(self, max_elements: int = 1_000_000):
         self.max_elements = max_elements
 
-    def run(self, graph: Graph) -> bool:
+    def run(self, graph: GraphIR) -> bool:
         folded: dict[int, object] = {}
         kept = []
         for node in graph.nodes:
@@ -63,10 +63,6 @@ class ConstantFolding:
 def _evaluate(op, device, node):
     """The node's outputs, computed as the executor would: same kernel, same numerics (so a
     subnormal result is flushed exactly as it would be at run time)."""
-    kernels = backend(device.family)
-    numerics = kernels.enter_numerics(device.index)
-    try:
-        with np.errstate(all="ignore"):
-            return op.kernel(device.family)(*(v.data for v in node.inputs), **node.public_attrs)
-    finally:
-        kernels.leave_numerics(numerics)
+    kernel = op.bound_kernel(device.family, node.public_attrs)
+    with numerics(device), np.errstate(all="ignore"):
+        return kernel(*(v.data for v in node.inputs))

@@ -13,11 +13,10 @@ program. See tapeflow.ops.fused for the program format.
 
 from __future__ import annotations
 
-from tapeflow.elementwise import PRIMITIVES
-from tapeflow.graph.ir import Graph, Node
+from tapeflow.graph.ir import GraphIR, Node
 from tapeflow.graph.passes.rewrite import consumer_counts
 from tapeflow.ops import shapes
-from tapeflow.ops.fused import check_program
+from tapeflow.ops.fused import PRIMITIVES, check_program
 
 FUSED = "fused_elementwise"
 
@@ -25,7 +24,7 @@ FUSED = "fused_elementwise"
 class ElementwiseFusion:
     name = "fuse"
 
-    def run(self, graph: Graph) -> bool:
+    def run(self, graph: GraphIR) -> bool:
         counts = consumer_counts(graph)
         position = {id(n): i for i, n in enumerate(graph.nodes)}
         taken: set[int] = set()
@@ -74,7 +73,7 @@ def _inlinable(v) -> bool:
     return v.kind == "const" and v.data.ndim == 0
 
 
-def _fuse(graph: Graph, group: list):
+def _fuse(graph: GraphIR, group: list):
     """A fused node computing the group's last node, or None when its inputs would not give that shape."""
     root_out = group[-1].outputs[0]
     inside = {id(n.outputs[0]) for n in group}

@@ -6,10 +6,10 @@ import struct
 
 import numpy as np
 
-from tapeflow.graph.ir import Graph, Value
+from tapeflow.graph.ir import GraphIR, Value
 
 
-def replace_uses(graph: Graph, replacements: dict[int, Value]) -> bool:
+def replace_uses(graph: GraphIR, replacements: dict[int, Value]) -> bool:
     """Make every reader (nodes and graph outputs) of a value `v` read `replacements[id(v)]`
     instead; True if any did."""
     if not replacements:
@@ -25,7 +25,7 @@ def replace_uses(graph: Graph, replacements: dict[int, Value]) -> bool:
     return changed
 
 
-def consumer_counts(graph: Graph) -> dict[int, int]:
+def consumer_counts(graph: GraphIR) -> dict[int, int]:
     """id(value) -> how many distinct nodes read it, plus one per graph output it is."""
     counts: dict[int, int] = {}
     for node in graph.nodes:

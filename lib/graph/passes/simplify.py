@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from tapeflow.graph.ir import Graph
+from tapeflow.graph.ir import GraphIR
 from tapeflow.graph.passes.rewrite import replace_uses, scalar_value
 
 # op -> (value of a neutral right operand, value of a neutral left operand or None); the sign
@@ -32,7 +32,7 @@ _PASS_THROUGH = ("identity", "stop_gradient")
 class AlgebraicSimplification:
     name = "simplify"
 
-    def run(self, graph: Graph) -> bool:
+    def run(self, graph: GraphIR) -> bool:
         alias: dict[int, object] = {}
         changed = False
         for node in graph.nodes:

@@ -1,0 +1,86 @@
+"""The asynchronous replica loop: a long-running Dask task that trains on batches until
+the update log has none left for it.
+
+A replica takes a batch from the log, computes the gradient of the model's loss on it
+with the frozen gradient step at the parameters it last received, and commits the update
+to the log with the versions of those parameters. If the log gives the update a step,
+the replica pushes each parameter shard its blocks; the pushes answer with the shards'
+newest parameters. If the update is dropped, it pulls them instead. No replica ever
+waits for another's gradient; every wait is bounded by `timeout`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tapeflow import _compat
+from tapeflow.distributed.epoch_data import rows_reader
+from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
+from tapeflow.distributed.parameters.variable_blocks import Block, join_blocks
+from tapeflow.distributed.runtime.local_actor import in_process
+from tapeflow.distributed.runtime.tasks import actor_answer
+
+
+@dataclass(frozen=True)
+class AsyncReplicaJob:
+    """What one replica needs besides the data: its number, where each batch starts in the
+    epoch's row order (batch b is rows offsets[b]:offsets[b + 1]), the layout of the
+    gradient step, the parameter blocks per shard, a delay in seconds after each gradient
+    (to simulate a slow worker) and the timeout of every wait."""
+
+    replica: int
+    offsets: tuple[int, ...]
+    layout: GradientLayout
+    blocks: tuple[tuple[Block, ...], ...]
+    delay: float
+    timeout: float
+
+
+def run_async_replica(job: AsyncReplicaJob, graphs: dict, data, order: np.ndarray, shards: list, log) -> int:
+    """Train on batches from `log` until none is left; returns how many of this replica's
+    updates were applied. `data` is [x, y], [x_0, ..., x_k, y] or an epoch of a Dataset
+    (the log hands out batches in increasing order, so a replica reads its pipeline
+    forwards); `shards` are the AsyncParameterShard actors."""
+    _compat.require_distributed().secede()  # a long-running task leaves the worker's thread pool
+    shards, log = [in_process(ps) for ps in shards], in_process(log)
+    runner = GradientRunner(graphs, job.layout)
+    reader = rows_reader(data)
+    taking = log.take()
+    answers = _all(job, [ps.pull() for ps in shards], "pull")
+    batch = actor_answer(taking, job.timeout, "the update log")
+    applied = 0
+    while batch is not None and answers is not None:
+        pulled, parameters = _parameters(job, answers)
+        rows = order[job.offsets[batch] : job.offsets[batch + 1]]
+        loss, arrays, predictions = runner.run(parameters, *reader.take(rows))
+        if job.delay:
+            time.sleep(job.delay)
+        commit = log.commit(batch, job.replica, pulled, float(loss), predictions)
+        step, batch = actor_answer(commit, job.timeout, f"the update log (batch {batch})")
+        if step is not None:
+            pushes = [
+                ps.push(step, [b.take(arrays[b.variable]) for b in blocks])
+                for ps, blocks in zip(shards, job.blocks, strict=True)
+            ]
+            answers = _all(job, pushes, f"step {step}")
+            applied += 1
+        elif batch is not None:
+            answers = _all(job, [ps.pull() for ps in shards], "pull")
+    return applied
+
+
+def _all(job: AsyncReplicaJob, calls: list, what: str):
+    """Every shard's (version, arrays) answer, or None once a shard has stopped."""
+    answers = [actor_answer(c, job.timeout, f"parameter shard {i} ({what})") for i, c in enumerate(calls)]
+    return None if any(a is None for a in answers) else answers
+
+
+def _parameters(job: AsyncReplicaJob, answers: list) -> tuple[tuple[int, ...], list[np.ndarray]]:
+    """(each shard's version, the whole variables) from the shards' answers."""
+    parts = {}
+    for blocks, (_, arrays) in zip(job.blocks, answers, strict=True):
+        parts.update(zip(blocks, arrays, strict=True))
+    return tuple(version for version, _ in answers), join_blocks(parts)

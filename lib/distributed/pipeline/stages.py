@@ -1,0 +1,382 @@
+"""The stages of a partitioned graph on workers: `StageWorker`, a Dask actor that holds
+the partitions of one device and runs them micro-batch by micro-batch, sending values to
+the other stages' actors worker to worker; `stage_specs`, which says what each actor
+runs; and `StageGroup`, the client's handle on them, with every wait bounded and lost
+workers named. docs/distributed.md tells how a step flows through the stages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tapeflow import optimizers
+from tapeflow.devices import WorkerDevice
+from tapeflow.distributed.gradient_graph import graph_bytes
+from tapeflow.distributed.pipeline.compression import decode, encode
+from tapeflow.distributed.runtime.liveness import WorkerLost, find_lost, lost_workers
+from tapeflow.distributed.runtime.local_actor import in_process
+from tapeflow.distributed.runtime.tasks import actor_answer, start_actor, stop_actors, watched_result
+from tapeflow.graph.partition import Transfer, partition
+from tapeflow.graph.runnable import load_graph
+from tapeflow.ops.registry import as_tensor
+from tapeflow.ops.transfer import rendezvous
+
+
+@dataclass(frozen=True)
+class StagePartition:
+    """One partition as shipped: its graph file and the transfers it receives and sends."""
+
+    graph: bytes
+    recvs: tuple[Transfer, ...]
+    sends: tuple[Transfer, ...]
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What the actor of `device` runs: its partitions by micro-batch size (in rank order;
+    key None for a graph of any batch size), the graph inputs it reads, the variables it
+    trains (state names) with the values of their gradients and whether weight decay
+    applies, the loss it computes (or None) and the other graph outputs it computes and
+    returns (`outputs`, value names), the optimizer (None when it only runs forward), the
+    compression and the timeout of every wait."""
+
+    device: str
+    partitions: dict
+    feeds: tuple[str, ...]
+    variables: tuple[str, ...] = ()
+    gradients: tuple[str, ...] = ()
+    decays: tuple[bool, ...] = ()
+    loss: str | None = None
+    outputs: tuple[str, ...] = ()
+    optimizer_config: dict | None = None
+    compression: str | None = None
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Roles:
+    """What the graphs' outputs mean, by position: the loss (or None), then the gradient of
+    each variable of `variables` (state names, with whether weight decay applies), and
+    `outputs`, the positions of those the client gets back."""
+
+    loss: int | None = None
+    variables: tuple[str, ...] = ()
+    decays: tuple[bool, ...] = ()
+    outputs: tuple[int, ...] = ()
+    optimizer_config: dict | None = None
+
+
+def stage_specs(graphs: dict, devices: list[str], roles: Roles, compression, timeout: float) -> list[StageSpec]:
+    """One StageSpec per device of `devices`, from the partitions of each graph of `graphs`
+    (by micro-batch size); the variables of `roles` are trained where they live."""
+    by_device: dict[str, dict] = {d: {} for d in devices}
+    for size, graph in graphs.items():
+        for part in partition(graph, devices).partitions:
+            by_device[part.device].setdefault(size, []).append(part)
+    graph = next(iter(graphs.values()))
+    outputs = [v.name for v in graph.outputs]
+    first = 0 if roles.loss is None else roles.loss + 1
+    gradient_of = dict(zip(roles.variables, outputs[first : first + len(roles.variables)], strict=True))
+    decays = dict(zip(roles.variables, roles.decays, strict=True))
+    specs = []
+    for where in devices:
+        by_size = by_device[where]
+        if not by_size or len({len(parts) for parts in by_size.values()}) > 1:
+            raise ValueError(f"model parallel: the stage on {where} has no partitions, or different ones per size")
+        parts = next(iter(by_size.values()))
+        made = {name for p in parts for name in p.output_names}
+        read = {name for p in parts for name in p.input_names}
+        held = [name for name in roles.variables if any(name in p.graph.state for p in parts)]
+        for name in held:
+            if gradient_of[name] not in made:
+                raise ValueError(f"model parallel: the gradient of '{name}' is not computed on {where}, which holds it")
+        specs.append(
+            StageSpec(
+                device=where,
+                partitions={
+                    size: tuple(StagePartition(graph_bytes(p.graph), tuple(p.recvs), tuple(p.sends)) for p in ps)
+                    for size, ps in by_size.items()
+                },
+                feeds=tuple(v.name for v in graph.inputs if v.name in read),
+                variables=tuple(held),
+                gradients=tuple(gradient_of[name] for name in held),
+                decays=tuple(decays[name] for name in held),
+                loss=outputs[roles.loss] if roles.loss is not None and outputs[roles.loss] in made else None,
+                outputs=tuple(outputs[i] for i in roles.outputs if outputs[i] in made),
+                optimizer_config=roles.optimizer_config,
+                compression=compression,
+                timeout=timeout,
+            )
+        )
+    return specs
+
+
+class StageWorker:
+    """The actor of one device: its partitions, its variables and their optimizer, and an
+    inbox for the values other stages send it."""
+
+    def __init__(self, spec: StageSpec):
+        self.spec = spec
+        self.variables: dict = {}
+        self.partitions = {}
+        for size, parts in spec.partitions.items():
+            self.partitions[size] = [(load_graph(io.BytesIO(p.graph)), p) for p in parts]
+            for graph, _ in self.partitions[size]:
+                for name, var in graph.state.items():  # the device's partitions share one Variable each
+                    graph.state[name] = self.variables.setdefault(name, var)
+        missing = [n for n in spec.variables if n not in self.variables]
+        if missing:
+            raise ValueError(f"StageWorker {spec.device}: its partitions do not hold the variables {missing}")
+        self.trainable = [self.variables[n] for n in spec.variables]
+        self.optimizer = None
+        if spec.optimizer_config is not None:
+            self.optimizer = optimizers.get(spec.optimizer_config)
+            self.optimizer.build(self.trainable)
+            self.optimizer.exclude_from_weight_decay(
+                var_list=[v for v, d in zip(self.trainable, spec.decays, strict=True) if not d]
+            )
+        self.data: dict[str, np.ndarray] = {}
+        self.peers: dict = {}
+        self.inbox: dict[tuple, np.ndarray] = {}
+        self.stopped = False
+        self._arrived = threading.Condition()
+
+    # ------------------------------------------------------------ setup
+    async def connect(self, peers: dict) -> None:
+        """Take the actors of the other devices, by device name."""
+        self.peers = dict(peers)
+
+    async def load_data(self, columns: dict) -> None:
+        """Take the data columns (graph input name -> array of all rows) this device reads."""
+        self.data = {name: np.asarray(a) for name, a in columns.items()}
+
+    async def begin(self, values: dict, slots: dict, iterations: int, learning_rate) -> None:
+        """Set the variables, their optimizer slots, the step counter and the learning rate
+        (None under a schedule) to the client's."""
+        for name, var in self.variables.items():
+            if name in values:
+                var.assign(values[name])
+        for name in self.spec.variables:
+            for slot, value in slots.get(name, {}).items():
+                self.optimizer.slots(self.variables[name])[slot].assign(value)
+        self.optimizer.iterations = int(iterations)
+        if learning_rate is not None:
+            self.optimizer.learning_rate = float(learning_rate)
+        with self._arrived:
+            self.inbox, self.stopped = {}, False
+
+    async def state(self) -> tuple[dict, dict, int]:
+        """(values, slots by name, step counter) of the variables this device holds."""
+        values = {name: v.numpy() for name, v in self.variables.items()}
+        slots = {
+            name: {slot: s.numpy() for slot, s in self.optimizer.slots(self.variables[name]).items()}
+            for name in self.spec.variables
+        }
+        return values, slots, self.optimizer.iterations
+
+    # ------------------------------------------------------------ transfers
+    async def receive(self, step: int, micro_batch: int, key: str, payload) -> None:
+        """A value sent to this device for `micro_batch` of `step` under rendezvous `key`."""
+        with self._arrived:
+            self.inbox[(step, micro_batch, key)] = payload
+            self._arrived.notify_all()
+
+    async def stop(self) -> None:
+        """Release a step that waits for values (its sender died): it raises at once."""
+        with self._arrived:
+            self.stopped = True
+            self._arrived.notify_all()
+
+    def _take(self, step: int, micro_batch: int, transfer: Transfer) -> np.ndarray:
+        where = (step, micro_batch, transfer.key)
+        with self._arrived:
+            arrived = self._arrived.wait_for(lambda: where in self.inbox or self.stopped, self.spec.timeout)
+            if self.stopped:
+                raise RuntimeError(f"{self.spec.device}: stopped while waiting for '{transfer.value}' (step {step})")
+            if not arrived:
+                raise TimeoutError(
+                    f"{self.spec.device}: '{transfer.value}' of micro-batch {micro_batch} of step {step} did not "
+                    f"arrive from {transfer.source} within {self.spec.timeout:g}s"
+                )
+            payload = self.inbox.pop(where)
+        return decode(payload, self._compression(transfer), transfer.dtype)
+
+    def _compression(self, transfer: Transfer) -> str | None:
+        return self.spec.compression if _crosses(transfer) else None
+
+    # ------------------------------------------------------------ steps
+    def _partitions(self, rows) -> list:
+        """The partitions for a micro-batch of row numbers `rows` (None: the whole data), those
+        of its size or else those of any size (key None)."""
+        found = self.partitions.get(None if rows is None else len(rows), self.partitions.get(None))
+        if found is None:
+            raise ValueError(f"{self.spec.device}: no partitions for micro-batches of {len(rows)} rows")
+        return found
+
+    async def run_step(self, step: int, micro_rows: list, rows: int) -> dict:
+        """Run `step` over the micro-batches of row numbers `micro_rows` (of a batch of `rows`
+        rows; [None] runs the whole data once), then apply the update. Returns the loss and
+        the outputs where this device computes them (outputs joined over the micro-batches
+        along their first axis), the seconds spent computing (partitions and update) and
+        the bytes sent."""
+        return await asyncio.to_thread(self._step, step, micro_rows, rows)
+
+    def _step(self, step: int, micro_rows: list, rows: int) -> dict:
+        started = time.perf_counter()
+        with self._arrived:  # values of an abandoned earlier step are of no use any more
+            self.inbox = {k: v for k, v in self.inbox.items() if k[0] >= step}
+        stores = [{n: self.data[n] if r is None else self.data[n][r] for n in self.spec.feeds} for r in micro_rows]
+        peers = {device: in_process(actor) for device, actor in self.peers.items()}
+        calls, busy, sent, between = [], 0.0, 0, 0
+        for index in range(len(self._partitions(micro_rows[0]))):
+            for mb, store in enumerate(stores):
+                graph, part = self._partitions(micro_rows[mb])[index]
+                table = {t.key: self._take(step, mb, t) for t in part.recvs}
+                begun = time.perf_counter()
+                with rendezvous(table):  # the partition's recv nodes take from it, its send nodes give to it
+                    results = graph.execute([store[v.name] for v in graph.inputs])
+                busy += time.perf_counter() - begun
+                store.update((v.name, a) for v, a in zip(graph.outputs, results, strict=True))
+                for t in part.sends:
+                    payload = encode(table.pop(t.key), self._compression(t))
+                    calls.append((t, peers[t.destination].receive(step, mb, t.key, payload)))
+                    sent += payload.nbytes
+                    between += payload.nbytes if _crosses(t) else 0
+        for t, call in calls:
+            actor_answer(call, self.spec.timeout, f"{t.destination} (receiving '{t.value}', step {step})")
+        result = {"busy": busy, "bytes": sent, "bytes_between_workers": between}
+        weights = [np.float32(1.0 if r is None else len(r) / rows) for r in micro_rows]
+        if self.spec.loss is not None:
+            result["loss"] = float(sum(w * float(s[self.spec.loss]) for w, s in zip(weights, stores, strict=True)))
+        result["outputs"] = {name: _joined([s[name] for s in stores]) for name in self.spec.outputs}
+        begun = time.perf_counter()
+        self._apply([[s[g] for s in stores] for g in self.spec.gradients], weights)
+        result["busy"] += time.perf_counter() - begun
+        result["seconds"] = time.perf_counter() - started
+        return result
+
+    def _apply(self, gradients: list, weights: list) -> None:
+        """Apply the rows-weighted sum of each variable's micro-batch gradients."""
+        if self.optimizer is None:
+            return
+        if not self.trainable:
+            self.optimizer.iterations += 1
+            return
+        summed = []
+        for var, parts in zip(self.trainable, gradients, strict=True):
+            total = None
+            for w, g in zip(weights, parts, strict=True):
+                part = np.multiply(g, w.astype(var.dtype.np), dtype=var.dtype.np)
+                total = part if total is None else np.add(total, part, out=total)
+            summed.append(as_tensor(total))
+        self.optimizer.apply_gradients(zip(summed, self.trainable, strict=True))
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """One micro-batch's value as it is; several joined along the first axis (0-d ones stacked)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.stack(parts) if np.ndim(parts[0]) == 0 else np.concatenate(parts)
+
+
+def _crosses(transfer: Transfer) -> bool:
+    """Whether `transfer` goes from one worker to another."""
+    return WorkerDevice.parse(transfer.source).worker != WorkerDevice.parse(transfer.destination).worker
+
+
+@dataclass
+class StepAnswers:
+    """What the stages answered for one step: the loss (None where no stage computes it),
+    the outputs by value name, the seconds each stage computed, and the bytes sent."""
+
+    loss: float | None
+    outputs: dict
+    busy: tuple[float, ...]
+    bytes_sent: int
+    bytes_between_workers: int
+    seconds: float = field(default=0.0)
+
+
+class StageGroup:
+    """The client's handle on the StageWorkers of one partitioned graph: starts them on
+    `workers` (one per spec, `workers[i]` for `specs[i]`), connects them and gives each
+    the data `columns` it reads; every call waits at most `timeout` seconds and asks the
+    scheduler every half second whether a worker holding a stage left (then the wait
+    raises WorkerLost). `close` releases the actors."""
+
+    def __init__(self, cluster, specs: list[StageSpec], workers: list[str], columns: dict, timeout: float):
+        self.cluster, self.specs, self.workers, self.timeout = cluster, specs, list(workers), float(timeout)
+        self.devices = [spec.device for spec in specs]
+        self.actors, self._held = [], []
+        try:
+            self._start(columns)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, columns: dict) -> None:
+        client = self.cluster.client
+        self._held = [
+            start_actor(client, StageWorker, spec, worker=w) for spec, w in zip(self.specs, self.workers, strict=True)
+        ]
+        self.actors = self.answers(self._held, "start")
+        peers = dict(zip(self.devices, self.actors, strict=True))
+        self.answers([a.connect(peers) for a in self.actors], "connect")
+        data = [{n: columns[n] for n in spec.feeds} for spec in self.specs]
+        self.answers([a.load_data(d) for a, d in zip(self.actors, data, strict=True)], "data")
+
+    def answers(self, calls, what: str) -> list:
+        """The answers of one call per stage (together at most `timeout` seconds)."""
+        deadline = time.monotonic() + self.timeout
+        return [
+            watched_result(call, f"the stage {d} on {w} ({what})", self.timeout, self._watch, deadline)
+            for call, d, w in zip(calls, self.devices, self.workers, strict=True)
+        ]
+
+    def step(self, step: int, micro_rows: list, rows: int) -> StepAnswers:
+        """Run `step` on every stage over the micro-batches of row numbers `micro_rows`."""
+        started = time.perf_counter()
+        answers = self.answers([a.run_step(step, micro_rows, rows) for a in self.actors], f"step {step}")
+        return StepAnswers(
+            loss=next((a["loss"] for a in answers if "loss" in a), None),
+            outputs={name: value for a in answers for name, value in a["outputs"].items()},
+            busy=tuple(a["busy"] for a in answers),
+            bytes_sent=sum(a["bytes"] for a in answers),
+            bytes_between_workers=sum(a["bytes_between_workers"] for a in answers),
+            seconds=time.perf_counter() - started,
+        )
+
+    def _watch(self) -> None:
+        lost = lost_workers(self.workers, self.cluster.workers)
+        if lost:
+            raise WorkerLost(lost)
+
+    def failure(self, error: BaseException, during: str) -> BaseException:
+        """What to raise for `error`: after releasing the stages still waiting, a RuntimeError
+        naming the workers that left and their stages, or `error` itself if none left."""
+        self._stop()
+        lost = find_lost(self.cluster, self.workers, error)
+        if not lost:
+            return error
+        stages = [d for d, w in zip(self.devices, self.workers, strict=True) if w in lost]
+        return RuntimeError(f"workers {lost} holding pipeline stages {stages} left the cluster during {during}")
+
+    def _stop(self) -> None:
+        """Release the stages still alive from a failed step (best effort, a few seconds)."""
+        try:
+            alive = self.cluster.workers
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer: nothing to release
+            return
+        stop_actors(zip(self.actors, self.workers, strict=True), alive)
+
+    def close(self) -> None:
+        """Release the stage actors (safe to call twice)."""
+        if self._held:
+            self.cluster.client.cancel(self._held, force=True)
+        self._held, self.actors = [], []

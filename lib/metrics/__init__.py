@@ -1,0 +1,76 @@
+"""Metrics, Keras style: stateful objects that accumulate over batches.
+
+`update_state(y_true, y_pred, sample_weight=None)` adds a batch,
+`result()` gives the value so far as a float, `reset_state()` starts over.
+They run in NumPy float64 and never join a tape.
+
+>>> import tapeflow as tp
+>>> m = tp.metrics.SparseCategoricalAccuracy()
+>>> m.update_state([0, 1], [[0.9, 0.1], [0.8, 0.2]])
+>>> m.update_state([1], [[0.3, 0.7]])
+>>> round(m.result(), 4), m.name
+(0.6667, 'sparse_categorical_accuracy')
+
+The string "accuracy" (or "acc") gets an `AutoAccuracy`, which picks the
+accuracy that fits the data on its first update, as Keras's `compile` does:
+binary accuracy when predictions have one column (or the loss is a binary
+cross-entropy), sparse categorical accuracy when labels are integer class ids
+of shape [batch] (or [batch, 1]) against predictions [batch, classes], and
+categorical accuracy (argmax against argmax) otherwise.
+
+>>> acc = tp.metrics.get("accuracy")
+>>> acc.update_state([2, 0], [[0.1, 0.2, 0.7], [0.5, 0.4, 0.1]])
+>>> acc.result(), acc.resolved
+(1.0, 'sparse_categorical_accuracy')
+"""
+
+from tapeflow.metrics.accuracy_metrics import (
+    Accuracy,
+    AutoAccuracy,
+    BinaryAccuracy,
+    CategoricalAccuracy,
+    SparseCategoricalAccuracy,
+    SparseTopKCategoricalAccuracy,
+    TopKCategoricalAccuracy,
+)
+from tapeflow.metrics.confusion_metrics import Precision, Recall
+from tapeflow.metrics.functions import (
+    accuracy,
+    binary_accuracy,
+    categorical_accuracy,
+    mean_absolute_error,
+    mean_squared_error,
+    sparse_categorical_accuracy,
+    sparse_top_k_categorical_accuracy,
+    top_k_categorical_accuracy,
+)
+from tapeflow.metrics.lookup import get
+from tapeflow.metrics.metric import Metric
+from tapeflow.metrics.reduction_metrics import Mean, MeanMetricWrapper
+from tapeflow.metrics.regression_metrics import MeanAbsoluteError, MeanSquaredError
+
+__all__ = [
+    "top_k_categorical_accuracy",
+    "sparse_top_k_categorical_accuracy",
+    "sparse_categorical_accuracy",
+    "mean_squared_error",
+    "mean_absolute_error",
+    "categorical_accuracy",
+    "binary_accuracy",
+    "accuracy",
+    "Accuracy",
+    "AutoAccuracy",
+    "BinaryAccuracy",
+    "CategoricalAccuracy",
+    "Mean",
+    "MeanAbsoluteError",
+    "MeanMetricWrapper",
+    "MeanSquaredError",
+    "Metric",
+    "Precision",
+    "Recall",
+    "SparseCategoricalAccuracy",
+    "SparseTopKCategoricalAccuracy",
+    "TopKCategoricalAccuracy",
+    "get",
+]

@@ -1,0 +1,124 @@
+"""Sequential: a model that stacks layers, each taking the previous one's output."""
+
+from __future__ import annotations
+
+from tapeflow.graph.trace import TensorSpec
+from tapeflow.layers.base import InputLayer, Layer, SymbolicTensor, deserialize, serialize
+from tapeflow.models.model import Model
+
+
+class Sequential(Model):
+    """A plain stack of layers, each feeding the next.
+
+    Declare the input first, with `tp.Input(shape)` (or a `tp.layers.InputLayer`, or
+    `input_shape=` on the first layer), and the model is built at construction, as in
+    Keras: its weights exist, so `summary()`, `get_weights()`, `count_params()` and
+    `freeze()` work before any call. Without one, the layers are built on the first call
+    (or by `build(input_shape)`). The input is not listed in `layers`.
+
+    Args:
+        layers: the layers, in order; the first may be a `tp.Input(...)` or an `InputLayer`.
+        name: the model's name.
+        trainable: whether its weights are trained.
+
+    >>> import tapeflow as tp
+    >>> model = tp.Sequential([tp.Input((3,)), tp.layers.Dense(2)])
+    >>> model.add(tp.layers.Activation("softmax"))
+    >>> [type(layer).__name__ for layer in model.layers], model.count_params()
+    (['Dense', 'Activation'], 8)
+    """
+
+    def __init__(self, layers=None, name: str | None = None, trainable: bool = True):
+        super().__init__(name=name, trainable=trainable)
+        self.layers: list[Layer] = []
+        self._input_layer: InputLayer | None = None
+        for layer in layers or []:
+            self.add(layer)
+
+    def add(self, layer: Layer) -> None:
+        """Append a layer; a model with a declared input builds the new layer at once.
+
+        The first entry may instead be a `tp.Input(...)` tensor or an `InputLayer`."""
+        if isinstance(layer, SymbolicTensor) and layer.input_layer is not None:
+            layer = layer.input_layer
+        if isinstance(layer, InputLayer):
+            if self.layers or self._input_layer is not None:
+                raise ValueError(
+                    f"Sequential.add: {self.name}: an input ({layer.name}) can only be the first entry; "
+                    f"the model already has {[x.name for x in self.layers] or [self._input_layer.name]}"
+                )
+            self._input_layer = layer
+            return
+        if not isinstance(layer, Layer):
+            raise TypeError(f"Sequential.add: expected a tp.layers.Layer or a tp.Input, got {type(layer).__name__}")
+        if not self.layers and self._input_layer is None and layer._input_shape_arg is not None:
+            self._input_layer = InputLayer(shape=layer._input_shape_arg)
+        self.layers.append(layer)
+        if self._input_layer is not None:
+            self.build(self._input_layer.batch_shape)
+
+    def build(self, input_shape=None):
+        """Build every layer for inputs of `input_shape` (batch axis first) by a symbolic pass;
+        without an argument, for the declared input."""
+        if input_shape is None:
+            if self._input_layer is None:
+                raise ValueError(f"{self.name}.build: give an input_shape; the model declares no input")
+            input_shape = self._input_layer.batch_shape
+        dtype = self._input_layer.dtype if self._input_layer is not None else self.dtype
+        x = SymbolicTensor(input_shape, dtype, "input")
+        for layer in self.layers:
+            x = layer(x)
+        self._input_signature = [TensorSpec((None, *tuple(input_shape)[1:]), dtype)]
+        self._build_input_shape = tuple(input_shape)
+
+    def _call_symbolic(self, inputs, *args, **kwargs):
+        # Called on a symbolic input (inside a functional model): build every layer now.
+        if not self.built and isinstance(inputs, SymbolicTensor) and self._input_layer is None:
+            self._input_layer = InputLayer(batch_shape=inputs.shape, dtype=inputs.dtype)
+            self.build(inputs.shape)
+        return super()._call_symbolic(inputs, *args, **kwargs)
+
+    def _maybe_build(self, input_shape) -> None:
+        # Called on data first: the layers build on their own first calls, inside call().
+        if not self.built:
+            self.built = True
+            if isinstance(input_shape, tuple) and input_shape:
+                input_shape = (None, *input_shape[1:])  # any batch size, as a declared input has
+            self._build_input_shape = input_shape
+
+    def call(self, inputs, training=None):
+        x = inputs
+        for layer in self.layers:
+            x = layer(x, training=training)
+        return x
+
+    def _summary_rows(self):
+        rows, shape = [], getattr(self, "_build_input_shape", None)
+        shape = None if shape is None else (None, *tuple(shape)[1:])
+        for layer in self.layers:
+            shape = layer.compute_output_shape(shape) if shape is not None else "?"
+            rows.append((layer, shape))
+        return rows
+
+    def get_config(self) -> dict:
+        """The layers' configs, and the input (Keras' "build_input_shape") if the model is built."""
+        shape = getattr(self, "_build_input_shape", None) if self.built else None
+        dtype = self._input_layer.dtype if self._input_layer is not None else self.dtype
+        if self._input_layer is None and self._input_signature:  # built by a first call: its input's dtype
+            dtype = self._input_signature[0].dtype
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "layers": [serialize(layer) for layer in self.layers],
+            "build_input_shape": None if shape is None else list(shape),
+            "input_dtype": dtype.name,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict):
+        config = dict(config)
+        layers = [deserialize(c) for c in config.pop("layers", [])]
+        shape, dtype = config.pop("build_input_shape", None), config.pop("input_dtype", "float32")
+        if shape is not None:
+            layers = [InputLayer(batch_shape=shape, dtype=dtype), *layers]
+        return cls(layers, **config)

@@ -1,0 +1,428 @@
+"""The Optimizer base class: slots, learning rate, clipping and the update loop every optimizer shares."""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+
+import numpy as np
+
+from tapeflow.autodiff import GradientTape
+from tapeflow.devices import device
+from tapeflow.ops import sparse
+from tapeflow.ops.array import gather, reshape
+from tapeflow.ops.math import cast, clip, maximum, sqrt, square, where
+from tapeflow.ops.reduce import sum as reduce_sum
+from tapeflow.ops.registry import as_tensor
+from tapeflow.optimizers import schedules
+from tapeflow.optimizers.schedules import LearningRateSchedule
+from tapeflow.tensor import IndexedSlices, Tensor, Variable, eager_scope
+
+
+def _nonnegative(owner: str, label: str, value, upper: float | None = None, closed: bool = True) -> float:
+    """`value` as a float, or a ValueError naming `owner` and `label`."""
+    ok = isinstance(value, int | float | np.floating | np.integer) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value) and value >= 0
+    if ok and upper is not None:
+        ok = value <= upper if closed else value < upper
+    if not ok:
+        bound = "" if upper is None else f" and {'<=' if closed else '<'} {upper}"
+        raise ValueError(f"{owner}: {label} must be a number >= 0{bound}, got {value!r}")
+    return float(value)
+
+
+class Optimizer:
+    """Base class: learning rate (float or schedule), clipping, decoupled weight
+    decay, per-variable slots and a step counter.
+
+    Subclasses declare their slots in `slot_initials` and implement
+    `update_rule(gradient, value, slots, learning_rate)`, which serves dense gradients
+    and the rows of sparse ones (IndexedSlices, as from an Embedding): those update only
+    their rows of the variable and its slots. A subclass may instead implement
+    `update_step(gradient, variable, learning_rate)`, which gets dense gradients.
+    Weight decay always applies to the whole variable. `iterations` counts the updates
+    applied; a schedule sees it before the update (0 on the first).
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.001,
+        weight_decay: float | None = None,
+        clipnorm: float | None = None,
+        clipvalue: float | None = None,
+        global_clipnorm: float | None = None,
+        name: str | None = None,
+    ):
+        owner = type(self).__name__
+        given = {"clipnorm": clipnorm, "clipvalue": clipvalue, "global_clipnorm": global_clipnorm}
+        if sum(v is not None for v in given.values()) > 1:
+            raise ValueError(f"{owner}: only one of clipnorm, clipvalue and global_clipnorm can be set, got {given}")
+        for label, value in given.items():
+            if value is not None and _nonnegative(owner, label, value) == 0:
+                raise ValueError(f"{owner}: {label} must be > 0, got {value!r}")
+        self.clipnorm = None if clipnorm is None else float(clipnorm)
+        self.clipvalue = None if clipvalue is None else float(clipvalue)
+        self.global_clipnorm = None if global_clipnorm is None else float(global_clipnorm)
+        self.weight_decay = None if weight_decay is None else _nonnegative(owner, "weight_decay", weight_decay)
+        self.name = name or owner.lower()
+        self.iterations = 0
+        self._step = 1  # the step number the update in progress uses (counted from 1)
+        self._learning_rate = self._checked_learning_rate(learning_rate)
+        self._variables: list[Variable] = []  # tracked model variables, in the order first seen
+        self._index: dict[int, int] = {}  # id(variable) -> position in _variables
+        self._slots: list[dict[str, Variable]] = []
+        self._keys: list[str] = []  # each variable's unique name in get_state
+        self._no_decay_ids: set[int] = set()
+        self._no_decay_pattern: re.Pattern | None = None
+
+    # ------------------------------------------------------------ learning rate
+    def _checked_learning_rate(self, value):
+        """A number >= 0 (a one-element tensor too), a LearningRateSchedule, or a
+        zero-argument callable (as in Keras)."""
+        if callable(value):
+            return value
+        if isinstance(value, Tensor) and value.size == 1:
+            value = value.item()
+        return _nonnegative(type(self).__name__, "learning_rate", value)
+
+    @property
+    def learning_rate(self) -> float:
+        """The learning rate the next update will use; set a number or a schedule to change
+        it from the next update on (eager or `compile(jit=True)` training alike). An optimizer
+        created with a schedule only takes another schedule, as in Keras.
+
+        >>> import tapeflow as tp
+        >>> opt = tp.optimizers.SGD(0.1)
+        >>> opt.learning_rate = 0.05
+        >>> opt.learning_rate, opt.lr
+        (0.05, 0.05)
+        """
+        lr = self._learning_rate
+        if isinstance(lr, LearningRateSchedule):
+            value, source = lr(self.iterations), f"its schedule at step {self.iterations}"
+        elif callable(lr):
+            value, source = lr(), "its learning-rate function"
+        else:
+            return lr
+        # a schedule's NaN would turn every weight into NaN at once
+        return _nonnegative(type(self).__name__, f"learning_rate from {source}", value)
+
+    @learning_rate.setter
+    def learning_rate(self, value) -> None:
+        if isinstance(self._learning_rate, LearningRateSchedule) and not callable(value):
+            raise TypeError(
+                f"{type(self).__name__}: this optimizer was created with a LearningRateSchedule, so its "
+                "learning rate cannot be set to a number; create it with a float learning_rate instead"
+            )
+        self._learning_rate = self._checked_learning_rate(value)
+
+    @property
+    def lr(self) -> float:
+        """Keras' alias of `learning_rate`, readable and settable."""
+        return self.learning_rate
+
+    @lr.setter
+    def lr(self, value) -> None:
+        self.learning_rate = value
+
+    # ------------------------------------------------------------------- slots
+    def slot_initials(self, variable: Variable) -> dict[str, float]:
+        """The slots kept per variable, as {slot name: initial fill value}."""
+        return {}
+
+    def build(self, var_list) -> None:
+        """Create the slots of every variable in `var_list` (done lazily on the first
+        update otherwise; needed before `set_state` on a fresh optimizer)."""
+        for var in var_list:
+            self._track(var)
+
+    def _track(self, var: Variable) -> dict[str, Variable]:
+        pos = self._index.get(id(var))
+        if pos is not None:
+            return self._slots[pos]
+        if not isinstance(var, Variable):
+            raise TypeError(f"{type(self).__name__}: expected a Variable, got {type(var).__name__}")
+        key, n = var.name, 0
+        while key in self._keys:
+            n += 1
+            key = f"{var.name}_{n}"
+        with eager_scope(), device(var.device):  # made eagerly (also on a first step in a freeze), beside var
+            slots = {
+                slot: Variable(np.full(var.shape, fill, var.dtype.np), trainable=False, name=f"{key}/{slot}")
+                for slot, fill in self.slot_initials(var).items()
+            }
+        self._index[id(var)] = len(self._variables)
+        self._variables.append(var)
+        self._slots.append(slots)
+        self._keys.append(key)
+        return slots
+
+    def slots(self, variable: Variable) -> dict[str, Variable]:
+        """The slot variables kept for `variable`, by slot name."""
+        return self._track(variable)
+
+    @property
+    def variables(self) -> list[Variable]:
+        """Every slot variable, variable by variable in tracking order."""
+        return [v for slots in self._slots for v in slots.values()]
+
+    # ---------------------------------------------------------------- updating
+    def apply_gradients(self, grads_and_vars) -> None:
+        """Update each variable from its gradient, then count one iteration.
+
+        Pairs whose gradient is None are skipped with a warning; if every
+        gradient is None that is an error. An empty list does nothing.
+        """
+        pairs = self._checked_pairs(grads_and_vars)
+        if not pairs:
+            return
+        self._apply_pairs(pairs, self.learning_rate, self.iterations + 1)
+        self.iterations += 1
+
+    def apply_gradients_at(self, grads_and_vars, learning_rate, step) -> None:
+        """Update like `apply_gradients`, with the learning rate and the step number
+        (from 1) given as scalar tensors, without counting the iteration.
+
+        A frozen train step calls this, with `learning_rate` and `step` as graph
+        inputs, so one graph serves every step and any schedule; the caller
+        counts `iterations` outside the graph.
+        """
+        pairs = self._checked_pairs(grads_and_vars)
+        if pairs:
+            self._apply_pairs(pairs, learning_rate, step)
+
+    def _apply_pairs(self, pairs, lr, step) -> None:
+        grads, touched = [], []  # touched: the rows a sparse gradient writes, where it was made dense
+        for g, _ in pairs:
+            rows = None
+            if isinstance(g, IndexedSlices) and sparse.coalesces_on(g.values.device):
+                g = sparse.coalesce(g)
+            elif isinstance(g, IndexedSlices):
+                rows, g = sparse.touched_rows(g), sparse.convert_to_tensor(g)
+            grads.append(g)
+            touched.append(rows)
+        grads = self._clipped(grads)
+        variables = [v for _, v in pairs]
+        for var in variables:
+            self._track(var)
+        if self.weight_decay:
+            for var in variables:
+                if self.uses_weight_decay(var):
+                    var.assign(var - var * (_beside(lr, var) * self.weight_decay))
+        own_step = type(self).update_step is not Optimizer.update_step  # written for dense gradients
+        for grad, var, rows in zip(grads, variables, touched, strict=True):
+            if own_step and isinstance(grad, IndexedSlices):
+                grad = sparse.convert_to_tensor(grad)
+            self._step = _beside(step, var)
+            if rows is None or own_step:
+                self.update_step(grad, var, _beside(lr, var))
+            else:
+                self._update_rows(grad, var, _beside(lr, var), rows)
+
+    def scale_loss(self, loss):
+        """The loss to differentiate: `loss` itself here, scaled by a LossScaleOptimizer."""
+        return loss
+
+    def apply(self, grads, trainable_variables) -> None:
+        """`apply_gradients(zip(grads, trainable_variables))`, the Keras 3 form."""
+        self.apply_gradients(zip(grads, trainable_variables, strict=True))
+
+    def minimize(self, loss, var_list, tape: GradientTape | None = None):
+        """Take one step on `loss` (a zero-argument callable, or a tensor recorded
+        on `tape`) with respect to `var_list` (a list or a callable returning one).
+        Returns the loss value.
+
+        >>> import tapeflow as tp
+        >>> x = tp.Variable(10.0)
+        >>> _ = tp.optimizers.SGD(0.1).minimize(lambda: x * x / 2.0, [x])
+        >>> round(float(x), 4)
+        9.0
+        """
+        if callable(loss):
+            with GradientTape() as tape:
+                value = loss()
+        elif tape is None:
+            raise ValueError(f"{type(self).__name__}.minimize: a loss tensor needs the tape that recorded it")
+        else:
+            value = loss
+        variables = list(var_list() if callable(var_list) else var_list)
+        grads = tape.gradient(value, variables)
+        self.apply_gradients(zip(grads, variables, strict=True))
+        return value
+
+    def update_step(self, gradient, variable: Variable, learning_rate) -> None:
+        """Update one variable and its slots by `update_rule`. A sparse gradient (an
+        IndexedSlices, each row once) updates only its rows of the variable and of the
+        slots; the other rows stay as they are, bit for bit."""
+        slots = self.slots(variable)
+        if not isinstance(gradient, IndexedSlices):
+            new_value, new_slots = self.update_rule(gradient, variable, dict(slots), learning_rate)
+            for name, slot in slots.items():
+                slot.assign(new_slots[name])
+            variable.assign(new_value)
+            return
+        rows = gradient.indices
+        old = {name: gather(slot, rows) for name, slot in slots.items()}
+        new_value, new_slots = self.update_rule(gradient.values, gather(variable, rows), old, learning_rate)
+        for name, slot in slots.items():
+            slot.scatter_update(IndexedSlices(new_slots[name], rows, slot.shape))
+        variable.scatter_update(IndexedSlices(new_value, rows, variable.shape))
+
+    def _update_rows(self, gradient: Tensor, variable: Variable, learning_rate, rows: Tensor) -> None:
+        """The sparse update of `update_step` with fixed shapes: the rule runs on every row
+        of a dense gradient and only the `rows` that the sparse gradient touched take the
+        result, so the other rows and their slots stay as they are."""
+        slots = self.slots(variable)
+        new_value, new_slots = self.update_rule(gradient, variable, dict(slots), learning_rate)
+        mask = reshape(rows, (-1,) + (1,) * (len(variable.shape) - 1))
+        for name, slot in slots.items():
+            slot.assign(where(mask, new_slots[name], slot))
+        variable.assign(where(mask, new_value, variable))
+
+    def update_rule(self, gradient: Tensor, value: Tensor, slots: dict, learning_rate):
+        """(new value, {slot name: new slot value}) from a gradient, the current value and
+        slots; the same rule serves whole variables and the rows a sparse gradient touches."""
+        raise NotImplementedError(f"{type(self).__name__} must implement update_rule or update_step")
+
+    def _checked_pairs(self, grads_and_vars) -> list[tuple]:
+        owner = f"{type(self).__name__}.apply_gradients"
+        pairs, missing = [], []
+        for g, v in grads_and_vars:
+            if not isinstance(v, Variable):
+                raise TypeError(f"{owner}: expected Variables, got {type(v).__name__}")
+            if g is None:
+                missing.append(v.name)
+                continue
+            g = g if isinstance(g, Tensor | IndexedSlices) else as_tensor(g, name=owner)
+            if tuple(g.shape) != tuple(v.shape):
+                raise ValueError(f"{owner}: gradient of shape {g.shape} for variable '{v.name}' of shape {v.shape}")
+            if g.dtype.kind != "f":
+                raise TypeError(f"{owner}: gradient for variable '{v.name}' has non-float dtype {g.dtype}")
+            pairs.append((g if g.dtype is v.dtype else sparse.cast_gradient(g, v.dtype), v))
+        if missing and not pairs:
+            raise ValueError(f"{owner}: no gradients provided for any variable (all None for {missing})")
+        if missing:
+            warnings.warn(f"{owner}: gradients do not exist for variables {missing}; skipped", stacklevel=3)
+        return pairs
+
+    def _clipped(self, grads: list) -> list:
+        """Clipped gradients; a sparse one (rows distinct) is clipped as its dense form would be."""
+        if self.clipnorm is not None:
+            c = self.clipnorm
+            return [sparse.scale_gradient(g, c / maximum(sqrt(reduce_sum(square(_values(g)))), c)) for g in grads]
+        if self.global_clipnorm is not None:
+            c = self.global_clipnorm
+            total = sqrt(sum(cast(reduce_sum(square(_values(g))), "float64") for g in grads))
+            # An infinite or NaN norm makes the scale NaN (as in Keras) rather than zero.
+            scale = c / maximum(total, c) + (total - total)
+            return [sparse.scale_gradient(g, cast(scale, g.dtype)) for g in grads]
+        if self.clipvalue is not None:
+            return [_map_values(g, lambda v: clip(v, -self.clipvalue, self.clipvalue)) for g in grads]
+        return grads
+
+    # ------------------------------------------------------------ weight decay
+    def exclude_from_weight_decay(self, var_list=None, var_names=None) -> None:
+        """Skip weight decay for the given variables, and for every variable whose
+        name contains one of `var_names` (regular expressions, searched)."""
+        self._no_decay_ids = {id(v) for v in var_list or ()}
+        self._no_decay_pattern = re.compile("|".join(var_names)) if var_names else None
+
+    def uses_weight_decay(self, var: Variable) -> bool:
+        """Whether `weight_decay` applies to `var` (it is not excluded by
+        `exclude_from_weight_decay`); parameter servers ask it for each variable they hold."""
+        if id(var) in self._no_decay_ids:
+            return False
+        return self._no_decay_pattern is None or self._no_decay_pattern.search(var.name) is None
+
+    # ------------------------------------------------------------------ config
+    def get_config(self) -> dict:
+        """The constructor arguments; `from_config` rebuilds an optimizer (without state)."""
+        lr = self._learning_rate
+        return {
+            "name": self.name,
+            "learning_rate": schedules.serialize(lr) if isinstance(lr, LearningRateSchedule) else lr,
+            "weight_decay": self.weight_decay,
+            "clipnorm": self.clipnorm,
+            "global_clipnorm": self.global_clipnorm,
+            "clipvalue": self.clipvalue,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict, custom_objects: dict | None = None) -> Optimizer:
+        config = dict(config)
+        if isinstance(config.get("learning_rate"), dict):
+            config["learning_rate"] = schedules.deserialize(config["learning_rate"], custom_objects)
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, learning_rate={self._learning_rate!r})"
+
+    # ------------------------------------------------------------------- state
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Copies of the step counter and every slot, keyed "iterations" and
+        "<variable name>/<slot name>" (a repeated variable name gets "_1", "_2"...
+        in the order the optimizer first saw the variables)."""
+        state = {"iterations": np.array(self.iterations, dtype=np.int64)}
+        for key, slots in zip(self._keys, self._slots, strict=True):
+            for slot, var in slots.items():
+                state[f"{key}/{slot}"] = np.array(var.numpy(), copy=True)
+        return state
+
+    def set_state(self, state: dict, var_list=None) -> None:
+        """Restore what `get_state` returned. A fresh optimizer must first learn its
+        variables: pass `var_list` (or call `build`) with them in the same order.
+        Nothing changes unless every name and shape matches.
+
+        >>> import tapeflow as tp
+        >>> w = tp.Variable([1.0], name="w")
+        >>> opt = tp.optimizers.SGD(0.1, momentum=0.9)
+        >>> opt.apply_gradients([(tp.tensor([1.0]), w)])
+        >>> fresh = tp.optimizers.SGD(0.1, momentum=0.9)
+        >>> fresh.set_state(opt.get_state(), var_list=[w])
+        >>> fresh.iterations, [round(x, 3) for x in fresh.slots(w)["momentum"].numpy().tolist()]
+        (1, [-0.1])
+        """
+        owner = f"{type(self).__name__}.set_state"
+        if var_list is not None:
+            self.build(var_list)
+        expected = {"iterations": ()}
+        targets = {}
+        for key, slots in zip(self._keys, self._slots, strict=True):
+            for slot, var in slots.items():
+                expected[f"{key}/{slot}"] = var.shape
+                targets[f"{key}/{slot}"] = var
+        missing = [k for k in expected if k not in state]
+        unexpected = [k for k in state if k not in expected]
+        if missing or unexpected:
+            hint = "" if self._variables else "; this optimizer tracks no variables yet: pass var_list="
+            raise ValueError(f"{owner}: state names do not match: missing {missing}, unexpected {unexpected}{hint}")
+        arrays = {}
+        for key, shape in expected.items():
+            arr = np.asarray(state[key])
+            if arr.shape != tuple(shape):
+                raise ValueError(f"{owner}: '{key}' has shape {arr.shape}, expected {tuple(shape)}")
+            if arr.dtype.kind not in "iuf":
+                raise ValueError(f"{owner}: '{key}' must be numeric, got dtype {arr.dtype}")
+            arrays[key] = arr
+        steps = arrays.pop("iterations")
+        if steps < 0 or steps != np.floor(steps):
+            raise ValueError(f"{owner}: 'iterations' must be a whole number >= 0, got {steps}")
+        for key, arr in arrays.items():
+            targets[key].assign(arr)
+        self.iterations = int(steps)
+
+
+def _beside(value, var: Variable):
+    """A learning rate or step number on the device of the variable it updates (a tensor
+    from another device is copied there: a transfer node in a frozen step)."""
+    return value.to(var.device) if isinstance(value, Tensor) and value.device != var.device else value
+
+
+def _values(g):
+    """The stored values of a dense or sparse gradient."""
+    return g.values if isinstance(g, IndexedSlices) else g
+
+
+def _map_values(g, fn):
+    return IndexedSlices(fn(g.values), g.indices, g.dense_shape) if isinstance(g, IndexedSlices) else fn(g)
