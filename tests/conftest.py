@@ -1,11 +1,16 @@
 """Shared test settings: deterministic seeds, a float64 random helper, and the accelerators
-the device tests run on."""
+the device tests run on. Keras, the oracle of the Keras-layer tests, runs on its torch
+backend."""
 
-import numpy as np
-import pytest
-from strict_arrays import stand_in_gpu
+import os
 
-import tapeflow as tp
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from strict_arrays import stand_in_gpu  # noqa: E402
+
+import tapeflow as tp  # noqa: E402
 
 ACCELERATORS = ["gpu:0", *(str(d) for d in tp.list_devices() if d.family == "xla")]
 
