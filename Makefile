@@ -20,7 +20,7 @@ XLA_TESTS := tests/backends/test_xla_backend.py tests/ops/test_ops_on_devices.py
 	tests/graph/test_node_devices.py tests/backends/test_tutorial_on_devices.py tests/word2vec/test_batched.py \
 	tests/layers/test_layers_on_devices.py tests/losses/test_losses_on_devices.py
 
-.PHONY: all build test test-xla xla-env tutorial bench bench-xla lint data clean
+.PHONY: all build test test-xla xla-env tutorial bench bench-xla lint data graphviz clean
 
 all: build
 
@@ -68,7 +68,18 @@ data:
 		fi; \
 	fi
 
-test: build data test-xla
+# Graphviz's `dot`, which tp.utils.plot_model draws with (through pydot), from Debian's package.
+graphviz:
+	@if ! command -v dot >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			(apt-get update -qq && apt-get install -y -qq graphviz) || \
+			echo "could not install graphviz; the plot_model test will be skipped"; \
+		else \
+			echo "Graphviz is missing: run 'sudo apt-get install graphviz'"; \
+		fi; \
+	fi
+
+test: build data graphviz test-xla
 	$(BIN)/python -m pytest
 
 # The XLA backend on the CPU (PJRT_DEVICE=CPU): the op suite, training and compile counts.

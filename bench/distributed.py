@@ -252,7 +252,7 @@ def _tutorial_model_accuracy(compression: str, rows: int, epochs: int) -> dict:
             model.fit(x[:rows], y[:rows], batch_size=128, epochs=epochs, verbose=0, seed=0, distribute=strategy)
             result["step"] = float(np.median([s.seconds for s in strategy.steps]))
             result["between"] = float(np.mean([s.bytes_between_workers for s in strategy.steps]))
-    result["accuracy"] = float(model.evaluate(x_test, y_test, batch_size=500, verbose=0)["accuracy"])
+    result["accuracy"] = float(model.evaluate(x_test, y_test, batch_size=500, verbose=0, return_dict=True)["accuracy"])
     return result
 
 

@@ -10,6 +10,7 @@
 """
 
 from tapeflow import (
+    backend,
     callbacks,
     config,
     data,
@@ -25,6 +26,7 @@ from tapeflow import (
     saving,
     serialization,
     tree,
+    utils,
     word2vec,
 )
 from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad

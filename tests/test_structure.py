@@ -24,7 +24,7 @@ STAGES = [
     {"autodiff", "graph"},
     {"data"},
     {"initializers", "regularizers", "mixed_precision", "losses", "metrics", "optimizers", "layers"},
-    {"models", "trainers", "saving", "callbacks", "io", "config", "word2vec"},
+    {"models", "trainers", "saving", "callbacks", "io", "config", "word2vec", "utils", "backend"},
     {"distributed"},
     {"__init__", "cli"},
 ]

@@ -9,16 +9,21 @@ from tapeflow.callbacks.monitor import _Monitor
 
 
 class ModelCheckpoint(Callback):
-    """Saves the model's weights (HDF5, via `model.save_weights`), or with `save_weights_only=False`
-    the whole model (`model.save`), every epoch or every `save_freq` batches.
+    """Saves the whole model (`model.save`, which `tp.models.load_model` reads), or its weights
+    (`model.save_weights`), every epoch or every `save_freq` batches, as Keras 3 does.
+
+    The file name says what is written: a path ending in ".keras" (or ".h5") gets the whole
+    model, one ending in ".weights.h5" the weights; `save_weights_only=True` requires a
+    ".weights.h5" path, and any other ending is a ValueError, as in Keras.
 
     `filepath` may hold `str.format` fields: `{epoch}` and `{batch}` (1-based, as Keras), and any
     logged value such as `{val_loss:.2f}`. With `save_best_only`, a save happens only when
     `monitor` improves on the best value seen so far (or on `initial_value_threshold`).
-    Unlike Keras, `save_weights_only` defaults to True.
 
-    >>> ModelCheckpoint("ckpt/weights.{epoch:02d}-{val_loss:.2f}.h5", save_best_only=True).mode
+    >>> ModelCheckpoint("ckpt/model.{epoch:02d}-{val_loss:.2f}.keras", save_best_only=True).mode
     'min'
+    >>> ModelCheckpoint("ckpt/best.weights.h5", save_weights_only=True).save_weights_only
+    True
     """
 
     def __init__(
@@ -27,7 +32,7 @@ class ModelCheckpoint(Callback):
         monitor: str = "val_loss",
         verbose: int = 0,
         save_best_only: bool = False,
-        save_weights_only: bool = True,
+        save_weights_only: bool = False,
         mode: str = "auto",
         save_freq="epoch",
         initial_value_threshold: float | None = None,
@@ -37,6 +42,16 @@ class ModelCheckpoint(Callback):
         if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
             raise ValueError(f"ModelCheckpoint: save_freq must be 'epoch' or a positive int, got {save_freq!r}")
         self.filepath = os.fspath(filepath)
+        if save_weights_only and not self.filepath.endswith(".weights.h5"):
+            raise ValueError(
+                "ModelCheckpoint: with save_weights_only=True the filepath must end in '.weights.h5', "
+                f"got filepath={self.filepath!r}"
+            )
+        if not self.filepath.endswith((".keras", ".h5")):
+            raise ValueError(
+                "ModelCheckpoint: the filepath must end in '.keras' (the whole model) or '.weights.h5' "
+                f"(the weights), got filepath={self.filepath!r}"
+            )
         self.monitor = _Monitor("ModelCheckpoint", monitor, mode)
         self.mode = self.monitor.mode
         self.verbose = verbose
@@ -75,12 +90,13 @@ class ModelCheckpoint(Callback):
         directory = os.path.dirname(path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        if self.save_weights_only:
+        weights_only = self.save_weights_only or path.endswith(".weights.h5")
+        if weights_only:
             self.model.save_weights(path)
         else:
             self.model.save(path)
         if self.verbose:
-            print(f"Epoch {epoch + 1}: saved {'weights' if self.save_weights_only else 'model'} to {path}")
+            print(f"Epoch {epoch + 1}: saved {'weights' if weights_only else 'model'} to {path}")
 
     def _path(self, epoch: int, batch: int | None, logs: dict) -> str:
         fields = {**logs, "epoch": epoch + 1, "batch": None if batch is None else batch + 1}

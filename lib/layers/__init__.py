@@ -13,6 +13,7 @@ from tapeflow.layers.base import Input, InputLayer, InputSpec, Layer, SymbolicTe
 from tapeflow.layers.conv import Conv2D, Conv2DTranspose
 from tapeflow.layers.core import Activation, Dense, Dropout, Flatten, Reshape, get_activation
 from tapeflow.layers.embedding import Embedding
+from tapeflow.layers.masking import Masking
 from tapeflow.layers.merge import Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract
 from tapeflow.layers.normalization import BatchNormalization, LayerNormalization
 from tapeflow.layers.pooling import (

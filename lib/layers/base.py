@@ -27,6 +27,7 @@ import numpy as np
 from tapeflow import dtypes, initializers, mixed_precision, regularizers, serialization, tree
 from tapeflow.graph.ir import GraphIR
 from tapeflow.graph.trace import TensorSpec, Tracer
+from tapeflow.layers.symbolic import SymbolicTensor, symbolic_leaves
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
 from tapeflow.ops.registry import autocast_scope
@@ -59,35 +60,6 @@ def unique_name(prefix: str) -> str:
 
 
 # ------------------------------------------------------------ symbolic inputs
-class SymbolicTensor:
-    """A placeholder with a shape (None for unknown sizes) and a dtype, but no value.
-
-    `Input` makes one; calling a layer on one builds the layer and returns another,
-    whose `history` is (layer, inputs, kwargs): the links a functional Model follows.
-
-    >>> import tapeflow as tp
-    >>> x = tp.layers.Input(shape=(784,))
-    >>> y = tp.layers.Dense(10)(x)
-    >>> y.shape, y.dtype, type(y.history[0]).__name__
-    ((None, 10), tapeflow.float32, 'Dense')
-    """
-
-    def __init__(self, shape, dtype="float32", name: str | None = None, history=None, index: int = 0):
-        self.shape = _as_shape(shape)
-        self.input_layer = None  # the InputLayer that made this model input, if any
-        self.dtype = dtypes.as_dtype(dtype)
-        self.name = name
-        self.history = history
-        self.index = index  # which output of the layer call in `history`
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def __repr__(self) -> str:
-        return f"<SymbolicTensor shape={self.shape} dtype={self.dtype.name} name={self.name}>"
-
-
 def Input(
     shape=None, batch_size: int | None = None, dtype="float32", name: str | None = None, batch_shape=None
 ) -> SymbolicTensor:
@@ -185,10 +157,12 @@ def _call_parameters(cls) -> frozenset:
     return frozenset(inspect.signature(cls.call).parameters)
 
 
-def _is_symbolic(inputs) -> bool:
-    return isinstance(inputs, SymbolicTensor) or (
-        isinstance(inputs, list | tuple) and bool(inputs) and all(isinstance(x, SymbolicTensor) for x in inputs)
-    )
+@functools.cache
+def call_argument_names(cls) -> tuple:
+    """The names of `cls.call`'s arguments after self, in order (for positional arguments
+    given by keyword, and for the masks of named arguments)."""
+    params = list(inspect.signature(cls.call).parameters.values())[1:]
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
 
 
 def _has_shape_rule(cls) -> bool:
@@ -223,7 +197,6 @@ class Layer:
     ['head/kernel', 'head/bias']
     """
 
-    supports_masking = False
     _input_signature = None  # TensorSpecs (batch None) of the first call's inputs, for freezing
 
     def __init_subclass__(cls, **kwargs):
@@ -296,13 +269,35 @@ class Layer:
             _CONTEXT.probe = outer
         return _shape_of(outputs)
 
+    @property
+    def supports_masking(self) -> bool:
+        """Whether the layer gives its outputs a mask (from `compute_mask`): by default, as
+        in Keras, when it overrides `compute_mask`; a layer may set it either way."""
+        explicit = vars(self).get("_supports_masking")
+        return type(self).compute_mask is not Layer.compute_mask if explicit is None else explicit
+
+    @supports_masking.setter
+    def supports_masking(self, value: bool) -> None:
+        self._supports_masking = bool(value)
+
     def compute_mask(self, inputs, mask=None):
-        """The mask of the output: passed through by layers that support masking."""
+        """The mask of the output: passed through by layers that support masking.
+
+        Inside a functional model, a layer whose `call` takes `mask` receives the mask of its
+        first argument (and `<name>_mask` arguments the masks of the arguments they name),
+        and layers that support masking pass on what this method returns.
+        """
         return mask if self.supports_masking else None
 
-    def __call__(self, inputs, *args, **kwargs):
-        if _is_symbolic(inputs):
-            return self._call_symbolic(inputs, *args, **kwargs)
+    def __call__(self, *args, **kwargs):
+        if not args:  # the first argument by keyword: call(inputs=x) or call(query=q, ...)
+            names = call_argument_names(type(self))
+            if not names or names[0] not in kwargs:
+                raise TypeError(f"{self.name}: called without inputs (expected a first argument {names[:1]})")
+            args = (kwargs.pop(names[0]),)
+        inputs, args = args[0], args[1:]
+        if symbolic_leaves((inputs, args, kwargs)):
+            return self._remember_first_call(self._call_symbolic(inputs, *args, **kwargs))
         inputs = _map_inputs(self._convert_input, inputs)
         if _CONTEXT.probe is not None and _has_shape_rule(type(self)):
             return self._call_shape_rule(inputs)
@@ -324,6 +319,8 @@ class Layer:
             kwargs["training"] = bool(training)
         if "mask" not in params:
             kwargs.pop("mask", None)
+        if not _CONTEXT.training:  # the outermost call: add_loss starts over
+            self._clear_losses()
         _CONTEXT.training.append(bool(training))
         try:
             if self.compute_dtype is not self.dtype:  # mixed precision: weights are read in the compute dtype
@@ -361,15 +358,49 @@ class Layer:
             spec.check(self.name, input_shape)
 
     def _call_symbolic(self, inputs, *args, **kwargs):
+        """A layer call on symbolic tensors (in any argument, at any depth): build the layer
+        for its first argument, and return symbolic outputs whose history records the call,
+        every argument included, for a functional model to replay."""
         shape = _shape_of(inputs)
         self._maybe_build(shape)
-        out = self.compute_output_shape(shape)
-        history = (self, inputs, kwargs)
-        if isinstance(out, list):
-            return [
-                SymbolicTensor(s, self.compute_dtype, f"{self.name}/output_{i}", history, i) for i, s in enumerate(out)
-            ]
-        return SymbolicTensor(out, self.compute_dtype, f"{self.name}/output", history)
+        if _has_shape_rule(type(self)):
+            out = _map_shapes(lambda s: _OutputSpec(s, self.compute_dtype), self.compute_output_shape(shape))
+        else:
+            out = self._probe_outputs(inputs, args, kwargs)
+        history = (self, (inputs, *args), kwargs)
+        if isinstance(out, _OutputSpec):
+            return SymbolicTensor(out.shape, out.dtype, f"{self.name}/output", history)
+        specs = tree.flatten(out)
+        symbols = [SymbolicTensor(o.shape, o.dtype, f"{self.name}/output_{i}", history, i) for i, o in enumerate(specs)]
+        return tree.pack_sequence_as(out, symbols)
+
+    def _probe_outputs(self, inputs, args, kwargs):
+        """(shape, dtype) of each output of `call` on these arguments, each symbolic tensor in
+        them standing in as a traced input of a throwaway graph (see `compute_output_shape`)."""
+        probe = _probe_copy(self, {})
+        tracer = Tracer(GraphIR(f"{self.name}_output_shape"))
+
+        def stand_in(first):
+            def traced(leaf):
+                if not isinstance(leaf, SymbolicTensor):
+                    return leaf
+                dtype = self.compute_dtype if first and leaf.dtype.kind == "f" else leaf.dtype
+                return tracer.add_input("input", leaf.shape, dtype)
+
+            return traced
+
+        traced_inputs = _map_inputs(stand_in(True), inputs)
+        traced_args = tree.map_structure(stand_in(False), args)
+        traced_kwargs = tree.map_structure(stand_in(False), kwargs)
+        outer, _CONTEXT.probe = _CONTEXT.probe, tracer
+        try:
+            with tracer:
+                outputs = probe._call_in_context(traced_inputs, traced_args, {"training": False, **traced_kwargs})
+        finally:
+            _CONTEXT.probe = outer
+        if isinstance(outputs, tuple):
+            outputs = list(outputs)
+        return tree.map_structure(lambda t: _OutputSpec(t.shape, t.dtype), outputs)
 
     def _call_shape_rule(self, inputs):
         """Inside a shape probe, outputs from this layer's own compute_output_shape: new
@@ -382,22 +413,80 @@ class Layer:
     # ----- weights -----
     def add_weight(
         self,
-        name: str,
-        shape,
-        initializer="glorot_uniform",
-        regularizer=None,
-        trainable: bool = True,
+        *args,
+        shape=None,
+        initializer=None,
         dtype=None,
+        trainable: bool = True,
+        autocast: bool = True,
+        regularizer=None,
+        constraint=None,
+        aggregation="none",
+        overwrite_with_gradient: bool = False,
+        name: str | None = None,
     ) -> Variable:
-        """A new Variable named '<layer name>/<name>', tracked by this layer.
+        """A new Variable named '<layer name>/<name>', tracked by this layer (Keras 3's arguments).
 
-        `initializer` and `regularizer` are names or objects understood by
-        `tp.initializers.get` and `tp.regularizers.get`.
+        Args:
+            shape: a fully known shape (default `()`, a scalar).
+            initializer: a name or object for `tp.initializers.get`; by default
+                "glorot_uniform" for floating weights and "zeros" for others.
+            dtype: by default the layer's variable dtype.
+            trainable: whether training updates it.
+            autocast: read in the compute dtype under mixed precision (False is refused there).
+            regularizer: a name, object or function for `tp.regularizers.get`; its loss joins
+                `losses`.
+            constraint: not supported (None only).
+            aggregation: Keras's replica aggregation annotation: "none" (or None) only.
+            overwrite_with_gradient: not supported (False only).
+            name: without one, "variable", "variable_1", ... within the layer.
+
+        Positional arguments are Keras 3's `(shape, initializer, dtype)`, or tapeflow's
+        `(name, shape, initializer, regularizer, trainable, dtype)` when the first is a string.
+
+        >>> import tapeflow as tp
+        >>> layer = tp.layers.Layer(name="probe")
+        >>> [layer.add_weight(shape=(2,)).name, layer.add_weight("scale", (3,), "ones").name]
+        ['probe/variable', 'probe/scale']
         """
+        named = dict(
+            shape=shape, initializer=initializer, dtype=dtype, trainable=trainable, regularizer=regularizer, name=name
+        )
+        if args:
+            order = ("name", "shape", "initializer", "regularizer", "trainable", "dtype")
+            if not isinstance(args[0], str):
+                order = ("shape", "initializer", "dtype")
+            if len(args) > len(order):
+                raise TypeError(f"{self.name}.add_weight: at most {len(order)} positional arguments, got {len(args)}")
+            defaults = {"trainable": True}
+            for key, value in zip(order, args, strict=False):
+                if named[key] is not defaults.get(key):
+                    raise TypeError(f"{self.name}.add_weight: {key} given both by position and by keyword")
+                named[key] = value
+        shape, initializer, dtype, trainable, regularizer, name = named.values()
+        if constraint is not None:
+            raise ValueError(f"{self.name}.add_weight: constraint={constraint!r} is not supported; pass None")
+        if overwrite_with_gradient:
+            raise ValueError(f"{self.name}.add_weight: overwrite_with_gradient=True is not supported")
+        if aggregation not in (None, "none"):
+            raise ValueError(f"{self.name}.add_weight: aggregation={aggregation!r} is not supported; pass 'none'")
         dtype = dtypes.as_dtype(dtype or self.dtype)
-        shape = _as_shape(shape)
+        if not autocast and dtype.kind == "f" and self.compute_dtype is not self.dtype:
+            raise ValueError(
+                f"{self.name}.add_weight: autocast=False is not supported under the mixed precision policy "
+                f"{self.dtype_policy.name!r}"
+            )
+        if name is None:
+            count = vars(self).get("_unnamed_weights", 0)
+            self._unnamed_weights = count + 1
+            name = "variable" if count == 0 else f"variable_{count}"
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"{self.name}.add_weight: name must be a non-empty string without '/', got {name!r}")
+        shape = _as_shape(() if shape is None else shape)
         if any(d is None or d < 0 for d in shape):
             raise ValueError(f"{self.name}: weight '{name}' needs a fully known shape, got {shape}")
+        if initializer is None:
+            initializer = "glorot_uniform" if dtype.kind == "f" else "zeros"
         initializer = initializers.get(initializer)
         with eager_scope():  # weights are created eagerly, also on a first call inside a freeze
             value = np.zeros(shape, dtype.np) if _CONTEXT.probe is not None else initializer(shape, dtype.name)
@@ -409,6 +498,76 @@ class Layer:
             self._regularized.append((var, regularizers.get(regularizer)))
         return var
 
+    @property
+    def trainable_variables(self) -> list[Variable]:
+        """The trainable weights (Keras 3's name for `trainable_weights`)."""
+        return self.trainable_weights
+
+    @property
+    def non_trainable_variables(self) -> list[Variable]:
+        """The non-trainable weights, such as batch normalization's moving statistics."""
+        return self.non_trainable_weights
+
+    @property
+    def input(self):
+        """The symbolic input of the layer's first call on symbolic tensors (a list when it
+        took several); an AttributeError if it was never called on them, as in Keras.
+
+        >>> import tapeflow as tp
+        >>> x = tp.Input((3,), name="x")
+        >>> dense = tp.layers.Dense(2)
+        >>> y = dense(x)
+        >>> dense.input is x, dense.output is y
+        (True, True)
+        """
+        return _single(self._first_symbolic_call("input")[0])
+
+    @property
+    def output(self):
+        """The symbolic output of the layer's first call on symbolic tensors (see `input`)."""
+        return _single(self._first_symbolic_call("output")[1])
+
+    def _first_symbolic_call(self, what: str):
+        call = vars(self).get("_first_call")
+        if call is None:
+            raise AttributeError(f"The layer {self.name} has never been called and thus has no defined {what}.")
+        return call
+
+    def _remember_first_call(self, outputs):
+        """Keep the first symbolic call's inputs and outputs (for `input` and `output`)."""
+        if vars(self).get("_first_call") is None:
+            leaves = symbolic_leaves(outputs)
+            history = leaves[0].history if leaves else None
+            inputs = symbolic_leaves((history[1], history[2])) if history else []
+            self._first_call = (inputs, outputs)
+        return outputs
+
+    def add_loss(self, loss) -> None:
+        """Add a scalar loss (or a list of them) from `call`: it joins `losses` until the next
+        outermost call, and training adds it to the loss it minimizes.
+
+        >>> import tapeflow as tp
+        >>> class Penalized(tp.layers.Layer):
+        ...     def call(self, x):
+        ...         self.add_loss(0.5 * tp.sum(x))
+        ...         return x
+        >>> layer = Penalized()
+        >>> _ = layer(tp.ones((2, 2)))
+        >>> [float(v) for v in layer.losses]
+        [2.0]
+        """
+        for value in tree.flatten(loss):
+            if not isinstance(value, Tensor):
+                raise ValueError(
+                    f"{self.name}.add_loss: a loss must be a tensor computed in call() or build(), got {value!r}"
+                )
+            vars(self).setdefault("_losses", []).append(value)
+
+    def _clear_losses(self) -> None:
+        for layer in self._flatten_layers():
+            if vars(layer).get("_losses"):
+                layer._losses = []
+
     def _flatten_layers(self) -> list[Layer]:
         """This layer and every layer it holds, depth first, each once."""
         out, seen, stack = [], set(), [self]
@@ -418,7 +577,7 @@ class Layer:
                 continue
             seen.add(id(layer))
             out.append(layer)
-            stack.extend(reversed(list(_layers_in(vars(layer).values()))))
+            stack.extend(reversed(list(layers_in(vars(layer).values()))))
         return out
 
     @property
@@ -454,8 +613,12 @@ class Layer:
 
     @property
     def losses(self) -> list[Tensor]:
-        """Regularization losses of the trainable weights, computed from their current values."""
-        return [reg(v) for layer in self._flatten_layers() for v, reg in layer._regularized if v.trainable]
+        """The losses `add_loss` added in the last outermost call (this layer's, then those of
+        the layers it holds), then the regularization losses of the trainable weights,
+        computed from their current values, as in Keras."""
+        layers = self._flatten_layers()
+        added = [loss for layer in layers for loss in vars(layer).get("_losses", ())]
+        return added + [reg(v) for layer in layers for v, reg in layer._regularized if v.trainable]
 
     def count_params(self) -> int:
         if not self.built:
@@ -535,6 +698,11 @@ class Layer:
         return f"<{type(self).__name__} name={self.name} built={self.built}>"
 
 
+def _single(values):
+    """A one-element list as its element (Keras' `input` and `output`), anything else as is."""
+    return values[0] if isinstance(values, list) and len(values) == 1 else values
+
+
 def _is_plain(value) -> bool:
     if value is None or isinstance(value, bool | int | float | str):
         return True
@@ -588,8 +756,9 @@ class InputLayer(Layer):
             raise ValueError(f"{self.name}: batch_size cannot be combined with batch_shape {batch_shape!r}")
         self.batch_shape = _as_shape(batch_shape) if batch_shape is not None else (batch_size, *_as_shape(shape))
         self.dtype = self.compute_dtype = dtypes.as_dtype(dtype or "float32")  # integer inputs are allowed here
-        self.output = SymbolicTensor(self.batch_shape, self.dtype, self.name)
-        self.output.input_layer = self
+        output = SymbolicTensor(self.batch_shape, self.dtype, self.name)
+        output.input_layer = self
+        self._first_call = ([], output)  # an input has no inputs of its own, as in Keras
         self.built = True
 
     def call(self, inputs):
@@ -597,6 +766,13 @@ class InputLayer(Layer):
 
     def get_config(self) -> dict:
         return {"batch_shape": self.batch_shape, "dtype": self.dtype.name, "name": self.name}
+
+
+class _OutputSpec:
+    """The shape and dtype of one output of a symbolic layer call (a leaf of `tapeflow.tree`)."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), dtype
 
 
 def _map_shapes(fn, shapes):
@@ -620,14 +796,15 @@ def _probe_copy(value, memo: dict):
     return value
 
 
-def _layers_in(values):
+def layers_in(values):
+    """The layers among `values`, also inside lists, tuples and dicts, in order."""
     for value in values:
         if isinstance(value, Layer):
             yield value
         elif isinstance(value, list | tuple):
-            yield from _layers_in(value)
+            yield from layers_in(value)
         elif isinstance(value, dict):
-            yield from _layers_in(value.values())
+            yield from layers_in(value.values())
 
 
 # ------------------------------------------------------------ serialization

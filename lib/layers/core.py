@@ -112,6 +112,8 @@ class Dense(Layer):
     [[3.0, 3.0]]
     """
 
+    supports_masking = True  # a mask passes through, as in Keras
+
     def __init__(
         self,
         units: int,

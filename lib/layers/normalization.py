@@ -39,6 +39,8 @@ def _in_range(owner: str, label: str, value, low: float, high: float, low_open: 
 class _Normalization(Layer):
     """Shared pieces: the axes normalized over, gamma and beta, and the affine output."""
 
+    supports_masking = True  # a mask passes through, as in Keras
+
     def __init__(
         self,
         axis=-1,

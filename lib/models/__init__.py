@@ -10,8 +10,9 @@ or by stacking layers with `Sequential`.
 34
 """
 
+from tapeflow.models.cloning import clone_model, model_from_json
 from tapeflow.models.model import Functional, Model
 from tapeflow.models.sequential import Sequential
 from tapeflow.saving.model_file import load_model
 
-__all__ = ["Functional", "Model", "Sequential", "load_model"]
+__all__ = ["Functional", "Model", "Sequential", "clone_model", "load_model", "model_from_json"]

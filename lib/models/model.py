@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 
 from tapeflow import saving, tree
 from tapeflow.graph.trace import TensorSpec, freeze
-from tapeflow.layers.base import Input, Layer, SymbolicTensor, _layers_in, deserialize, serialize
-from tapeflow.models.layer_graph import layer_calls, run_layer_calls
+from tapeflow.layers.base import Input, InputLayer, Layer, SymbolicTensor, deserialize, layers_in, serialize
+from tapeflow.models.layer_graph import (
+    describe_calls,
+    layer_calls,
+    map_refs,
+    map_tensors,
+    replay_calls,
+    run_layer_calls,
+)
 from tapeflow.saving.load_report import LoadReport
+from tapeflow.serialization import custom_object_scope
+from tapeflow.trainers.model_inputs import standardize_inputs
 from tapeflow.trainers.trainer import Trainer
 
 
@@ -33,11 +44,30 @@ class Model(Layer, Trainer):
             return Functional.__new__(Functional)
         return super().__new__(cls, *args, **kwargs)
 
+    def __init__(self, *args, **kwargs):
+        # A subclass whose constructor hands (inputs, outputs) on is a functional model
+        # with the subclass's overrides (train_step, compute_loss ...), as in Keras.
+        if _functional_arguments(args, kwargs) and not isinstance(self, Functional):
+            self.__class__ = _functional_subclass(type(self))
+            Functional.__init__(self, *args, **kwargs)
+            return
+        super().__init__(*args, **kwargs)
+
     @classmethod
-    def from_config(cls, config: dict):
-        if cls is Model and "calls" in config:  # tp.Model.from_config of a functional model's config
-            return Functional.from_config(config)
-        return cls(**config)
+    def from_config(cls, config: dict, custom_objects: dict | None = None):
+        """The model a `get_config()` dict describes; `custom_objects` maps the names of
+        user classes and functions in it to them, as in Keras.
+
+        >>> import tapeflow as tp
+        >>> model = tp.Sequential([tp.Input((3,)), tp.layers.Dense(2)])
+        >>> again = tp.Sequential.from_config(model.get_config())
+        >>> again.count_params() == model.count_params()
+        True
+        """
+        with custom_object_scope(custom_objects):
+            if cls is Model and "calls" in config:  # tp.Model.from_config of a functional model's config
+                return Functional.from_config(config)
+            return cls(**config)
 
     def freeze(self, *input_specs, optimize: bool = True):
         """The inference graph of this model: dropout off, batch normalization on its
@@ -100,6 +130,16 @@ class Model(Layer, Trainer):
         super().compile(optimizer, loss, metrics, **kwargs)
         self._compile_arguments = {"loss": loss, "metrics": metrics, **kwargs}
 
+    def to_json(self, **kwargs) -> str:
+        """The model's architecture as a JSON string (`tp.models.model_from_json` reads it);
+        `kwargs` go to `json.dumps`.
+
+        >>> import tapeflow as tp
+        >>> tp.Sequential([tp.Input((3,)), tp.layers.Dense(2)]).to_json()[:26]
+        '{"class_name": "Sequential'
+        """
+        return json.dumps(serialize(self), **kwargs)
+
     def save(self, filepath) -> None:
         """Write the whole model to one file, atomically: architecture (config), weights, and
         if compiled, the compile arguments and the optimizer's state. `tp.models.load_model`
@@ -146,11 +186,33 @@ class Model(Layer, Trainer):
         """
         return saving.load_weights(self, filepath, strict=strict, by_name=by_name)
 
+    @property
+    def layers(self) -> list:
+        """The layers the model holds directly, in the order they were set (a Sequential's
+        stack; a functional model's InputLayers, then its layers in call order).
+
+        >>> import tapeflow as tp
+        >>> class Two(tp.Model):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.hidden, self.head = tp.layers.Dense(3), tp.layers.Dense(1)
+        ...     def call(self, x):
+        ...         return self.head(self.hidden(x))
+        >>> [type(layer).__name__ for layer in Two().layers]
+        ['Dense', 'Dense']
+        """
+        held = vars(self).get("layers")
+        return held if held is not None else self._tracked_layers()
+
+    @layers.setter
+    def layers(self, value) -> None:
+        vars(self)["layers"] = value
+
     def _summary_rows(self):
         return [(layer, getattr(layer, "output_shape", "?")) for layer in self._tracked_layers()]
 
     def _tracked_layers(self):
-        return list(_layers_in(vars(self).values()))
+        return list(layers_in(vars(self).values()))
 
 
 _HEADER = ("Layer (type)", "Output shape", "Params")
@@ -179,9 +241,9 @@ class Functional(Model):
         # Frozen without an eager call first, the model takes its symbolic inputs' specs.
         self._input_signature = [TensorSpec(t.shape, t.dtype) for t in self._model_inputs]
         self._calls = layer_calls(self._model_inputs, self._model_outputs)
-        self.layers = []
+        self.layers = [t.input_layer for t in self._model_inputs if t.input_layer is not None]  # first, as in Keras
         for layer, *_ in self._calls:
-            if all(layer is not seen for seen in self.layers):
+            if isinstance(layer, Layer) and all(layer is not seen for seen in self.layers):
                 self.layers.append(layer)
         # Every layer was built by its symbolic call: the model is built at construction.
         self.built = True
@@ -212,89 +274,91 @@ class Functional(Model):
         return names
 
     def call(self, inputs, training=None):
-        given = tree.flatten(inputs)
-        if len(given) != len(self._model_inputs):
-            raise ValueError(f"{self.name}: expected {len(self._model_inputs)} inputs, got {len(given)}")
+        given = standardize_inputs(self._input_structure, self._model_inputs, inputs, self.name)
         outputs = run_layer_calls(self._calls, self._model_inputs, self._model_outputs, given, training)
         structure = self._output_structure
         return tree.pack_sequence_as(list(structure) if isinstance(structure, tuple) else structure, outputs)
 
+    @property
+    def input(self):
+        """The symbolic inputs as given to the constructor (one tensor, a list or a dict)."""
+        return self._input_structure
+
+    @property
+    def output(self):
+        """The symbolic outputs as given to the constructor (one tensor, a list or a dict)."""
+        return self._output_structure
+
+    @property
+    def inputs(self) -> list:
+        """The symbolic inputs, a flat list.
+
+        >>> import tapeflow as tp
+        >>> a, b = tp.Input((3,), name="a"), tp.Input((2,), name="b")
+        >>> model = tp.Model([a, b], tp.layers.Dense(1)(tp.layers.Concatenate()([a, b])))
+        >>> [t.name for t in model.inputs], [t.shape for t in model.outputs]
+        (['a', 'b'], [(None, 1)])
+        """
+        return list(self._model_inputs)
+
+    @property
+    def outputs(self) -> list:
+        """The symbolic outputs, a flat list."""
+        return list(self._model_outputs)
+
+    def _graph_layers(self) -> list:
+        """The layers the calls use, without the InputLayers (a config's "layers")."""
+        return [layer for layer in self.layers if not isinstance(layer, InputLayer)]
+
     def _summary_rows(self):
-        return [(layer, used[0].shape if used else "?") for layer, _, _, used in self._calls]
+        inputs = [(layer, layer.batch_shape) for layer in self.layers if isinstance(layer, InputLayer)]
+        return inputs + [
+            (layer, used[0].shape if used else "?") for layer, _, _, used in self._calls if isinstance(layer, Layer)
+        ]
 
     def get_config(self) -> dict:
         """The inputs, each distinct layer's config, the calls between them (shared layers
-        are called more than once) and the outputs: Keras' functional config, with tensors
-        named by position ({"input": i} or {"call": c, "output": j})."""
-        refs = {id(t): {"input": i} for i, t in enumerate(self._model_inputs)}
-        calls = []
-        for c, (layer, args, kwargs, used) in enumerate(self._calls):
-            for out in used:
-                refs[id(out)] = {"call": c, "output": out.index}
-            calls.append(
-                {
-                    "layer": next(i for i, known in enumerate(self.layers) if known is layer),
-                    "args": _map_tensors(lambda t: refs[id(t)], args),
-                    "kwargs": dict(kwargs),
-                }
-            )
+        are called more than once; op nodes by op name and attributes, with every argument)
+        and the outputs: Keras' functional config, with tensors named by position ({"input":
+        i} or {"call": c, "output": j})."""
+        calls, refs = describe_calls(self._calls, self._model_inputs, self._graph_layers())
         return {
             "name": self.name,
             "trainable": self.trainable,
             "inputs": [
                 {"name": t.name, "batch_shape": list(t.shape), "dtype": t.dtype.name} for t in self._model_inputs
             ],
-            "input_structure": _map_tensors(lambda t: refs[id(t)], self._input_structure),
-            "layers": [serialize(layer) for layer in self.layers],
+            "input_structure": map_tensors(lambda t: refs[id(t)], self._input_structure),
+            "layers": [serialize(layer) for layer in self._graph_layers()],
             "calls": calls,
-            "outputs": _map_tensors(lambda t: refs[id(t)], self._output_structure),
+            "outputs": map_tensors(lambda t: refs[id(t)], self._output_structure),
         }
 
     @classmethod
-    def from_config(cls, config: dict):
+    def from_config(cls, config: dict, custom_objects: dict | None = None):
+        if custom_objects:
+            with custom_object_scope(custom_objects):
+                return cls.from_config(config)
         where = f"{cls.__name__}.from_config"
         try:
             inputs = [Input(batch_shape=i["batch_shape"], dtype=i["dtype"], name=i["name"]) for i in config["inputs"]]
             layers = [deserialize(c) for c in config["layers"]]
-            values: dict = {}
-
-            def tensor(ref):
-                if not isinstance(ref, dict):
-                    raise ValueError(f"{where}: a tensor reference must be a dict, got {ref!r}")
-                if "input" in ref:
-                    return inputs[ref["input"]]
-                return values[(ref["call"], ref["output"])]
-
-            for c, call in enumerate(config["calls"]):
-                result = layers[call["layer"]](_map_refs(tensor, call["args"]), **call.get("kwargs", {}))
-                for j, out in enumerate(result if isinstance(result, list) else [result]):
-                    values[(c, j)] = out
-            input_structure = _map_refs(
+            tensor = replay_calls(config["calls"], inputs, layers, where)
+            input_structure = map_refs(
                 tensor, config.get("input_structure", [{"input": i} for i in range(len(inputs))])
             )
-            outputs = _map_refs(tensor, config["outputs"])
+            outputs = map_refs(tensor, config["outputs"])
         except (KeyError, IndexError, TypeError) as err:
             raise ValueError(f"{where}: malformed functional config ({type(err).__name__}: {err})") from None
         return cls(input_structure, outputs, name=config.get("name"), trainable=config.get("trainable", True))
 
 
-def _map_tensors(fn, structure):
-    """fn(tensor) for one symbolic tensor or each in a list, tuple or dict of them."""
-    if isinstance(structure, dict):
-        return {k: fn(v) for k, v in structure.items()}
-    if isinstance(structure, list | tuple):
-        return [fn(v) for v in structure]
-    return fn(structure)
+def _functional_arguments(args: tuple, kwargs: dict) -> bool:
+    """Whether constructor arguments name a functional model's inputs and outputs."""
+    return len(args) == 2 or (len(args) == 1 and "outputs" in kwargs) or {"inputs", "outputs"} <= kwargs.keys()
 
 
-def _map_refs(fn, structure):
-    """The inverse of `_map_tensors` over references: a ref is a dict with "input" or "call"."""
-    if isinstance(structure, dict) and ("input" in structure or "call" in structure):
-        return fn(structure)
-    if isinstance(structure, dict):
-        return {k: fn(v) for k, v in structure.items()}
-    if isinstance(structure, list):
-        return [fn(v) for v in structure]
-    raise ValueError(
-        f"Functional.from_config: expected a tensor reference or a list or dict of them, got {structure!r}"
-    )
+@functools.cache
+def _functional_subclass(cls: type) -> type:
+    """`cls` with Functional's graph behind its own methods (same name and module)."""
+    return type(cls.__name__, (cls, Functional), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})

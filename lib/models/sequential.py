@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tapeflow.graph.trace import TensorSpec
-from tapeflow.layers.base import InputLayer, Layer, SymbolicTensor, deserialize, serialize
+from tapeflow.layers.base import Input, InputLayer, Layer, SymbolicTensor, deserialize, serialize
 from tapeflow.models.model import Model
+from tapeflow.serialization import custom_object_scope
 
 
 class Sequential(Model):
@@ -65,11 +66,49 @@ class Sequential(Model):
                 raise ValueError(f"{self.name}.build: give an input_shape; the model declares no input")
             input_shape = self._input_layer.batch_shape
         dtype = self._input_layer.dtype if self._input_layer is not None else self.dtype
-        x = SymbolicTensor(input_shape, dtype, "input")
+        declared = self._input_layer
+        if declared is not None and tuple(declared.batch_shape) == tuple(input_shape):
+            x = declared.output
+        else:
+            x = Input(batch_shape=input_shape, dtype=dtype)
+        start = x
         for layer in self.layers:
             x = layer(x)
+        self._symbolic_io = (start, x)
         self._input_signature = [TensorSpec((None, *tuple(input_shape)[1:]), dtype)]
         self._build_input_shape = tuple(input_shape)
+
+    @property
+    def inputs(self) -> list:
+        """The symbolic input, in a list, once the model has one (an `Input` first, or `build`).
+
+        >>> import tapeflow as tp
+        >>> model = tp.Sequential([tp.Input((3,)), tp.layers.Dense(2)])
+        >>> [t.shape for t in model.inputs], [t.shape for t in model.outputs]
+        ([(None, 3)], [(None, 2)])
+        """
+        return [self._symbolic("inputs")[0]]
+
+    @property
+    def outputs(self) -> list:
+        """The symbolic output, in a list, once the model has an input (see `inputs`)."""
+        return [self._symbolic("outputs")[1]]
+
+    @property
+    def input(self):
+        """The symbolic input (see `inputs`)."""
+        return self._symbolic("input")[0]
+
+    @property
+    def output(self):
+        """The symbolic output (see `inputs`)."""
+        return self._symbolic("output")[1]
+
+    def _symbolic(self, what: str) -> tuple:
+        io = vars(self).get("_symbolic_io")
+        if io is None or not self.layers:
+            raise AttributeError(f"Sequential model '{self.name}' has no defined {what} yet.")
+        return io
 
     def _call_symbolic(self, inputs, *args, **kwargs):
         # Called on a symbolic input (inside a functional model): build every layer now.
@@ -115,7 +154,10 @@ class Sequential(Model):
         }
 
     @classmethod
-    def from_config(cls, config: dict):
+    def from_config(cls, config: dict, custom_objects: dict | None = None):
+        if custom_objects:
+            with custom_object_scope(custom_objects):
+                return cls.from_config(config)
         config = dict(config)
         layers = [deserialize(c) for c in config.pop("layers", [])]
         shape, dtype = config.pop("build_input_shape", None), config.pop("input_dtype", "float32")

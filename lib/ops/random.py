@@ -1,6 +1,9 @@
 """Random numbers: a global stream (`seed`) and reproducible `Generator`s.
 
-Each sampling function is an op whose attrs carry the generator it draws from.
+Each sampling function is an op whose attrs carry the generator it draws from. The
+functions take Keras 3's `seed=` as well as tapeflow's `generator=`: an int seed draws the
+same numbers on every call, a `SeedGenerator` (or `Generator`) moves on with each call, and
+None draws from the global stream.
 
 >>> import tapeflow as tp
 >>> tp.random.seed(0)
@@ -12,11 +15,14 @@ True
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.ops import shapes
 from tapeflow.ops.array import gather
+from tapeflow.ops.core import cast
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
 
@@ -52,6 +58,52 @@ class Generator:
 
     def truncated_normal(self, shape, mean=0.0, stddev=1.0, dtype="float32") -> Tensor:
         return truncated_normal(shape, mean, stddev, dtype, generator=self)
+
+
+class SeedGenerator(Generator):
+    """Keras 3's `keras.random.SeedGenerator`: a stream that each random call with
+    `seed=generator` moves on, so repeated calls differ but a rerun from the same seed
+    repeats them. Without a seed it takes one from the global stream (which
+    `tp.random.seed` and `tp.utils.set_random_seed` seed).
+
+    >>> import tapeflow as tp
+    >>> a, b = tp.random.SeedGenerator(42), tp.random.SeedGenerator(42)
+    >>> x = tp.random.normal((3,), seed=a)
+    >>> bool((x == tp.random.normal((3,), seed=b)).numpy().all())
+    True
+    >>> bool((x == tp.random.normal((3,), seed=a)).numpy().all())
+    False
+    >>> a.get_config()["seed"]
+    42
+    """
+
+    _COUNT = itertools.count()
+
+    def __init__(self, seed: int | None = None, name: str | None = None, **kwargs):
+        unknown = set(kwargs) - {"backend"}
+        if unknown or kwargs.get("backend") is not None:
+            raise TypeError(f"SeedGenerator: unexpected arguments {sorted(kwargs)}")
+        if seed is None:
+            seed = int(_GLOBAL.numpy.integers(1, 10**9))
+        if not isinstance(seed, int | np.integer) or isinstance(seed, bool):
+            raise ValueError(f"SeedGenerator: seed must be an int or None, got {seed!r}")
+        number = next(SeedGenerator._COUNT)
+        self.name = name or ("seed_generator" if number == 0 else f"seed_generator_{number}")
+        super().__init__(int(seed))
+
+    def next(self, ordered: bool = True) -> Tensor:
+        """A fresh seed drawn from the stream: two values in [0, 2**32), as Keras's `next()` gives."""
+        return as_tensor(self.numpy.integers(0, 2**32, size=2, dtype=np.uint32))
+
+    def get_config(self) -> dict:
+        return {"seed": self.seed, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config: dict) -> SeedGenerator:
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        return f"<SeedGenerator name={self.name!r} seed={self.seed}>"
 
 
 _GLOBAL = Generator(None)
@@ -113,27 +165,37 @@ def _shape(name, shape) -> tuple:
     return shapes.as_dims(name, shape)
 
 
+def _source(name: str, generator, seed):
+    """The one of `generator=` (tapeflow's name) and `seed=` (Keras's) that was given."""
+    if generator is not None and seed is not None:
+        raise ValueError(f"{name}: pass either seed= or generator=, not both (got {seed!r} and {generator!r})")
+    return generator if seed is None else seed
+
+
 def _sample(opdef, shape, dtype, generator, **params) -> Tensor:
     attrs = {
         "shape": _shape(opdef.name, shape),
-        "dtype": dtypes.as_dtype(dtype).name,
+        "dtype": dtypes.as_dtype("float32" if dtype is None else dtype).name,
         "generator": _generator(generator),
         **params,
     }
     return apply(opdef, (), attrs)
 
 
-def normal(shape, mean=0.0, stddev=1.0, dtype="float32", generator=None) -> Tensor:
+def normal(shape, mean=0.0, stddev=1.0, dtype="float32", generator=None, *, seed=None) -> Tensor:
     """Samples from a normal distribution.
 
     >>> import tapeflow as tp
     >>> tp.random.normal((2, 3), generator=tp.random.Generator(0)).shape
     (2, 3)
+    >>> bool((tp.random.normal((2,), seed=1) == tp.random.normal((2,), seed=1)).numpy().all())
+    True
     """
-    return _sample(_NORMAL, shape, dtype, generator, mean=float(mean), stddev=float(stddev))
+    source = _source("random_normal", generator, seed)
+    return _sample(_NORMAL, shape, dtype, source, mean=float(mean), stddev=float(stddev))
 
 
-def uniform(shape, minval=0.0, maxval=1.0, dtype="float32", generator=None) -> Tensor:
+def uniform(shape, minval=0.0, maxval=1.0, dtype="float32", generator=None, *, seed=None) -> Tensor:
     """Samples from [minval, maxval).
 
     >>> import tapeflow as tp
@@ -142,17 +204,19 @@ def uniform(shape, minval=0.0, maxval=1.0, dtype="float32", generator=None) -> T
     """
     if maxval <= minval:
         raise ValueError(f"random_uniform: maxval {maxval} must exceed minval {minval}")
-    return _sample(_UNIFORM, shape, dtype, generator, minval=float(minval), maxval=float(maxval))
+    source = _source("random_uniform", generator, seed)
+    return _sample(_UNIFORM, shape, dtype, source, minval=float(minval), maxval=float(maxval))
 
 
-def truncated_normal(shape, mean=0.0, stddev=1.0, dtype="float32", generator=None) -> Tensor:
+def truncated_normal(shape, mean=0.0, stddev=1.0, dtype="float32", generator=None, *, seed=None) -> Tensor:
     """Normal samples redrawn until within two standard deviations of the mean.
 
     >>> import tapeflow as tp
     >>> float(tp.max(tp.abs(tp.random.truncated_normal((1000,))))) <= 2
     True
     """
-    return _sample(_TRUNCATED, shape, dtype, generator, mean=float(mean), stddev=float(stddev))
+    source = _source("truncated_normal", generator, seed)
+    return _sample(_TRUNCATED, shape, dtype, source, mean=float(mean), stddev=float(stddev))
 
 
 def _categorical_infer(logits, num_samples, generator):
@@ -175,19 +239,29 @@ def _CATEGORICAL(logits, num_samples, generator):
     return out
 
 
-def categorical(logits, num_samples: int, generator=None) -> Tensor:
-    """Class indices drawn from softmax(logits), one row of samples per batch row.
+def categorical(logits, num_samples: int, generator=None, *, dtype="int64", seed=None) -> Tensor:
+    """Class indices drawn from softmax(logits), one row of samples per batch row
+    (int64, as TensorFlow gives them; Keras's default is `dtype="int32"`).
 
     >>> import tapeflow as tp
     >>> tp.random.categorical(tp.tensor([[0.0, 50.0]]), 3).numpy().tolist()
     [[1, 1, 1]]
+    >>> tp.random.categorical(tp.tensor([[0.0, 50.0]]), 1, dtype="int32", seed=3).dtype
+    tapeflow.int32
     """
     logits = as_tensor(logits, name="categorical")
-    return apply(
+    out_dtype = dtypes.as_dtype(dtype)
+    if out_dtype.kind not in "iu":
+        raise TypeError(f"categorical: dtype must be an integer dtype, got {out_dtype}")
+    drawn = apply(
         _CATEGORICAL,
         (logits,),
-        {"num_samples": shapes.as_int("categorical", "num_samples", num_samples), "generator": _generator(generator)},
+        {
+            "num_samples": shapes.as_int("categorical", "num_samples", num_samples),
+            "generator": _generator(_source("categorical", generator, seed)),
+        },
     )
+    return drawn if out_dtype == dtypes.int64 else cast(drawn, out_dtype)
 
 
 def _permutation_infer(n, generator):
@@ -199,18 +273,21 @@ def _PERMUTATION(n, generator):
     return generator.numpy.permutation(n)
 
 
-def shuffle(x, generator=None) -> Tensor:
-    """`x` with its first axis randomly permuted (differentiable in `x`).
+def shuffle(x, generator=None, *, axis: int = 0, seed=None) -> Tensor:
+    """`x` with its `axis` (the first by default) randomly permuted (differentiable in `x`).
 
     >>> import tapeflow as tp
     >>> sorted(tp.random.shuffle(tp.arange(5)).numpy().tolist())
     [0, 1, 2, 3, 4]
+    >>> sorted(tp.random.shuffle(tp.reshape(tp.arange(6), (2, 3)), axis=1, seed=0).numpy()[0].tolist())
+    [0, 1, 2]
     """
     x = as_tensor(x, name="shuffle")
     if x.ndim == 0:
         raise ValueError("shuffle: needs a tensor of rank >= 1")
-    perm = apply(_PERMUTATION, (), {"n": x.shape[0], "generator": _generator(generator)})
-    return gather(x, perm, axis=0)
+    axis = shapes.as_int("shuffle", "axis", axis, low=-x.ndim, high=x.ndim - 1) % x.ndim
+    perm = apply(_PERMUTATION, (), {"n": x.shape[axis], "generator": _generator(_source("shuffle", generator, seed))})
+    return gather(x, perm, axis=axis)
 
 
 # ------------------------------------------------------------ candidate sampling

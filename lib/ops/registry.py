@@ -218,13 +218,17 @@ class paused_recording:
 def apply(op: OpDef, inputs: tuple, attrs: dict):
     """Run `op` on tensors now; return a Tensor, or a tuple for multi-output ops.
 
-    While a function is being frozen, the tracer records the op instead.
+    While a function is being frozen, the tracer records the op instead; on the symbolic
+    tensors of a functional model, the tensor records it (its `symbolic_apply`).
     """
     if _STATE.autocast is not None and op.name != "cast":
         inputs = _autocast(inputs, _STATE.autocast)
     tracer = TRACING.tracer
     if tracer is not None:
         return tracer.apply(op, inputs, attrs)
+    for t in inputs:
+        if t._value is None and hasattr(t, "symbolic_apply"):  # a functional model's symbolic tensor
+            return t.symbolic_apply(op, inputs, attrs)
     specs = op.infer(*inputs, **attrs)
     device = check_same_device(op.name, inputs) if inputs else current_device()
     kernel, binder = op._by_family.get(device.family) or op._resolve(device.family)

@@ -44,7 +44,7 @@ from tapeflow.saving.weights import (
 )
 from tapeflow.serialization import custom_object_scope
 
-__all__ = ["load_model", "save_model"]
+__all__ = ["compile_arguments", "load_model", "restore_compile_arguments", "save_model"]
 
 
 def _write_json(group, name: str, value, where: str) -> None:
@@ -82,6 +82,22 @@ def _restore_entry(value, get):
     return value
 
 
+def compile_arguments(model) -> dict:
+    """A compiled model's `compile` arguments, except the optimizer, as JSON: losses and
+    metrics as names or configs (what a model file keeps)."""
+    arguments = dict(getattr(model, "_compile_arguments", {"loss": model.loss, "metrics": None}))
+    return {k: _compile_entry(v) for k, v in arguments.items()}
+
+
+def restore_compile_arguments(config: dict) -> dict:
+    """`compile_arguments`' dict as `compile` arguments again, with new loss and metric objects."""
+    arguments = dict(config)
+    arguments["loss"] = _restore_entry(arguments.get("loss"), losses.get)
+    for key in ("metrics", "weighted_metrics"):
+        arguments[key] = _restore_entry(arguments.get(key), metrics.get)
+    return arguments
+
+
 def _optimizer_state(model, by_key: dict, where: str):
     """(the tracked variables' keys in tracking order, slot arrays keyed "<n>/<slot>")."""
     optimizer = model.optimizer
@@ -109,8 +125,7 @@ def save_model(model, path) -> None:
     build = [{"shape": list(s.shape), "dtype": s.dtype.name} for s in model._input_signature or []]
     compiled = getattr(model, "_compiled", False)
     if compiled:
-        arguments = dict(getattr(model, "_compile_arguments", {"loss": model.loss, "metrics": None}))
-        compile_config = {k: _compile_entry(v) for k, v in arguments.items()}
+        compile_config = compile_arguments(model)
         compile_config["optimizer"] = optimizers.serialize(model.optimizer)
         tracked, slots = _optimizer_state(model, by_key, where)
     generators = {key: gen.get_state() for key, gen in generators_by_path(model).items()}
@@ -212,9 +227,6 @@ def load_model(path, custom_objects: dict | None = None, compile: bool = True):
             arguments = dict(compile_config)
             with _rebuilding(reader, "the compile config"):
                 optimizer = optimizers.get(arguments.pop("optimizer", None))
-                arguments["loss"] = _restore_entry(arguments.get("loss"), losses.get)
-                for key in ("metrics", "weighted_metrics"):
-                    arguments[key] = _restore_entry(arguments.get(key), metrics.get)
-                model.compile(optimizer=optimizer, **arguments)
+                model.compile(optimizer=optimizer, **restore_compile_arguments(arguments))
             _restore_optimizer(model, reader, checked, by_key, where)
     return model

@@ -70,7 +70,8 @@ class OutputLosses:
 
     Args:
         loss: one loss for every output, or a list (output order) or dict (by output name)
-            of them; entries are Loss objects, Keras names or functions, or None.
+            of them; entries are Loss objects, Keras names or functions, or None (None
+            alone: no compiled loss, the model's `add_loss` or `compute_loss` gives it).
         loss_weights: None (all 1), a number (one output), or a list or dict like `loss`.
         output_names: the outputs' names, in the order the model returns them.
     """
@@ -78,10 +79,8 @@ class OutputLosses:
     def __init__(self, loss, loss_weights=None, output_names=None, where: str = "compile"):
         self.output_names = list(output_names or ["output"])
         names = self.output_names
-        specs = per_output(loss, names, "loss", where, shared=True)
+        specs = [None] * len(names) if loss is None else per_output(loss, names, "loss", where, shared=True)
         self.losses = [None if spec is None else losses_module.get(spec) for spec in specs]
-        if all(loss is None for loss in self.losses):
-            raise ValueError(f"{where}: a loss is required (got none for any of the outputs {names})")
         if loss_weights is None:
             weights = [1.0] * len(names)
         elif len(names) == 1 or isinstance(loss_weights, list | tuple | dict):
@@ -119,7 +118,7 @@ class OutputLosses:
     def update(self, values: list, batch_size: int | None) -> None:
         """Add one batch's per-output values (weighted by its size, as Keras does)."""
         for tracker, value in zip(self.trackers, values, strict=False):
-            tracker.update_state(float(value), sample_weight=batch_size)
+            tracker.update_state(value, sample_weight=batch_size)
 
     def results(self) -> dict[str, float]:
         return {tracker.name: tracker.result() for tracker in self.trackers}

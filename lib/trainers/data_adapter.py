@@ -13,6 +13,7 @@ and class weights, and the batches of each epoch (from arrays or a `tp.data.Data
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Iterator
@@ -20,7 +21,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from tapeflow import tree
-from tapeflow.data.dataset import INFINITE_CARDINALITY, Dataset
+from tapeflow.data.dataset import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset
+from tapeflow.data.py_dataset import PyDataset
 from tapeflow.ops.random import global_generator
 from tapeflow.ops.registry import as_tensor
 from tapeflow.tensor import Tensor
@@ -161,22 +163,51 @@ class ArrayData:
         return self.rows_of(slice(None, cut)), self.rows_of(slice(cut, None))
 
 
-def unpack(element, where: str, need_y: bool = True):
-    """(x, y, sample_weight) from one Dataset element: an (x, y) or (x, y, sample_weight)
-    tuple; for predict (`need_y=False`) also x alone or (x,).
+def unpack_x_y_sample_weight(data) -> tuple:
+    """(x, y, sample_weight) from one batch as fit passes it to `train_step`: `x`, `(x,)`,
+    `(x, y)` or `(x, y, sample_weight)` (a list counts as a tuple), with None for what
+    is missing; as Keras 3's `keras.utils.unpack_x_y_sample_weight`.
 
-    >>> unpack((1, 2), "fit"), unpack(5, "predict", need_y=False)
+    >>> unpack_x_y_sample_weight(([1.0], [0.0])), unpack_x_y_sample_weight({"a": 1})
+    (([1.0], [0.0], None), ({'a': 1}, None, None))
+    """
+    if isinstance(data, list):
+        data = tuple(data)
+    if not isinstance(data, tuple):
+        return data, None, None
+    if not 1 <= len(data) <= 3:
+        raise ValueError(
+            f"unpack_x_y_sample_weight: a batch must be x, (x,), (x, y) or (x, y, sample_weight), got a tuple "
+            f"of {len(data)}; for a model with several inputs nest them: ((x1, x2), y)"
+        )
+    return (*data, *(None,) * (3 - len(data)))
+
+
+def pack_x_y_sample_weight(x, y=None, sample_weight=None):
+    """One batch in the form `fit` passes to `train_step`: `x` alone (or `(x,)` when x is
+    itself a tuple or list), `(x, y)` or `(x, y, sample_weight)`; as Keras 3's
+    `keras.utils.pack_x_y_sample_weight`.
+
+    >>> pack_x_y_sample_weight(1), pack_x_y_sample_weight([1, 2]), pack_x_y_sample_weight(1, 2)
+    (1, ([1, 2],), (1, 2))
+    """
+    if y is None:
+        return (x,) if isinstance(x, list | tuple) else x
+    if sample_weight is None:
+        return x, y
+    return x, y, sample_weight
+
+
+def unpack(element, where: str) -> tuple:
+    """(x, y, sample_weight) from one element a Dataset, PyDataset or generator yields.
+
+    >>> unpack((1, 2), "fit"), unpack(5, "predict")
     ((1, 2, None), (5, None, None))
     """
-    if isinstance(element, tuple) and len(element) in (2, 3):
-        return element if len(element) == 3 else (*element, None)
-    if not need_y:
-        return (element[0] if isinstance(element, tuple) and len(element) == 1 else element), None, None
-    size = f"a tuple of {len(element)}" if isinstance(element, tuple) else f"a single {type(element).__name__}"
-    raise ValueError(
-        f"{where}: a Dataset must yield (x, y) or (x, y, sample_weight) tuples, got {size}; for a model "
-        "with several inputs nest them: ((x1, x2), y)"
-    )
+    try:
+        return unpack_x_y_sample_weight(element)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
 
 
 # -------------------------------------------------------------------- epochs
@@ -187,7 +218,9 @@ class EpochBatches:
     whole pass. With `steps`, an epoch is that many batches, and the pass goes on in the next
     epoch where the last one stopped, as Keras does; a pass that runs out mid-epoch ends
     that epoch early with a warning, and the next epoch starts a new pass. Infinite data
-    without `steps`, and empty data, are errors naming the argument.
+    without `steps`, and empty data, are errors naming the argument. `exhaustible` data (a
+    Python generator, which has one pass only) that runs out ends the epoch with a warning
+    and sets `ran_out`, as Keras stops training then.
     """
 
     def __init__(
@@ -198,6 +231,7 @@ class EpochBatches:
         where: str,
         steps_argument: str = "steps_per_epoch",
         prepare: Callable = lambda element: element,
+        exhaustible: bool = False,
     ):
         if cardinality == INFINITE_CARDINALITY and steps is None:
             raise ValueError(
@@ -208,6 +242,7 @@ class EpochBatches:
             raise ValueError(f"{where}: the data is empty: there is no batch to run")
         self._make_pass, self._prepare = make_pass, prepare
         self._steps_argument, self._where = steps_argument, where
+        self._exhaustible, self._seen_any, self.ran_out = exhaustible, False, False
         self.steps_given = steps
         self.steps = steps if steps is not None else (cardinality if cardinality >= 0 else None)
         self._iterator = None
@@ -217,9 +252,10 @@ class EpochBatches:
             seen = 0
             for element in self._make_pass(epoch):
                 seen += 1
+                self._seen_any = True
                 yield self._prepare(element)
             if not seen:
-                raise ValueError(f"{self._where}: the data is empty: it yielded no batch")
+                self._empty()
             return
         taken, fresh = 0, False
         while taken < self.steps_given:
@@ -227,9 +263,12 @@ class EpochBatches:
                 self._iterator, fresh = iter(self._make_pass(epoch)), True
             element = next(self._iterator, _END)
             if element is _END:
+                if self._exhaustible:
+                    self._empty()
+                    return
                 self._iterator = None
                 if fresh:
-                    raise ValueError(f"{self._where}: the data is empty: it yielded no batch")
+                    self._empty()
                 if taken:
                     warnings.warn(
                         f"{self._where}: the data ran out after {taken} of {self._steps_argument}="
@@ -239,12 +278,23 @@ class EpochBatches:
                     return
                 continue
             fresh = False
+            self._seen_any = True
             taken += 1
             yield self._prepare(element)
 
+    def _empty(self) -> None:
+        if not (self._exhaustible and self._seen_any):
+            raise ValueError(f"{self._where}: the data is empty: it yielded no batch")
+        self.ran_out = True
+        warnings.warn(
+            f"{self._where}: the generator ran out of data, so training stops here; make it yield at least "
+            f"{self._steps_argument} * epochs batches (or loop forever and pass {self._steps_argument}=)",
+            stacklevel=4,
+        )
+
     def close(self) -> None:
         """Stop a pass left open by `steps` (and any prefetch thread it runs)."""
-        close = getattr(self._iterator, "close", None)
+        close = None if self._exhaustible else getattr(self._iterator, "close", None)
         if close is not None:
             close()
         self._iterator = None
@@ -253,21 +303,24 @@ class EpochBatches:
 # ------------------------------------------------------------ one call's data
 def array_data(x, y, sample_weight, where: str, output_names: list[str] | None = None) -> ArrayData:
     """Arrays checked as Keras checks them: x required; with `output_names` (not for
-    predict) y required and numeric, and y and sample_weight with one entry per output
-    for several outputs.
+    predict) y numeric when given (a loss that needs no targets trains on x alone), and y
+    and sample_weight with one entry per output for several outputs.
 
     >>> array_data(np.ones((2, 3)), [0, 1], None, "fit", ["output"]).y.tolist()
     [0, 1]
     """
     if x is None:
-        raise ValueError(f"{where}: x is required: an array, a list of arrays (several inputs) or a tp.data.Dataset")
+        raise ValueError(
+            f"{where}: x is required: an array, a list or dict of arrays (several inputs), a tp.data.Dataset, "
+            "a PyDataset or a generator"
+        )
     xs = map_inputs(lambda a: as_array(a, "x", where, numeric=False), x)
     if output_names is None:
         return ArrayData(xs, where=where)
     if y is None:
-        raise ValueError(
-            f"{where}: y is required with array inputs (or pass a tp.data.Dataset that yields (x, y) batches)"
-        )
+        if sample_weight is not None:
+            raise ValueError(f"{where}: sample_weight was given without y; weights apply to the targets' losses")
+        return ArrayData(xs, where=where)
     names = output_names
     if len(names) == 1:
         ys = as_array(y, "y", where)
@@ -291,11 +344,18 @@ def _by_name(entries: list, names: list[str], argument: str, where: str) -> dict
     }
 
 
+def is_generator(x) -> bool:
+    """Whether `x` is a Python generator (or another one-pass iterator), which fit reads
+    batch by batch as Keras does."""
+    return isinstance(x, Iterator) and not isinstance(x, Dataset | PyDataset)
+
+
 def _source(x, y, sample_weight, where: str, output_names: list[str] | None):
-    """A Dataset or ArrayData as it is, or arrays as ArrayData."""
-    if isinstance(x, Dataset):
+    """A Dataset, PyDataset, generator or ArrayData as it is, or arrays as ArrayData."""
+    if isinstance(x, Dataset | PyDataset) or is_generator(x):
+        kind = "Dataset" if isinstance(x, Dataset) else "PyDataset" if isinstance(x, PyDataset) else "generator"
         if y is not None:
-            raise ValueError(f"{where}: with a Dataset x, y must be None (the Dataset yields (x, y) batches)")
+            raise ValueError(f"{where}: with a {kind} x, y must be None (it yields (x, y) batches itself)")
         if sample_weight is not None:
             raise ValueError(f"{where}: pass sample weights inside the dataset, as (x, y, sample_weight) batches")
         return x
@@ -306,13 +366,15 @@ def _source(x, y, sample_weight, where: str, output_names: list[str] | None):
 
 def validation_arguments(validation_data) -> tuple:
     """fit's `validation_data` as (x, y, sample_weight): (x, y), (x, y, sample_weight), a
-    Dataset, or the ArrayData that validation_split held out."""
-    if isinstance(validation_data, ArrayData | Dataset):
+    Dataset, PyDataset or generator, or the ArrayData that validation_split held out."""
+    if isinstance(validation_data, ArrayData | Dataset | PyDataset) or is_generator(validation_data):
         return validation_data, None, None
     if isinstance(validation_data, tuple | list) and len(validation_data) in (2, 3):
         return (*validation_data, *(None,) * (3 - len(validation_data)))
     kind = type(validation_data).__name__
-    raise ValueError(f"fit: validation_data must be (x, y), (x, y, sample_weight) or a Dataset, got {kind}")
+    raise ValueError(
+        f"fit: validation_data must be (x, y), (x, y, sample_weight), a Dataset, a PyDataset or a generator, got {kind}"
+    )
 
 
 def with_class_weight(arrays: ArrayData, class_weight, where: str, output_names: list[str]) -> ArrayData:
@@ -402,15 +464,16 @@ class Batch(tuple):
 
 # ---------------------------------------------------------------- the adapter
 class DataAdapter:
-    """The data of one fit, evaluate or predict call, checked once: a Dataset as it is, or
-    arrays (less the rows validation_split holds out, with class weights as their sample
-    weights), and each epoch's (x, y, sample_weight) batches as tensors, their targets
-    checked (`targets`, None for predict), `steps` at a time.
+    """The data of one fit, evaluate or predict call, checked once: a Dataset, PyDataset or
+    generator as it is, or arrays (less the rows validation_split holds out, with class
+    weights as their sample weights), and each epoch's (x, y, sample_weight) batches as
+    tensors, their targets checked (`targets`, None for predict), `steps` at a time.
 
-    Arrays are shuffled afresh each epoch (with `shuffle`) in an order that depends only on
-    (`seed`, epoch); `seed` may be changed before an epoch starts (to resume a run). With
-    `for_strategy`, the batches are a distributed strategy's to make: it takes `arrays` and
-    batches of row numbers (`strategy_batches`).
+    Arrays (and a PyDataset's batch order) are shuffled afresh each epoch (with
+    `shuffle`) in an order that depends only on (`seed`, epoch); `seed` may be changed
+    before an epoch starts (to resume a run). With `for_strategy`, the batches are a
+    distributed strategy's to make: it takes `arrays` and batches of row numbers
+    (`strategy_batches`).
 
     >>> import tapeflow as tp
     >>> from tapeflow.trainers.compile_losses import OutputLosses
@@ -442,11 +505,12 @@ class DataAdapter:
         source = _source(x, y, sample_weight, where, names)
         self.held_out = None
         if validation_split:
-            if isinstance(source, Dataset):
-                raise ValueError(f"{where}: validation_split needs arrays, not a Dataset")
+            if not isinstance(source, ArrayData):
+                raise ValueError(f"{where}: validation_split needs arrays, not a {type(source).__name__}")
             source, self.held_out = source.split(validation_split)
-        self._class_weight = None  # a Dataset's, applied batch by batch
-        if isinstance(source, Dataset):
+        self._class_weight = None  # a stream's, applied batch by batch
+        streamed = not isinstance(source, ArrayData)
+        if streamed:
             self._class_weight = None if names is None else class_weight_table(class_weight, where)
         else:
             if names is not None:
@@ -454,19 +518,37 @@ class DataAdapter:
             if not len(source):
                 raise ValueError(f"{where}: the data is empty: x has no samples")
         self.source = source
-        self.seed = shuffle_seed(seed) if shuffle and isinstance(source, ArrayData) else None
+        finite_py = isinstance(source, PyDataset) and source.num_batches is not None
+        self.seed = shuffle_seed(seed) if shuffle and (not streamed or finite_py) else None
         self._elements = self.batches = None
         if for_strategy:
+            if isinstance(source, PyDataset) or is_generator(source):
+                raise ValueError(
+                    f"{where}: distribute= takes arrays or a tp.data.Dataset, not a {type(source).__name__}"
+                )
             count = source.cardinality() if isinstance(source, Dataset) else -(-len(source) // batch_size)
             self.steps = count if count >= 0 else None
             return
         if isinstance(source, Dataset):
             make_pass, cardinality = (lambda epoch: source), source.cardinality()
+        elif isinstance(source, PyDataset):
+            count = source.num_batches
+            make_pass = self._py_pass
+            cardinality = INFINITE_CARDINALITY if count is None else count
+        elif is_generator(source):
+            make_pass, cardinality = (lambda epoch: source), UNKNOWN_CARDINALITY
         else:
             split = Batch.of(source)
             make_pass, cardinality = (lambda epoch: map(split, self._pass(epoch))), -(-len(source) // batch_size)
-        self.batches = EpochBatches(make_pass, cardinality, steps, where, steps_argument, self._prepare)
+        self.batches = EpochBatches(
+            make_pass, cardinality, steps, where, steps_argument, self._prepare, exhaustible=is_generator(source)
+        )
         self.steps = self.batches.steps
+
+    @property
+    def ran_out(self) -> bool:
+        """Whether a generator ran out of data (fit then stops, as Keras does)."""
+        return self.batches is not None and self.batches.ran_out
 
     @property
     def arrays(self) -> tuple:
@@ -476,8 +558,8 @@ class DataAdapter:
         return self.source.x, self.source.y
 
     def first_inputs(self):
-        """The inputs of the first batch as tensors, or None for a Dataset (to build a model)."""
-        if isinstance(self.source, Dataset):
+        """The inputs of the first batch as tensors, or None for streamed data (to build a model)."""
+        if not isinstance(self.source, ArrayData):
             return None
         return to_tensors(self.source.rows_of(slice(None, self.batch_size)).x)
 
@@ -497,6 +579,22 @@ class DataAdapter:
             self._elements = self.source.dataset()
         return self._batched(self._elements, epoch)
 
+    def _py_pass(self, epoch: int) -> Iterator:
+        """One epoch of a PyDataset: `on_epoch_begin`, its batches (in a shuffled order with
+        `shuffle`), then `on_epoch_end` once the pass is done."""
+        data = self.source
+        data.on_epoch_begin()
+        count = data.num_batches
+        if count is None:
+            order = itertools.count()
+        elif self.seed is None:
+            order = range(count)
+        else:
+            order = np.random.default_rng(epoch_seed(self.seed, epoch)).permutation(count).tolist()
+        for index in order:
+            yield data[index]
+        data.on_epoch_end()
+
     def _batched(self, elements: Dataset, epoch: int) -> Dataset:
         if self.seed is None:
             return elements.batch(self.batch_size)
@@ -505,9 +603,9 @@ class DataAdapter:
     def _prepare(self, element) -> tuple:
         """One batch as tensors, its class weights applied and its targets checked."""
         targets = self.targets
-        x, y, sw = element if isinstance(element, Batch) else unpack(element, self.where, targets is not None)
+        x, y, sw = element if isinstance(element, Batch) else unpack(element, self.where)
         if targets is not None:
-            if self._class_weight is not None:
+            if self._class_weight is not None and y is not None:
                 check_class_weight(self.where, sw, targets.output_names)
                 sw = class_sample_weights(y, self._class_weight)
             targets(x, y)

@@ -30,20 +30,32 @@ from tapeflow.graph.function import Function
 from tapeflow.ops.math import add, cast, divide, multiply
 from tapeflow.ops.registry import as_tensor
 from tapeflow.optimizers import LossScaleOptimizer
-from tapeflow.tensor import FreezeError, IndexedSlices, Tensor
+from tapeflow.tensor import TRACING, FreezeError, IndexedSlices, Tensor
 from tapeflow.trainers.compile_losses import per_output
 
 
-def compiled_loss(model, y, y_pred, sample_weight=None) -> tuple[Tensor, list]:
+def compiled_loss(model, y, y_pred, sample_weight=None) -> tuple[Tensor | None, list]:
     """(the total loss: every output's compiled loss, weighted, plus the layers' own
-    losses (regularization, `add_loss`); each output's unweighted loss)."""
+    losses (regularization, `add_loss`), None when there is neither; each output's
+    unweighted loss)."""
     outputs = model._output_losses
     names = outputs.output_names
-    targets = per_output(y, names, "y", "fit")
-    weights = None if sample_weight is None else per_output(sample_weight, names, "sample_weight", "fit", True)
-    loss, values = outputs(targets, tree.flatten(y_pred), weights)
+    loss, values = None, []
+    if outputs.active:
+        targets = per_output(y, names, "y", "fit")
+        weights = None if sample_weight is None else per_output(sample_weight, names, "sample_weight", "fit", True)
+        loss, values = outputs(targets, tree.flatten(y_pred), weights)
     for extra in model.losses:
-        loss = add(loss, extra)
+        loss = extra if loss is None else add(loss, extra)
+    return loss, values
+
+
+def model_loss(model, x, y, y_pred, sample_weight, training: bool) -> tuple[Tensor, list]:
+    """(the total loss from `model.compute_loss` (a user's override included), and the
+    per-output losses the built-in `compute_loss` worked out on the way, for the logs)."""
+    model._output_loss_values = []
+    loss = model._compute_loss(x, y, y_pred, sample_weight, training)
+    values, model._output_loss_values = model._output_loss_values, []
     return loss, values
 
 
@@ -66,7 +78,7 @@ def batch_gradients(model, x, y, sample_weight, variables, forward=None) -> Batc
     """
     with GradientTape() as tape:
         y_pred = (forward or model)(x, training=True)
-        loss, values = compiled_loss(model, y, y_pred, sample_weight)
+        loss, values = model_loss(model, x, y, y_pred, sample_weight, training=True)
         scaled = model.optimizer.scale_loss(loss)
     return BatchGradients(y_pred, loss, values, tape.gradient(scaled, variables))
 
@@ -107,7 +119,7 @@ def train_step(model, x, y, sample_weight=None, learning_rate=None, step=None) -
 def test_step(model, x, y, sample_weight=None) -> tuple:
     """The forward pass in inference mode and the loss: (predictions, loss, each output's loss)."""
     y_pred = model(x, training=False)
-    return (y_pred, *compiled_loss(model, y, y_pred, sample_weight))
+    return (y_pred, *model_loss(model, x, y, y_pred, sample_weight, training=False))
 
 
 class Steps:
@@ -123,7 +135,7 @@ class Steps:
         self.frozen_train = self.frozen_test = self.frozen_predict = None  # tp.functions, made on first use
 
     def train(self, x, y, sample_weight=None) -> tuple:
-        if self.model.jit:
+        if self.model.jit and TRACING.tracer is None:
             try:
                 return self._train_frozen(x, y, sample_weight)
             except FreezeError as err:
@@ -131,7 +143,7 @@ class Steps:
         return train_step(self.model, x, y, sample_weight)
 
     def test(self, x, y, sample_weight=None) -> tuple:
-        if self.model.jit:
+        if self.model.jit and TRACING.tracer is None:
             try:
                 return self.frozen()[1](x, y, sample_weight)
             except FreezeError as err:
@@ -139,7 +151,7 @@ class Steps:
         return test_step(self.model, x, y, sample_weight)
 
     def predict(self, x):
-        if self.model.jit:
+        if self.model.jit and TRACING.tracer is None:
             if self.frozen_predict is None:
                 model = self.model
 

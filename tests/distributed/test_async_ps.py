@@ -199,7 +199,7 @@ def test_async_training_converges_to_single_process_accuracy_on_fashion_mnist(cl
         loss = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
         model.compile(optimizer=tp.optimizers.Adam(schedule), loss=loss, metrics=["accuracy"])
         model.fit(x, y, batch_size=batch, epochs=epochs, seed=0, verbose=0, distribute=distribute)
-        accuracy.append(model.evaluate(x_test, y_test, batch_size=1000, verbose=0)["accuracy"])
+        accuracy.append(model.evaluate(x_test, y_test, batch_size=1000, verbose=0, return_dict=True)["accuracy"])
     single, spread = accuracy
     assert single > 0.8
     assert spread >= single - 0.01, f"async accuracy {spread:.4f} vs single-process {single:.4f}"

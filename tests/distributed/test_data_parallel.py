@@ -352,9 +352,14 @@ def test_evaluate_on_the_workers_equals_evaluate_in_one_process(cluster, batch_s
     )
     rng = np.random.default_rng(2)
     x, y = rng.standard_normal((37, 6)).astype(np.float32), rng.integers(0, 3, 37)
-    expected = model.evaluate(x, y, batch_size=batch_size, verbose=0)
+    expected = model.evaluate(x, y, batch_size=batch_size, verbose=0, return_dict=True)
     got = model.evaluate(
-        x, y, batch_size=batch_size, verbose=0, distribute=tp.distributed.DataParallel(cluster, replicas=3)
+        x,
+        y,
+        batch_size=batch_size,
+        verbose=0,
+        distribute=tp.distributed.DataParallel(cluster, replicas=3),
+        return_dict=True,
     )
     assert sorted(got) == sorted(expected)
     for key, value in expected.items():

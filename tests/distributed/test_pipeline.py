@@ -84,8 +84,8 @@ def test_forward_values_equal_single_process(cluster, micro_batches):
         rtol=1e-6,
         atol=1e-7,
     )
-    expected = model.evaluate(x, y, batch_size=BATCH, verbose=0)
-    got = model.evaluate(x, y, batch_size=BATCH, verbose=0, distribute=strategy)
+    expected = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
+    got = model.evaluate(x, y, batch_size=BATCH, verbose=0, distribute=strategy, return_dict=True)
     assert got.keys() == expected.keys()
     for key in expected:
         np.testing.assert_allclose(got[key], expected[key], rtol=1e-6)

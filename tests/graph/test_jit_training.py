@@ -91,7 +91,7 @@ def test_fit_and_evaluate_with_jit():
     np.testing.assert_allclose(h_f.history["loss"], h_e.history["loss"], rtol=1e-4)
     # 100 = 3 x 32 + 4: one more trace for the short last batch, none after
     assert frozen._frozen()[0].trace_count == 2
-    ev_e, ev_f = eager.evaluate(x, y, verbose=0), frozen.evaluate(x, y, verbose=0)
+    ev_e, ev_f = eager.evaluate(x, y, verbose=0, return_dict=True), frozen.evaluate(x, y, verbose=0, return_dict=True)
     assert ev_f["loss"] == pytest.approx(ev_e["loss"], rel=1e-4)
     assert ev_f["accuracy"] == pytest.approx(ev_e["accuracy"])
 
@@ -167,7 +167,7 @@ def test_jit_true_refuses_a_model_that_cannot_be_frozen():
     model = _unfreezable(True)
     with pytest.raises(tp.FreezeError, match=r"numpy\(\) of a traced tensor"):
         model.train_on_batch(DATA["mlp"][1](8), RNG.integers(0, 5, 8))
-    with pytest.raises(ValueError, match="jit must be True, False or 'auto', got 'yes'"):
+    with pytest.raises(ValueError, match="jit_compile must be True, False or 'auto', got 'yes'"):
         model.compile("sgd", "mse", jit="yes")
 
 

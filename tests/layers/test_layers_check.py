@@ -43,6 +43,7 @@ CASES = [
     ("layer_norm", L.LayerNormalization, (3, 5), {}),
     ("layer_norm_axes", partial(L.LayerNormalization, axis=[1, 2], center=False), (2, 3, 4), {}),
     ("embedding", partial(L.Embedding, 7, 3), (2, 5), {"int_range": (0, 7)}),
+    ("masking", partial(L.Masking, mask_value=0.5), (2, 4, 3), {}),
     ("simple_rnn", partial(L.SimpleRNN, 3), (2, 4, 3), {}),
     ("simple_rnn_sequences", partial(L.SimpleRNN, 2, return_sequences=True, activation="relu"), (2, 3, 3), {}),
     ("lstm", partial(L.LSTM, 3), (2, 4, 3), {}),

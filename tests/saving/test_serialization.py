@@ -39,6 +39,7 @@ LAYERS = {
     "Reshape": (lambda: L.Reshape((3, -1)), (2, 6)),
     "Activation": (lambda: L.Activation("gelu"), (2, 3)),
     "Dropout": (lambda: L.Dropout(0.25, seed=3), (2, 3)),
+    "Masking": (lambda: L.Masking(mask_value=0.5), (2, 3)),
     "BatchNormalization": (lambda: L.BatchNormalization(momentum=0.9), (4, 3)),
     "LayerNormalization": (lambda: L.LayerNormalization(epsilon=1e-4), (4, 3)),
     "Embedding": (lambda: L.Embedding(7, 3), "ids"),

@@ -63,7 +63,7 @@ def test_infinite_data_without_steps_is_an_error_before_training():
     with pytest.raises(ValueError, match=r"fit: validation_data: the data is infinite.*pass validation_steps="):
         model.fit(X, Y, validation_data=endless, verbose=0)
     with pytest.raises(ValueError, match=r"evaluate: the data is infinite.*pass steps="):
-        model.evaluate(endless, verbose=0)
+        model.evaluate(endless, verbose=0, return_dict=True)
     with pytest.raises(ValueError, match=r"predict: the data is infinite.*pass steps="):
         model.predict(endless)
     assert model.optimizer.iterations == 0
@@ -75,9 +75,11 @@ def test_validation_steps_and_evaluate_steps_take_that_many_batches():
     model = _model()
     endless = tp.data.Dataset.from_tensor_slices((X, Y)).batch(4).repeat()
     history = model.fit(X, Y, epochs=1, validation_data=endless, validation_steps=1, verbose=0)
-    first = model.evaluate(X[:4], Y[:4], verbose=0)["loss"]
+    first = model.evaluate(X[:4], Y[:4], verbose=0, return_dict=True)["loss"]
     assert history.history["val_loss"][0] == pytest.approx(first)
-    assert model.evaluate(endless, steps=2, verbose=0)["loss"] == pytest.approx(model.evaluate(X, Y, verbose=0)["loss"])
+    assert model.evaluate(endless, steps=2, verbose=0, return_dict=True)["loss"] == pytest.approx(
+        model.evaluate(X, Y, verbose=0, return_dict=True)["loss"]
+    )
     assert model.predict(endless, steps=3).shape == (12, 2)
 
 
@@ -91,7 +93,7 @@ def test_empty_data_is_an_error():
     with pytest.raises(ValueError, match="fit: the data is empty: it yielded no batch"):
         model.fit(nothing, verbose=0)
     with pytest.raises(ValueError, match="evaluate: the data is empty"):
-        model.evaluate(X[:0], Y[:0], verbose=0)
+        model.evaluate(X[:0], Y[:0], verbose=0, return_dict=True)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +115,7 @@ def test_empty_data_is_an_error():
         ({"steps_per_epoch": 0}, "steps_per_epoch must be an integer >= 1"),
         ({"validation_steps": 1.5}, "validation_steps must be an integer"),
         ({"validation_batch_size": 0}, "validation_batch_size must be an integer"),
-        ({"y": None}, "fit: y is required with array inputs"),
+        ({"y": None}, r"fit: no target \(y\) given for output 'output', which has a loss"),
         ({"x": None}, "fit: x is required"),
         ({"y": np.array(["cat", "dog"] * 4)}, r"fit: y must hold numbers, got dtype <U3 \(e.g. np.str_\('cat'\)\)"),
         ({"validation_data": (X,)}, r"fit: validation_data must be \(x, y\)"),
@@ -134,21 +136,21 @@ def test_batch_size_none_means_32_and_epochs_zero_trains_nothing():
     assert model.optimizer.iterations == 2
     history = model.fit(x, y, epochs=0, verbose=0)
     assert history.history == {} and model.optimizer.iterations == 2
-    assert model.evaluate(x, y, batch_size=None, verbose=0)["loss"] > 0
+    assert model.evaluate(x, y, batch_size=None, verbose=0, return_dict=True)["loss"] > 0
 
 
 def test_evaluate_and_predict_check_their_arguments():
     model = _model()
     with pytest.raises(ValueError, match="evaluate: steps must be an integer >= 1"):
-        model.evaluate(X, Y, steps=0, verbose=0)
-    with pytest.raises(ValueError, match="evaluate: y is required"):
-        model.evaluate(X, verbose=0)
+        model.evaluate(X, Y, steps=0, verbose=0, return_dict=True)
+    with pytest.raises(ValueError, match=r"no target \(y\) given for output"):
+        model.evaluate(X, verbose=0, return_dict=True)
     with pytest.raises(ValueError, match="predict: batch_size must be an integer"):
         model.predict(X, batch_size=-4)
     with pytest.raises(ValueError, match="predict: x is required"):
         model.predict(None)
-    with pytest.raises(ValueError, match=r"fit: a Dataset must yield \(x, y\) or \(x, y, sample_weight\) tuples"):
-        model.fit(tp.data.Dataset.from_tensor_slices(X).batch(4), verbose=0)
+    with pytest.raises(ValueError, match=r"no target \(y\) given for output 'output', which has a loss"):
+        model.fit(tp.data.Dataset.from_tensor_slices(X).batch(4), verbose=0)  # x alone, as Keras takes it
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert model.predict(tp.data.Dataset.from_tensor_slices((X, Y)).batch(3)).shape == (8, 2)  # (x, y): x

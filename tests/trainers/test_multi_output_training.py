@@ -59,7 +59,7 @@ def test_per_output_logs_match_numpy_totals(jit, form):
             metrics={"out1": "accuracy", "out2": "mae"},
         )
         y = {"out2": Y2, "out1": Y1}
-    logs = model.evaluate(X, y, batch_size=5, verbose=0)
+    logs = model.evaluate(X, y, batch_size=5, verbose=0, return_dict=True)
     assert list(logs) == ["loss", "out1_accuracy", "out2_mae", "out1_loss", "out2_loss"]  # Keras 3's order
     expected = _by_hand(model)
     for key, value in expected.items():
@@ -69,14 +69,14 @@ def test_per_output_logs_match_numpy_totals(jit, form):
 
 def test_sample_weights_per_output_or_shared():
     model = _model()
-    logs = model.evaluate(X, [Y1, Y2], sample_weight={"out1": W}, verbose=0)
+    logs = model.evaluate(X, [Y1, Y2], sample_weight={"out1": W}, verbose=0, return_dict=True)
     expected = _by_hand(model, w1=W)
     assert logs["out1_loss"] == pytest.approx(expected["out1_loss"], rel=1e-5)
     assert logs["out2_loss"] == pytest.approx(expected["out2_loss"], rel=1e-5)  # no weights given for out2
-    shared = model.evaluate(X, [Y1, Y2], sample_weight=W, verbose=0)
+    shared = model.evaluate(X, [Y1, Y2], sample_weight=W, verbose=0, return_dict=True)
     expected = _by_hand(model, w1=W, w2=W)
     assert shared["loss"] == pytest.approx(expected["out1_loss"] + 0.5 * expected["out2_loss"], rel=1e-5)
-    listed = model.evaluate(X, [Y1, Y2], sample_weight=[W, np.ones(N)], verbose=0)
+    listed = model.evaluate(X, [Y1, Y2], sample_weight=[W, np.ones(N)], verbose=0, return_dict=True)
     assert listed["out1_loss"] == pytest.approx(expected["out1_loss"], rel=1e-5)
 
 
@@ -131,7 +131,7 @@ def test_on_batch_results_and_predictions_come_per_output():
 
 def test_an_output_without_loss_and_dict_outputs():
     model = _model(loss=[SCE, None], loss_weights=None, metrics=None)
-    logs = model.evaluate(X, {"out1": Y1}, verbose=0)
+    logs = model.evaluate(X, {"out1": Y1}, verbose=0, return_dict=True)
     assert list(logs) == ["loss"] and logs["loss"] == pytest.approx(_by_hand(model)["out1_loss"], rel=1e-5)
     inputs = tp.Input((4,))
     named = tp.Model(inputs, {"b": tp.layers.Dense(1)(inputs), "a": tp.layers.Dense(3)(inputs)})
@@ -187,9 +187,9 @@ class TwoHeads(tp.Model):
 def test_a_subclassed_model_with_two_outputs_names_them_by_position():
     model = TwoHeads()
     model.compile("sgd", loss=[SCE, "mse"], loss_weights=[1.0, 2.0])
-    logs = model.evaluate(X, [Y1, Y2], verbose=0)
+    logs = model.evaluate(X, [Y1, Y2], verbose=0, return_dict=True)
     assert list(logs) == ["loss", "output_1_loss", "output_2_loss"]
     assert logs["loss"] == pytest.approx(logs["output_1_loss"] + 2.0 * logs["output_2_loss"], rel=1e-6)
     model.compile("sgd", loss="mse")
     with pytest.raises(ValueError, match="set up for 1 outputs .* model returned 2; give compile one loss per output"):
-        model.evaluate(X, Y2, verbose=0)
+        model.evaluate(X, Y2, verbose=0, return_dict=True)

@@ -29,7 +29,7 @@ def test_fit_on_a_real_fashion_mnist_slice_reaches_80_percent():
     model.compile(tp.optimizers.Adam(1e-3), tp.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"])
     history = model.fit(x, y[:6000], batch_size=64, epochs=3, verbose=0, seed=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
-    result = model.evaluate(xt, yt[:2000], verbose=0)
+    result = model.evaluate(xt, yt[:2000], verbose=0, return_dict=True)
     assert result["accuracy"] >= 0.80, result
     predicted = model.predict(xt[:100]).argmax(axis=1)
     np.testing.assert_allclose((predicted == yt[:100]).mean(), result["accuracy"], atol=0.15)
@@ -158,7 +158,7 @@ def test_two_input_model_fits_evaluates_and_predicts_from_lists(jit):
     predicted = model.predict([xa, xb], batch_size=16)
     eager = model([tp.tensor(xa), tp.tensor(xb)], training=False).numpy()
     np.testing.assert_allclose(predicted, eager, rtol=1e-5, atol=1e-6)
-    logs = model.evaluate([xa, xb], y, batch_size=16, verbose=0)
+    logs = model.evaluate([xa, xb], y, batch_size=16, verbose=0, return_dict=True)
     accuracy = float(np.mean(np.argmax(eager, axis=1) == y))
     assert logs["accuracy"] == pytest.approx(accuracy)
     with pytest.raises(ValueError, match="different sample counts"):

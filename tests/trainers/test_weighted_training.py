@@ -45,14 +45,14 @@ def test_weighted_evaluate_matches_torch_cross_entropy(jit, batch_size):
     per_sample = F.cross_entropy(logits, labels, reduction="none")
     # "sum_over_batch_size": sum(w * loss) / N, and batches averaged by size give the same
     expected = float((per_sample * torch.from_numpy(W)).sum() / N)
-    got = model.evaluate(X, Y, sample_weight=W, batch_size=batch_size, verbose=0)["loss"]
+    got = model.evaluate(X, Y, sample_weight=W, batch_size=batch_size, verbose=0, return_dict=True)["loss"]
     assert got == pytest.approx(expected, rel=1e-10)
     # class weights: torch's weight= with reduction="sum", over N
     class_weights = torch.tensor([CLASS_WEIGHT[c] for c in range(CLASSES)], dtype=torch.float64)
     expected = float(F.cross_entropy(logits, labels, weight=class_weights, reduction="sum") / N)
-    got = model.evaluate(X, Y, class_weight=CLASS_WEIGHT, batch_size=batch_size, verbose=0)["loss"]
+    got = model.evaluate(X, Y, class_weight=CLASS_WEIGHT, batch_size=batch_size, verbose=0, return_dict=True)["loss"]
     assert got == pytest.approx(expected, rel=1e-10)
-    unweighted = model.evaluate(X, Y, batch_size=batch_size, verbose=0)["loss"]
+    unweighted = model.evaluate(X, Y, batch_size=batch_size, verbose=0, return_dict=True)["loss"]
     assert unweighted == pytest.approx(float(F.cross_entropy(logits, labels)), rel=1e-10)
 
 
@@ -62,7 +62,7 @@ def test_mean_with_sample_weight_matches_torch_mean_reduction():
     logits, labels = _torch_losses(model)
     class_weights = torch.tensor([CLASS_WEIGHT[c] for c in range(CLASSES)], dtype=torch.float64)
     expected = float(F.cross_entropy(logits, labels, weight=class_weights, reduction="mean"))
-    got = model.evaluate(X, Y, class_weight=CLASS_WEIGHT, batch_size=N, verbose=0)["loss"]
+    got = model.evaluate(X, Y, class_weight=CLASS_WEIGHT, batch_size=N, verbose=0, return_dict=True)["loss"]
     assert got == pytest.approx(expected, rel=1e-10)
 
 
@@ -105,11 +105,14 @@ def test_class_weight_reads_one_hot_labels_by_argmax():
     loss = tp.losses.CategoricalCrossentropy(from_logits=True)
     model = _model(loss=loss)
     one_hot = np.eye(CLASSES)[Y]
-    got = model.evaluate(X, one_hot, class_weight=CLASS_WEIGHT, verbose=0)["loss"]
-    expected = model.evaluate(X, one_hot, sample_weight=np.array([CLASS_WEIGHT[c] for c in Y]), verbose=0)["loss"]
+    got = model.evaluate(X, one_hot, class_weight=CLASS_WEIGHT, verbose=0, return_dict=True)["loss"]
+    expected = model.evaluate(
+        X, one_hot, sample_weight=np.array([CLASS_WEIGHT[c] for c in Y]), verbose=0, return_dict=True
+    )["loss"]
     assert got == pytest.approx(expected, rel=1e-12)
-    missing = model.evaluate(X, one_hot, class_weight={1: 3.0}, verbose=0)["loss"]  # unlisted classes weigh 1
-    expected = model.evaluate(X, one_hot, sample_weight=np.where(Y == 1, 3.0, 1.0), verbose=0)["loss"]
+    # unlisted classes weigh 1
+    missing = model.evaluate(X, one_hot, class_weight={1: 3.0}, verbose=0, return_dict=True)["loss"]
+    expected = model.evaluate(X, one_hot, sample_weight=np.where(Y == 1, 3.0, 1.0), verbose=0, return_dict=True)["loss"]
     assert missing == pytest.approx(expected, rel=1e-12)
 
 
@@ -121,8 +124,8 @@ def test_datasets_of_x_y_weight_train_like_arrays(jit):
     dataset.fit(ds, epochs=2, verbose=0)
     for a, b in zip(arrays.get_weights(), dataset.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12)
-    assert dataset.evaluate(ds, verbose=0)["loss"] == pytest.approx(
-        arrays.evaluate(X, Y, sample_weight=W, verbose=0)["loss"], rel=1e-12
+    assert dataset.evaluate(ds, verbose=0, return_dict=True)["loss"] == pytest.approx(
+        arrays.evaluate(X, Y, sample_weight=W, verbose=0, return_dict=True)["loss"], rel=1e-12
     )
     by_class = _model(jit)
     by_class.fit(tp.data.Dataset.from_tensor_slices((X, Y)).batch(5), class_weight=CLASS_WEIGHT, epochs=1, verbose=0)
@@ -135,13 +138,13 @@ def test_validation_data_with_sample_weights_and_validation_split():
     model = _model()
     history = model.fit(X, Y, epochs=1, validation_data=(X, Y, W), verbose=0)
     assert history.history["val_loss"][0] == pytest.approx(
-        model.evaluate(X, Y, sample_weight=W, verbose=0)["loss"], rel=1e-12
+        model.evaluate(X, Y, sample_weight=W, verbose=0, return_dict=True)["loss"], rel=1e-12
     )
     # validation_split holds out the last rows of x, y and sample_weight; class weights stay on training rows
     history = model.fit(X, Y, sample_weight=W, epochs=1, validation_split=0.25, verbose=0)
     held = slice(15, None)
     assert history.history["val_loss"][0] == pytest.approx(
-        model.evaluate(X[held], Y[held], sample_weight=W[held], verbose=0)["loss"], rel=1e-12
+        model.evaluate(X[held], Y[held], sample_weight=W[held], verbose=0, return_dict=True)["loss"], rel=1e-12
     )
 
 
@@ -153,7 +156,7 @@ def test_weighted_metrics_see_the_weights_and_plain_metrics_do_not():
     )
     probabilities = model.predict(X)
     correct = (probabilities.argmax(1) == Y).astype(float)
-    logs = model.evaluate(X, Y, sample_weight=W, batch_size=7, verbose=0)
+    logs = model.evaluate(X, Y, sample_weight=W, batch_size=7, verbose=0, return_dict=True)
     assert list(logs) == ["loss", "accuracy", "weighted_accuracy", "sparse_categorical_accuracy"]
     assert logs["accuracy"] == pytest.approx(correct.mean())
     assert (
@@ -161,7 +164,7 @@ def test_weighted_metrics_see_the_weights_and_plain_metrics_do_not():
         == logs["sparse_categorical_accuracy"]
         == pytest.approx(np.average(correct, weights=W))
     )
-    class_logs = model.evaluate(X, Y, class_weight=CLASS_WEIGHT, verbose=0)
+    class_logs = model.evaluate(X, Y, class_weight=CLASS_WEIGHT, verbose=0, return_dict=True)
     weights = np.array([CLASS_WEIGHT[c] for c in Y])
     assert class_logs["weighted_accuracy"] == pytest.approx(np.average(correct, weights=weights))
 
@@ -171,7 +174,7 @@ def test_train_on_batch_takes_weights():
     loss = weighted.train_on_batch(X, Y, sample_weight=np.zeros(N))
     assert loss == 0.0 and weighted.get_weights()[0] == pytest.approx(plain.get_weights()[0])
     before = plain.test_on_batch(X, Y, sample_weight=W)
-    assert before == pytest.approx(plain.evaluate(X, Y, sample_weight=W, verbose=0)["loss"])
+    assert before == pytest.approx(plain.evaluate(X, Y, sample_weight=W, verbose=0, return_dict=True)["loss"])
     assert weighted.train_on_batch(X, Y, class_weight={0: 0.0, 1: 0.0, 2: 0.0}) == 0.0
     with_metrics = _model(metrics=["accuracy"])
     loss, accuracy = with_metrics.evaluate(X, Y, sample_weight=W, return_dict=False, verbose=0)

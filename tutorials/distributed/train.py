@@ -91,7 +91,7 @@ def fit(name: str, data, args, distribute=None, callbacks=(), notes=lambda strat
     )
     seconds = time.perf_counter() - start
     steps = args.epochs * (len(x) // args.batch_size)
-    accuracy = model.evaluate(x_test, y_test, verbose=0)["accuracy"]
+    accuracy = model.evaluate(x_test, y_test, verbose=0, return_dict=True)["accuracy"]
     run = Run(name, steps / seconds, accuracy, history.history, notes(distribute))
     print(f"  {name}: {run.steps_per_second:.1f} steps/s, test accuracy {accuracy:.4f} {run.notes}", flush=True)
     return run

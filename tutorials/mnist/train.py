@@ -174,7 +174,7 @@ def train(key: str, plan: Plan, dataset: str, data, out: Path, seed: int) -> Res
         validation_data=validation,
         seed=seed,
     )
-    test = model.evaluate(x_test, y_test, batch_size=500, verbose=0)
+    test = model.evaluate(x_test, y_test, batch_size=500, verbose=0, return_dict=True)
     seconds = time.perf_counter() - start
     path = out / f"{dataset}_{key}.weights.h5"
     model.save_weights(path)

@@ -1,0 +1,84 @@
+"""A labelled text dataset from a folder of class subfolders of .txt files, as Keras 3's
+`text_dataset_from_directory`."""
+
+from __future__ import annotations
+
+from tapeflow.utils import dataset_utils
+from tapeflow.utils.rng_utils import draw_seed
+
+
+def text_dataset_from_directory(
+    directory,
+    labels="inferred",
+    label_mode="int",
+    class_names=None,
+    batch_size=32,
+    max_length=None,
+    shuffle=True,
+    seed=None,
+    validation_split=None,
+    subset=None,
+    follow_links=False,
+    format="tf",
+    verbose=True,
+):
+    """Batches of (texts, labels) from `directory/<class name>/*.txt`; texts are str
+    arrays (cut to `max_length` characters when given).
+
+    >>> import os, tempfile
+    >>> import tapeflow as tp
+    >>> root = tempfile.mkdtemp()
+    >>> for name, text in (("neg", "bad"), ("pos", "good")):
+    ...     os.mkdir(os.path.join(root, name))
+    ...     with open(os.path.join(root, name, "1.txt"), "w") as f:
+    ...         _ = f.write(text)
+    >>> ds = tp.utils.text_dataset_from_directory(root, shuffle=False, verbose=False)
+    >>> texts, labels = next(iter(ds))
+    >>> texts.tolist(), labels.tolist(), ds.class_names
+    (['bad', 'good'], [0, 1], ['neg', 'pos'])
+    """
+    if labels not in ("inferred", None):
+        if not isinstance(labels, list | tuple):
+            raise ValueError(
+                f"text_dataset_from_directory: labels must be 'inferred', None or a list/tuple of integer labels, "
+                f"got {labels!r}"
+            )
+        if class_names:
+            raise ValueError("text_dataset_from_directory: class_names can only be given with labels='inferred'")
+    if label_mode not in ("int", "categorical", "binary", None):
+        raise ValueError(
+            f"text_dataset_from_directory: label_mode must be 'int', 'categorical', 'binary' or None, "
+            f"got {label_mode!r}"
+        )
+    if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
+        raise ValueError(f"text_dataset_from_directory: max_length must be a positive int or None, got {max_length!r}")
+    if format not in ("tf", "grain"):
+        raise ValueError(f'text_dataset_from_directory: format must be "tf" or "grain", got {format!r}')
+    if labels is None or label_mode is None:
+        labels = label_mode = None
+    dataset_utils.check_validation_split(validation_split, subset, shuffle, seed)
+    seed = draw_seed() if seed is None else seed
+    paths, labels, class_names = dataset_utils.index_directory(
+        directory, labels, (".txt",), class_names, shuffle, seed, follow_links, verbose
+    )
+    if label_mode == "binary" and len(class_names) != 2:
+        raise ValueError(f'text_dataset_from_directory: label_mode="binary" needs exactly 2 classes, got {class_names}')
+
+    def load(path):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        return text[:max_length] if max_length is not None else text
+
+    def build(subset_name, shuffled):
+        subset_paths, subset_labels = dataset_utils.take_subset(paths, labels, validation_split, subset_name)
+        if not subset_paths:
+            raise ValueError(f"text_dataset_from_directory: no .txt files found in {directory!r}")
+        dataset = dataset_utils.from_directory_dataset(
+            subset_paths, subset_labels, load, batch_size, shuffled, seed, label_mode, len(class_names or ())
+        )
+        dataset.class_names, dataset.file_paths = class_names, list(subset_paths)
+        return dataset
+
+    if subset == "both":
+        return [build("training", shuffle), build("validation", False)]
+    return build(subset, shuffle)
