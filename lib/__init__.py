@@ -10,6 +10,7 @@
 """
 
 from tapeflow import (
+    activations,
     backend,
     callbacks,
     config,

@@ -44,6 +44,8 @@ __all__ = [
     "Orthogonal",
     "compute_fans",
     "get",
+    "serialize",
+    "deserialize",
 ]
 
 # The standard deviation of a unit normal truncated to [-2, 2]: dividing by it
@@ -418,3 +420,35 @@ def get(identifier):
     raise TypeError(
         f"initializers.get: expected an Initializer, a name, a config dict or a callable, got {identifier!r}"
     )
+
+
+def serialize(initializer) -> dict | str | None:
+    """A config for an initializer, as `keras.initializers.serialize`: a {"class_name",
+    "config"} dict for an Initializer (plus "registered_name" for a registered class), a name
+    stays a name, None stays None; `deserialize` turns it back.
+
+    >>> serialize(HeNormal(seed=3))
+    {'class_name': 'HeNormal', 'config': {'seed': 3}}
+    """
+    if initializer is None or isinstance(initializer, str):
+        return initializer
+    if isinstance(initializer, Initializer):
+        return serialization.serialize(initializer)
+    name = serialization.registered_name(initializer)
+    if name is None:
+        raise ValueError(
+            f"initializers.serialize: {initializer!r} is neither an Initializer nor a registered function; "
+            "subclass tp.initializers.Initializer or register it with @tp.saving.register_serializable()"
+        )
+    return name
+
+
+def deserialize(config) -> Initializer:
+    """The initializer a `serialize` config (a dict or a name) describes.
+
+    >>> deserialize({"class_name": "HeNormal", "config": {"seed": 3}})
+    HeNormal(seed=3)
+    """
+    if not isinstance(config, dict | str):
+        raise TypeError(f"initializers.deserialize: expected a config dict or a name, got {config!r}")
+    return get(config)

@@ -18,7 +18,7 @@ from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import as_tensor
 from tapeflow.tensor import Tensor
 
-__all__ = ["Regularizer", "L1", "L2", "L1L2", "get"]
+__all__ = ["Regularizer", "L1", "L2", "L1L2", "l1", "l2", "l1_l2", "get", "serialize", "deserialize"]
 
 
 def _factor(owner: str, label: str, value) -> float:
@@ -131,3 +131,40 @@ def get(identifier):
     raise TypeError(
         f"regularizers.get: expected a Regularizer, a name, a config dict or a callable, got {identifier!r}"
     )
+
+
+def serialize(regularizer) -> dict | str | None:
+    """A config for a regularizer, as `keras.regularizers.serialize`: a {"class_name",
+    "config"} dict for a Regularizer, a name stays a name, None stays None.
+
+    >>> serialize(l2(0.1))
+    {'class_name': 'L2', 'config': {'l2': 0.1}}
+    """
+    if regularizer is None or isinstance(regularizer, str):
+        return regularizer
+    if isinstance(regularizer, Regularizer):
+        return serialization.serialize(regularizer)
+    name = serialization.registered_name(regularizer)
+    if name is None:
+        raise ValueError(
+            f"regularizers.serialize: {regularizer!r} is neither a Regularizer nor a registered function; "
+            "subclass tp.regularizers.Regularizer or register it with @tp.saving.register_serializable()"
+        )
+    return name
+
+
+def deserialize(config):
+    """The regularizer a `serialize` config (a dict or a name) describes.
+
+    >>> deserialize({"class_name": "L1", "config": {"l1": 0.5}})
+    L1(l1=0.5)
+    """
+    if not isinstance(config, dict | str):
+        raise TypeError(f"regularizers.deserialize: expected a config dict or a name, got {config!r}")
+    return get(config)
+
+
+# Keras's lowercase spellings of the classes.
+l1 = L1
+l2 = L2
+l1_l2 = L1L2

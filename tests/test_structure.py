@@ -23,7 +23,7 @@ STAGES = [
     {"ops", "dlpack"},
     {"autodiff", "graph"},
     {"data"},
-    {"initializers", "regularizers", "mixed_precision", "losses", "metrics", "optimizers", "layers"},
+    {"initializers", "regularizers", "mixed_precision", "losses", "metrics", "optimizers", "layers", "activations"},
     {"models", "trainers", "saving", "callbacks", "io", "config", "word2vec", "utils", "backend"},
     {"distributed"},
     {"__init__", "cli"},

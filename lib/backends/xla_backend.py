@@ -256,6 +256,13 @@ def argmin(x, axis):
     return torch.argmin(_t(x), dim=axis)
 
 
+def cumsum(x, axis, reverse):
+    t = _t(x)
+    if reverse:
+        return torch.flip(torch.cumsum(torch.flip(t, dims=(axis,)), dim=axis, dtype=t.dtype), dims=(axis,))
+    return torch.cumsum(t, dim=axis, dtype=t.dtype)
+
+
 # ------------------------------------------------------------ shapes and indexing
 def reshape(x, shape):
     x = _t(x)

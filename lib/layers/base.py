@@ -165,6 +165,25 @@ def call_argument_names(cls) -> tuple:
     return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
 
 
+def _mask_of(structure):
+    """The masks carried by the symbolic tensors of `structure` (same nesting), or None
+    when none carries one."""
+    masks = tree.map_structure(lambda leaf: getattr(leaf, "_keras_mask", None), structure)
+    return masks if any(m is not None for m in tree.flatten(masks)) else None
+
+
+def _attach_masks(outputs, masks) -> None:
+    """Record on each symbolic output the (symbolic) mask `compute_mask` gave it."""
+    if masks is None:
+        return
+    flat, flat_masks = tree.flatten(outputs), tree.flatten(masks)
+    if isinstance(outputs, SymbolicTensor):
+        flat_masks = [masks] if isinstance(masks, SymbolicTensor) else flat_masks[:1]
+    for out, mask in zip(flat, flat_masks, strict=False):
+        if isinstance(out, SymbolicTensor) and isinstance(mask, SymbolicTensor):
+            out._keras_mask = mask
+
+
 def _has_shape_rule(cls) -> bool:
     """Whether `cls` overrides compute_output_shape instead of deriving it from `call`."""
     return cls.compute_output_shape is not Layer.compute_output_shape
@@ -363,16 +382,39 @@ class Layer:
         every argument included, for a functional model to replay."""
         shape = _shape_of(inputs)
         self._maybe_build(shape)
+        masks = self._symbolic_masks(inputs, args, kwargs)
         if _has_shape_rule(type(self)):
             out = _map_shapes(lambda s: _OutputSpec(s, self.compute_dtype), self.compute_output_shape(shape))
         else:
-            out = self._probe_outputs(inputs, args, kwargs)
+            out = self._probe_outputs(inputs, args, {**kwargs, **masks})
         history = (self, (inputs, *args), kwargs)
         if isinstance(out, _OutputSpec):
-            return SymbolicTensor(out.shape, out.dtype, f"{self.name}/output", history)
-        specs = tree.flatten(out)
-        symbols = [SymbolicTensor(o.shape, o.dtype, f"{self.name}/output_{i}", history, i) for i, o in enumerate(specs)]
-        return tree.pack_sequence_as(out, symbols)
+            result = SymbolicTensor(out.shape, out.dtype, f"{self.name}/output", history)
+        else:
+            specs = tree.flatten(out)
+            symbols = [
+                SymbolicTensor(o.shape, o.dtype, f"{self.name}/output_{i}", history, i) for i, o in enumerate(specs)
+            ]
+            result = tree.pack_sequence_as(out, symbols)
+        if self.supports_masking:
+            given = kwargs.get("mask") if kwargs.get("mask") is not None else masks.get("mask", _mask_of(inputs))
+            _attach_masks(result, self.compute_mask(inputs, given))
+        return result
+
+    def _symbolic_masks(self, inputs, args, kwargs) -> dict:
+        """The masks a call on symbolic tensors passes on, as a functional model's run does:
+        `mask` from the first argument and `<name>_mask` from the argument `name`, for the
+        ones `call` takes and the caller did not give."""
+        names = call_argument_names(type(self))
+        found = {}
+        previous = _mask_of(inputs)
+        if "mask" in names and kwargs.get("mask") is None and previous is not None:
+            found["mask"] = previous
+        for name, arg in {**dict(zip(names[1:], args, strict=False)), **kwargs}.items():
+            key = f"{name}_mask"
+            if key in names and kwargs.get(key) is None and _mask_of(arg) is not None:
+                found[key] = _mask_of(arg)
+        return found
 
     def _probe_outputs(self, inputs, args, kwargs):
         """(shape, dtype) of each output of `call` on these arguments, each symbolic tensor in

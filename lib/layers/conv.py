@@ -1,4 +1,5 @@
-"""Convolution layers on NHWC images: Conv2D and Conv2DTranspose (kernels are HWIO).
+"""Convolution layers: Conv2D and Conv2DTranspose on NHWC images (kernels are HWIO), and
+Conv1D and Conv1DTranspose on [batch, steps, channels] sequences (a height-1 image).
 
 >>> import tapeflow as tp
 >>> tp.layers.Conv2D(8, 3, padding="same")(tp.ones((1, 5, 5, 2))).shape
@@ -12,8 +13,21 @@ import numpy as np
 from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
 from tapeflow.layers.core import get_activation, serialize_activation
 from tapeflow.ops import nn
-from tapeflow.ops.array import concat, split
+from tapeflow.ops.array import concat, expand_dims, pad, split, squeeze
 from tapeflow.ops.shapes import as_int, conv_transpose_output_size, window_output_size
+
+
+def ints(layer: str, label: str, value, rank: int) -> tuple[int, ...]:
+    """A positive int, or `rank` of them, as a tuple of `rank` ints.
+
+    >>> ints("conv1d", "strides", 2, 1), ints("conv2d", "strides", [1, 2], 2)
+    ((2,), (1, 2))
+    """
+    values = (value,) * rank if not isinstance(value, list | tuple) else tuple(value)
+    if len(values) != rank:
+        what = "a pair of them" if rank == 2 else f"a tuple of {rank}"
+        raise ValueError(f"{layer}: {label} must be a positive int or {what}, got {value!r}")
+    return tuple(as_int(layer, label, v, low=1) for v in values)
 
 
 def pair(layer: str, label: str, value) -> tuple[int, int]:
@@ -22,21 +36,37 @@ def pair(layer: str, label: str, value) -> tuple[int, int]:
     >>> pair("conv2d", "strides", 2)
     (2, 2)
     """
-    values = (value, value) if not isinstance(value, list | tuple) else tuple(value)
-    if len(values) != 2:
-        raise ValueError(f"{layer}: {label} must be a positive int or a pair of them, got {value!r}")
-    return tuple(as_int(layer, label, v, low=1) for v in values)
+    return ints(layer, label, value, 2)
 
 
-def padding_mode(layer: str, padding: str) -> str:
-    """'valid' or 'same' (either case), lowercased."""
-    if not isinstance(padding, str) or padding.lower() not in ("valid", "same"):
-        raise ValueError(f"{layer}: padding must be 'valid' or 'same', got {padding!r}")
+def padding_mode(layer: str, padding: str, allowed=("valid", "same")) -> str:
+    """One of `allowed` (either case), lowercased."""
+    if not isinstance(padding, str) or padding.lower() not in allowed:
+        names = " or ".join(repr(a) for a in allowed)
+        raise ValueError(f"{layer}: padding must be {names}, got {padding!r}")
     return padding.lower()
+
+
+def channels_last(layer: str, data_format) -> str:
+    """Keras's `data_format` of the layers that only take channels last: None or "channels_last"."""
+    if data_format not in (None, "channels_last"):
+        raise ValueError(f"{layer}: data_format must be 'channels_last' (or None), got {data_format!r}")
+    return "channels_last"
+
+
+def grouped_conv2d(x, kernel, groups: int, attrs: dict):
+    """conv2d of NHWC `x` with HWIO `kernel`, the channels split into `groups` convolved apart."""
+    if groups == 1:
+        return nn.conv2d(x, kernel, **attrs)
+    parts = zip(split(x, groups, axis=-1), split(kernel, groups, axis=-1), strict=True)
+    return concat([nn.conv2d(xs, ws, **attrs) for xs, ws in parts], axis=-1)
 
 
 class _Conv(Layer):
     """Shared configuration of the convolution layers."""
+
+    rank = 2
+    paddings = ("valid", "same")
 
     def __init__(
         self,
@@ -55,17 +85,17 @@ class _Conv(Layer):
     ):
         super().__init__(**kwargs)
         self.filters = as_int(self.name, "filters", filters, low=1)
-        self.kernel_size = pair(self.name, "kernel_size", kernel_size)
-        self.strides = pair(self.name, "strides", strides)
-        self.padding = padding_mode(self.name, padding)
-        self.dilation_rate = pair(self.name, "dilation_rate", dilation_rate)
+        self.kernel_size = ints(self.name, "kernel_size", kernel_size, self.rank)
+        self.strides = ints(self.name, "strides", strides, self.rank)
+        self.padding = padding_mode(self.name, padding, self.paddings)
+        self.dilation_rate = ints(self.name, "dilation_rate", dilation_rate, self.rank)
         self.activation = get_activation(activation)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = kernel_initializer
         self.bias_initializer = bias_initializer
         self.kernel_regularizer = kernel_regularizer
         self.bias_regularizer = bias_regularizer
-        self.input_spec = InputSpec(ndim=4)
+        self.input_spec = InputSpec(ndim=self.rank + 2)
 
     def _channels(self, input_shape) -> int:
         channels = input_shape[-1]
@@ -78,7 +108,7 @@ class _Conv(Layer):
         self.bias = None
         if self.use_bias:
             self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer, self.bias_regularizer)
-        self.input_spec = InputSpec(ndim=4, axes={-1: channels})
+        self.input_spec = InputSpec(ndim=self.rank + 2, axes={-1: channels})
 
     def _finish(self, y):
         if self.bias is not None:
@@ -164,11 +194,7 @@ class Conv2D(_Conv):
             bias_regularizer,
             **kwargs,
         )
-        if not isinstance(groups, int | np.integer) or groups < 1 or self.filters % groups:
-            raise ValueError(
-                f"{self.name}: groups must be a positive divisor of filters={self.filters}, got {groups!r}"
-            )
-        self.groups = int(groups)
+        self.groups = _check_groups(self.name, groups, self.filters)
 
     def build(self, input_shape):
         channels = self._channels(input_shape)
@@ -182,10 +208,7 @@ class Conv2D(_Conv):
     def call(self, inputs):
         self._output_size(*inputs.shape[1:3])  # a window larger than the image: an error naming the layer
         attrs = {"strides": self.strides, "padding": self.padding.upper(), "dilations": self.dilation_rate}
-        if self.groups == 1:
-            return self._finish(nn.conv2d(inputs, self.kernel, **attrs))
-        parts = zip(split(inputs, self.groups, axis=-1), split(self.kernel, self.groups, axis=-1), strict=True)
-        return self._finish(concat([nn.conv2d(x, w, **attrs) for x, w in parts], axis=-1))
+        return self._finish(grouped_conv2d(inputs, self.kernel, self.groups, attrs))
 
     def _output_size(self, h, w) -> tuple:
         return window_output_size(
@@ -293,3 +316,213 @@ class Conv2DTranspose(_Conv):
 
     def get_config(self):
         return {**super().get_config(), "output_padding": self.output_padding}
+
+
+def _check_groups(layer: str, groups, filters: int) -> int:
+    if not isinstance(groups, int | np.integer) or groups < 1 or filters % groups:
+        raise ValueError(f"{layer}: groups must be a positive divisor of filters={filters}, got {groups!r}")
+    return int(groups)
+
+
+class Conv1D(_Conv):
+    """1-D convolution of sequences ([batch, steps, channels] in, [batch, out_steps, filters]
+    out); the kernel is [kernel_size, in_channels / groups, filters].
+
+    Args:
+        filters: the number of output channels.
+        kernel_size: the window's length (an int or a tuple of one).
+        strides: the step between windows (an int or a tuple of one). Default 1.
+        padding: "valid" (no padding: the output shrinks), "same" (zero padding so that the output
+            is ceil(steps / strides)) or "causal" (zeros before the first step only, so that
+            output t sees no input after t); either case.
+        data_format: "channels_last" (or None, the same); channels-first sequences are refused.
+        dilation_rate: the spacing between kernel taps (an int or a tuple of one). Default 1.
+        groups: split the channels into this many groups convolved separately; divides `filters`
+            and the input channels.
+        activation: applied to the output (a name, a callable, or None for linear).
+        use_bias: whether to add a bias [filters].
+        kernel_initializer: initializer of the kernel (a name or an initializer). Default "glorot_uniform".
+        bias_initializer: initializer of the bias. Default "zeros".
+        kernel_regularizer: regularizer of the kernel (a name, a regularizer, or None).
+        bias_regularizer: regularizer of the bias.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
+    >>> import tapeflow as tp
+    >>> conv = tp.layers.Conv1D(4, 3, padding="causal")
+    >>> conv(tp.ones((2, 10, 3))).shape, conv.kernel.shape
+    ((2, 10, 4), (3, 3, 4))
+    """
+
+    rank = 1
+    paddings = ("valid", "same", "causal")
+
+    def __init__(
+        self,
+        filters: int,
+        kernel_size,
+        strides=1,
+        padding: str = "valid",
+        data_format=None,
+        dilation_rate=1,
+        groups: int = 1,
+        activation=None,
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(
+            filters,
+            kernel_size,
+            strides,
+            padding,
+            dilation_rate,
+            activation,
+            use_bias,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            bias_regularizer,
+            **kwargs,
+        )
+        self.data_format = channels_last(self.name, data_format)
+        self.groups = _check_groups(self.name, groups, self.filters)
+
+    def build(self, input_shape):
+        channels = self._channels(input_shape)
+        if channels % self.groups:
+            raise ValueError(
+                f"{self.name}: input channels {channels} (shape {input_shape}) "
+                f"are not divisible by groups={self.groups}"
+            )
+        self._make_weights((*self.kernel_size, channels // self.groups, self.filters), channels)
+
+    def call(self, inputs):
+        x = inputs
+        padding = self.padding
+        if padding == "causal":
+            x = pad(x, [[0, 0], [(self.kernel_size[0] - 1) * self.dilation_rate[0], 0], [0, 0]])
+            padding = "valid"
+        # a window longer than the sequence: an error naming the layer
+        window_output_size(
+            self.name,
+            1,
+            x.shape[1],
+            1,
+            *self.kernel_size,
+            (1, *self.strides),
+            padding.upper(),
+            (1, *self.dilation_rate),
+        )
+        attrs = {"strides": (1, *self.strides), "padding": padding.upper(), "dilations": (1, *self.dilation_rate)}
+        y = grouped_conv2d(expand_dims(x, 1), expand_dims(self.kernel, 0), self.groups, attrs)
+        return self._finish(squeeze(y, 1))
+
+    def get_config(self):
+        return {**super().get_config(), "data_format": self.data_format, "groups": self.groups}
+
+
+class Conv1DTranspose(_Conv):
+    """Transposed 1-D convolution (the gradient of Conv1D with respect to its input), for
+    upsampling sequences ([batch, steps, channels] in, [batch, out_steps, filters] out); the
+    kernel is [kernel_size, filters, in_channels].
+
+    Args:
+        filters: the number of output channels.
+        kernel_size: the window's length (an int or a tuple of one).
+        strides: the upsampling factor (an int or a tuple of one). Default 1.
+        padding: "valid" or "same" (either case): the padding of the convolution this one
+            transposes; with "same" the output is steps * strides.
+        output_padding: extra steps added at the end of the output (an int or a tuple of one,
+            below the stride), to pick among the output lengths a stride allows; None infers it.
+        data_format: "channels_last" (or None, the same); channels-first sequences are refused.
+        dilation_rate: the spacing between kernel taps (an int or a tuple of one). Default 1.
+        activation: applied to the output (a name, a callable, or None for linear).
+        use_bias: whether to add a bias [filters].
+        kernel_initializer: initializer of the kernel (a name or an initializer). Default "glorot_uniform".
+        bias_initializer: initializer of the bias. Default "zeros".
+        kernel_regularizer: regularizer of the kernel (a name, a regularizer, or None).
+        bias_regularizer: regularizer of the bias.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
+    >>> import tapeflow as tp
+    >>> tp.layers.Conv1DTranspose(3, 3, strides=2, padding="same")(tp.ones((1, 4, 2))).shape
+    (1, 8, 3)
+    """
+
+    rank = 1
+
+    def __init__(
+        self,
+        filters: int,
+        kernel_size,
+        strides=1,
+        padding: str = "valid",
+        output_padding=None,
+        data_format=None,
+        dilation_rate=1,
+        activation=None,
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(
+            filters,
+            kernel_size,
+            strides,
+            padding,
+            dilation_rate,
+            activation,
+            use_bias,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            bias_regularizer,
+            **kwargs,
+        )
+        self.data_format = channels_last(self.name, data_format)
+        self.output_padding = None
+        if output_padding is not None:
+            values = (output_padding,) if isinstance(output_padding, int | np.integer) else tuple(output_padding)
+            if len(values) != 1 or not 0 <= int(values[0]) < self.strides[0]:
+                raise ValueError(f"{self.name}: output_padding must be an int in [0, strides), got {output_padding!r}")
+            self.output_padding = (int(values[0]),)
+
+    def build(self, input_shape):
+        channels = self._channels(input_shape)
+        self._make_weights((*self.kernel_size, self.filters, channels), channels)
+
+    def call(self, inputs):
+        y = nn.conv2d_transpose(
+            expand_dims(inputs, 1),
+            expand_dims(self.kernel, 0),
+            (1, self._output_steps(inputs.shape[1])),
+            strides=(1, *self.strides),
+            padding=self.padding.upper(),
+            dilations=(1, *self.dilation_rate),
+        )
+        return self._finish(squeeze(y, 1))
+
+    def compute_output_shape(self, input_shape):  # the op's output size is a fixed attr: unknown sizes stay here
+        n, steps, _ = input_shape
+        if steps is None:
+            return (n, None, self.filters)
+        return super().compute_output_shape(input_shape)
+
+    def _output_steps(self, steps):
+        extra = None if self.output_padding is None else (None, *self.output_padding)
+        return conv_transpose_output_size(
+            1, steps, 1, *self.kernel_size, (1, *self.strides), self.padding.upper(), extra, (1, *self.dilation_rate)
+        )[1]
+
+    def get_config(self):
+        return {**super().get_config(), "output_padding": self.output_padding, "data_format": self.data_format}

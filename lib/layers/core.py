@@ -10,66 +10,30 @@ from __future__ import annotations
 
 import math
 
-from tapeflow import serialization
+from tapeflow import activations, serialization
 from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
 from tapeflow.ops import nn
 from tapeflow.ops.array import reshape
-from tapeflow.ops.math import cast, matmul, sigmoid, tanh
+from tapeflow.ops.math import matmul
 from tapeflow.ops.random import Generator, global_generator
 from tapeflow.ops.shapes import as_int
 
-
 # -------------------------------------------------------------- activations
-def linear(x):
-    """The identity activation."""
-    return x
-
-
-def softmax(x):
-    """Softmax over the last axis, computed and returned in at least float32 (so a mixed
-    precision model's probabilities, and the loss on them, keep float32's resolution).
-
-    >>> import tapeflow as tp
-    >>> softmax(tp.zeros((1, 2), dtype="float16")).dtype
-    tapeflow.float32
-    """
-    if x.dtype.kind == "f" and x.dtype.bits < 32:
-        x = cast(x, "float32")
-    return nn.softmax(x)
-
-
-ACTIVATIONS = {
-    "relu": nn.relu,
-    "sigmoid": sigmoid,
-    "tanh": tanh,
-    "softmax": softmax,
-    "gelu": nn.gelu,
-    "elu": nn.elu,
-    "leaky_relu": nn.leaky_relu,
-    "softplus": nn.softplus,
-    "linear": linear,
-}
+linear = activations.linear
+softmax = activations.softmax
+ACTIVATIONS = activations.BUILTINS
 
 
 def get_activation(identifier):
-    """An activation function from a name, a callable, or None (linear).
+    """An activation function from a name, a callable, or None (linear), by `tp.activations.get`.
 
     >>> import tapeflow as tp
     >>> get_activation("relu")(tp.tensor([-1.0, 1.0])).numpy().tolist()
     [0.0, 1.0]
     """
-    if identifier is None:
-        return linear
-    if isinstance(identifier, str):
-        found = ACTIVATIONS.get(identifier) or serialization.lookup(identifier)
-        if not callable(found):
-            raise ValueError(
-                f"unknown activation {identifier!r}; known: {sorted(ACTIVATIONS)} and registered functions"
-            )
-        return found
-    if callable(identifier):
-        return identifier
-    raise TypeError(f"activation must be a name or a callable, got {identifier!r}")
+    if identifier is not None and not isinstance(identifier, str | dict) and not callable(identifier):
+        raise TypeError(f"activation must be a name or a callable, got {identifier!r}")
+    return activations.get(identifier)
 
 
 def serialize_activation(fn):

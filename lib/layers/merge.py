@@ -1,5 +1,6 @@
 """Merge layers: combine a list of tensors elementwise (Add, Subtract, Multiply, Average,
-Maximum, Minimum) or by joining them along an axis (Concatenate).
+Maximum, Minimum) or by joining them along an axis (Concatenate), and the functional
+forms (`add`, `subtract`, ..., `concatenate`) that make the layer and call it at once.
 
 >>> import tapeflow as tp
 >>> tp.layers.Add()([tp.ones((2, 3)), tp.ones((2, 3))]).numpy().tolist()
@@ -11,8 +12,8 @@ from __future__ import annotations
 import functools
 
 from tapeflow.layers.base import Layer
+from tapeflow.ops import math as _math
 from tapeflow.ops.array import concat
-from tapeflow.ops.math import add, maximum, minimum, multiply, subtract
 
 
 class _Merge(Layer):
@@ -63,7 +64,7 @@ class Add(_Merge):
     [[3.0, 3.0]]
     """
 
-    _combine = staticmethod(add)
+    _combine = staticmethod(_math.add)
 
 
 class Subtract(_Merge):
@@ -80,7 +81,7 @@ class Subtract(_Merge):
     """
 
     _max_inputs = 2
-    _combine = staticmethod(subtract)
+    _combine = staticmethod(_math.subtract)
 
 
 class Multiply(_Merge):
@@ -96,7 +97,7 @@ class Multiply(_Merge):
     [[6.0, 6.0]]
     """
 
-    _combine = staticmethod(multiply)
+    _combine = staticmethod(_math.multiply)
 
 
 class Average(_Merge):
@@ -112,7 +113,7 @@ class Average(_Merge):
     [[2.0, 2.0]]
     """
 
-    _combine = staticmethod(add)
+    _combine = staticmethod(_math.add)
 
     def _merge(self, inputs):
         return super()._merge(inputs) * (1.0 / len(inputs))
@@ -131,7 +132,7 @@ class Maximum(_Merge):
     [[3.0, 5.0]]
     """
 
-    _combine = staticmethod(maximum)
+    _combine = staticmethod(_math.maximum)
 
 
 class Minimum(_Merge):
@@ -147,7 +148,7 @@ class Minimum(_Merge):
     [[1.0, 2.0]]
     """
 
-    _combine = staticmethod(minimum)
+    _combine = staticmethod(_math.minimum)
 
 
 class Concatenate(_Merge):
@@ -185,3 +186,80 @@ class Concatenate(_Merge):
 
     def get_config(self):
         return {**super().get_config(), "axis": self.axis}
+
+
+# ------------------------------------------------------------ functional forms
+def _apply(layer_class, name: str, inputs, kwargs):
+    if not isinstance(inputs, list | tuple):
+        raise TypeError(f"layers.{name}: expected a list of input tensors, got {type(inputs).__name__}")
+    return layer_class(**kwargs)(list(inputs))
+
+
+def add(inputs, **kwargs):
+    """`Add()(inputs)`: the sum of a list of tensors.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.add([tp.ones((1, 2)), tp.ones((1, 2))]).numpy().tolist()
+    [[2.0, 2.0]]
+    """
+    return _apply(Add, "add", inputs, kwargs)
+
+
+def subtract(inputs, **kwargs):
+    """`Subtract()(inputs)`: inputs[0] - inputs[1].
+
+    >>> import tapeflow as tp
+    >>> tp.layers.subtract([tp.full((1, 2), 3.0), tp.ones((1, 2))]).numpy().tolist()
+    [[2.0, 2.0]]
+    """
+    return _apply(Subtract, "subtract", inputs, kwargs)
+
+
+def multiply(inputs, **kwargs):
+    """`Multiply()(inputs)`: the elementwise product of a list of tensors.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.multiply([tp.full((1, 2), 3.0), tp.full((1, 2), 2.0)]).numpy().tolist()
+    [[6.0, 6.0]]
+    """
+    return _apply(Multiply, "multiply", inputs, kwargs)
+
+
+def average(inputs, **kwargs):
+    """`Average()(inputs)`: the elementwise mean of a list of tensors.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.average([tp.full((1, 2), 3.0), tp.ones((1, 2))]).numpy().tolist()
+    [[2.0, 2.0]]
+    """
+    return _apply(Average, "average", inputs, kwargs)
+
+
+def maximum(inputs, **kwargs):
+    """`Maximum()(inputs)`: the elementwise maximum of a list of tensors.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.maximum([tp.tensor([[1.0, 5.0]]), tp.tensor([[3.0, 2.0]])]).numpy().tolist()
+    [[3.0, 5.0]]
+    """
+    return _apply(Maximum, "maximum", inputs, kwargs)
+
+
+def minimum(inputs, **kwargs):
+    """`Minimum()(inputs)`: the elementwise minimum of a list of tensors.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.minimum([tp.tensor([[1.0, 5.0]]), tp.tensor([[3.0, 2.0]])]).numpy().tolist()
+    [[1.0, 2.0]]
+    """
+    return _apply(Minimum, "minimum", inputs, kwargs)
+
+
+def concatenate(inputs, axis: int = -1, **kwargs):
+    """`Concatenate(axis)(inputs)`: join a list of tensors along `axis`.
+
+    >>> import tapeflow as tp
+    >>> tp.layers.concatenate([tp.ones((2, 3)), tp.ones((2, 5))]).shape
+    (2, 8)
+    """
+    return _apply(Concatenate, "concatenate", inputs, {"axis": axis, **kwargs})

@@ -1,4 +1,5 @@
-"""Pooling layers on NHWC images: windowed max/average and global average/max.
+"""Pooling layers: windowed max/average and global average/max, on NHWC images (2-D) and
+[batch, steps, channels] sequences (1-D, pooled as height-1 images).
 
 >>> import tapeflow as tp
 >>> tp.layers.MaxPooling2D()(tp.ones((1, 4, 4, 3))).shape
@@ -8,10 +9,13 @@
 from __future__ import annotations
 
 from tapeflow.layers.base import InputSpec, Layer
-from tapeflow.layers.conv import padding_mode, pair
+from tapeflow.layers.conv import channels_last, ints, padding_mode, pair
 from tapeflow.ops import nn
+from tapeflow.ops.array import expand_dims, squeeze
+from tapeflow.ops.math import cast, where
 from tapeflow.ops.reduce import max as reduce_max
 from tapeflow.ops.reduce import mean
+from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.shapes import window_output_size
 
 
@@ -80,25 +84,36 @@ class AveragePooling2D(_Pooling2D):
     _op = staticmethod(nn.avg_pool2d)
 
 
+def _data_format(layer: str, data_format) -> str:
+    if data_format not in (None, "channels_last", "channels_first"):
+        raise ValueError(f"{layer}: data_format must be 'channels_last' or 'channels_first', got {data_format!r}")
+    return data_format or "channels_last"
+
+
 class _GlobalPooling2D(Layer):
     _reduce = None
 
-    def __init__(self, keepdims: bool = False, **kwargs):
+    def __init__(self, data_format=None, keepdims: bool = False, **kwargs):
         super().__init__(**kwargs)
+        self.data_format = _data_format(self.name, data_format)
         self.keepdims = bool(keepdims)
         self.input_spec = InputSpec(ndim=4)
 
     def call(self, inputs):
-        return self._reduce(inputs, (1, 2), keepdims=self.keepdims)
+        axes = (1, 2) if self.data_format == "channels_last" else (2, 3)
+        return self._reduce(inputs, axes, keepdims=self.keepdims)
 
     def get_config(self):
-        return {**super().get_config(), "keepdims": self.keepdims}
+        return {**super().get_config(), "data_format": self.data_format, "keepdims": self.keepdims}
 
 
 class GlobalAveragePooling2D(_GlobalPooling2D):
-    """The mean over height and width: [N, H, W, C] -> [N, C].
+    """The mean over height and width: [N, H, W, C] -> [N, C] ("channels_first": [N, C, H, W]
+    -> [N, C]).
 
     Args:
+        data_format: "channels_last" (the default, also None) or "channels_first": where the
+            channel axis is.
         keepdims: keep the height and width axes, with size 1 ([N, 1, 1, C]).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
@@ -113,9 +128,12 @@ class GlobalAveragePooling2D(_GlobalPooling2D):
 
 
 class GlobalMaxPooling2D(_GlobalPooling2D):
-    """The maximum over height and width: [N, H, W, C] -> [N, C].
+    """The maximum over height and width: [N, H, W, C] -> [N, C] ("channels_first":
+    [N, C, H, W] -> [N, C]).
 
     Args:
+        data_format: "channels_last" (the default, also None) or "channels_first": where the
+            channel axis is.
         keepdims: keep the height and width axes, with size 1 ([N, 1, 1, C]).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
@@ -127,3 +145,145 @@ class GlobalMaxPooling2D(_GlobalPooling2D):
     """
 
     _reduce = staticmethod(reduce_max)
+
+
+class _Pooling1D(Layer):
+    _op = None  # the tp.nn 2-D pooling function
+
+    def __init__(self, pool_size=2, strides=None, padding: str = "valid", data_format=None, **kwargs):
+        super().__init__(**kwargs)
+        self.pool_size = ints(self.name, "pool_size", pool_size, 1)
+        self.strides = self.pool_size if strides is None else ints(self.name, "strides", strides, 1)
+        self.padding = padding_mode(self.name, padding)
+        self.data_format = channels_last(self.name, data_format)
+        self.input_spec = InputSpec(ndim=3)
+
+    def call(self, inputs):
+        # a window longer than the sequence: an error naming the layer
+        window_output_size(self.name, 1, inputs.shape[1], 1, *self.pool_size, (1, *self.strides), self.padding.upper())
+        y = self._op(expand_dims(inputs, 1), (1, *self.pool_size), (1, *self.strides), self.padding.upper())
+        return squeeze(y, 1)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "pool_size": self.pool_size,
+            "strides": self.strides,
+            "padding": self.padding,
+            "data_format": self.data_format,
+        }
+
+
+class MaxPooling1D(_Pooling1D):
+    """The maximum of each pool_size window of sequences ([batch, steps, channels]; channels
+    are pooled separately).
+
+    Args:
+        pool_size: the window's length (an int or a tuple of one). Default 2.
+        strides: the step between windows (an int or a tuple of one); None (the default) uses
+            pool_size.
+        padding: "valid" (windows inside the sequence only) or "same" (padded edges, output
+            ceil(steps / strides)); either case.
+        data_format: "channels_last" (or None, the same); channels-first sequences are refused.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
+    >>> import tapeflow as tp
+    >>> x = tp.reshape(tp.arange(6, dtype="float32"), (1, 6, 1))
+    >>> tp.layers.MaxPooling1D(2)(x).numpy().ravel().tolist()
+    [1.0, 3.0, 5.0]
+    """
+
+    _op = staticmethod(nn.max_pool2d)
+
+
+class AveragePooling1D(_Pooling1D):
+    """The mean of each pool_size window of sequences ([batch, steps, channels]); with "same"
+    padding, padded steps are not counted.
+
+    Args:
+        pool_size: the window's length (an int or a tuple of one). Default 2.
+        strides: the step between windows (an int or a tuple of one); None (the default) uses
+            pool_size.
+        padding: "valid" (windows inside the sequence only) or "same" (padded edges, output
+            ceil(steps / strides)); either case.
+        data_format: "channels_last" (or None, the same); channels-first sequences are refused.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
+    >>> import tapeflow as tp
+    >>> x = tp.reshape(tp.arange(6, dtype="float32"), (1, 6, 1))
+    >>> tp.layers.AveragePooling1D(3)(x).numpy().ravel().tolist()
+    [1.0, 4.0]
+    """
+
+    _op = staticmethod(nn.avg_pool2d)
+
+
+class _GlobalPooling1D(Layer):
+    def __init__(self, data_format=None, keepdims: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.data_format = _data_format(self.name, data_format)
+        self.keepdims = bool(keepdims)
+        self.input_spec = InputSpec(ndim=3)
+
+    @property
+    def _steps_axis(self) -> int:
+        return 1 if self.data_format == "channels_last" else 2
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def get_config(self):
+        return {**super().get_config(), "data_format": self.data_format, "keepdims": self.keepdims}
+
+
+class GlobalAveragePooling1D(_GlobalPooling1D):
+    """The mean over the steps of sequences: [N, steps, C] -> [N, C] ("channels_first":
+    [N, C, steps] -> [N, C]). With a mask ([N, steps], from `Masking` or `Embedding(mask_zero=True)`),
+    the mean of the unmasked steps only.
+
+    Args:
+        data_format: "channels_last" (the default, also None) or "channels_first": which axis
+            holds the steps.
+        keepdims: keep the steps axis, with size 1.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
+    >>> import tapeflow as tp
+    >>> x = tp.reshape(tp.arange(6, dtype="float32"), (1, 3, 2))
+    >>> tp.layers.GlobalAveragePooling1D()(x, mask=tp.tensor([[True, True, False]])).numpy().tolist()
+    [[1.0, 2.0]]
+    """
+
+    def call(self, inputs, mask=None):
+        axis = self._steps_axis
+        if mask is None:
+            return mean(inputs, axis, keepdims=self.keepdims)
+        keep = cast(expand_dims(mask, 2 if axis == 1 else 1), "bool")
+        total = reduce_sum(where(keep, inputs, 0.0), axis, keepdims=self.keepdims)
+        return total / reduce_sum(cast(keep, inputs.dtype), axis, keepdims=self.keepdims)
+
+
+class GlobalMaxPooling1D(_GlobalPooling1D):
+    """The maximum over the steps of sequences: [N, steps, C] -> [N, C] ("channels_first":
+    [N, C, steps] -> [N, C]). A mask is ignored, as in Keras.
+
+    Args:
+        data_format: "channels_last" (the default, also None) or "channels_first": which axis
+            holds the steps.
+        keepdims: keep the steps axis, with size 1.
+        **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
+            default) and `input_shape` (the input's shape without the batch axis, on the first layer
+            of a Sequential).
+
+    >>> import tapeflow as tp
+    >>> tp.layers.GlobalMaxPooling1D(keepdims=True)(tp.ones((2, 5, 3))).shape
+    (2, 1, 3)
+    """
+
+    def call(self, inputs):
+        return reduce_max(inputs, self._steps_axis, keepdims=self.keepdims)

@@ -339,6 +339,79 @@ class GRUCell(_GatedCell):
         return {**super().get_config(), "reset_after": self.reset_after}
 
 
+def _state_sizes(cell) -> list[int]:
+    size = cell.state_size
+    return list(size) if isinstance(size, list | tuple) else [size]
+
+
+def _output_size(cell) -> int:
+    size = getattr(cell, "output_size", None)
+    return size if size is not None else _state_sizes(cell)[0]
+
+
+class StackedRNNCells(Layer):
+    """Several cells run one after another within each step: each cell's output is the
+    next one's input. Its `state_size` is the cells' state sizes in one flat list, and
+    `call(inputs, states)` takes and returns the states in that order.
+
+    Args:
+        cells: the cells, first to last (each a Layer with `state_size` and
+            `call(inputs, states) -> (output, new_states)`).
+        **kwargs: the base layer's arguments: `name`, `trainable` and `dtype` (floating, "float32" by default).
+
+    >>> import tapeflow as tp
+    >>> cells = tp.layers.StackedRNNCells([tp.layers.LSTMCell(4), tp.layers.GRUCell(3)])
+    >>> cells.state_size, tp.layers.RNN(cells)(tp.ones((2, 5, 6))).shape
+    ([4, 4, 3], (2, 3))
+    """
+
+    def __init__(self, cells, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(cells, list | tuple) or not cells:
+            raise ValueError(f"{self.name}: cells must be a non-empty list of cells, got {cells!r}")
+        for cell in cells:
+            if not (isinstance(cell, Layer) and hasattr(cell, "state_size")):
+                raise TypeError(f"{self.name}: every cell must be a Layer with a state_size, got {cell!r}")
+        self.cells = list(cells)
+
+    @property
+    def state_size(self) -> list[int]:
+        return [size for cell in self.cells for size in _state_sizes(cell)]
+
+    @property
+    def output_size(self) -> int:
+        return _output_size(self.cells[-1])
+
+    def build(self, input_shape):
+        batch = input_shape[0]
+        for cell in self.cells:
+            if not cell.built:
+                cell.build(tuple(input_shape))
+            input_shape = (batch, _output_size(cell))
+
+    def call(self, inputs, states):
+        states, new_states, start = list(states), [], 0
+        want = len(self.state_size)
+        if len(states) != want:
+            raise ValueError(f"{self.name}: expected {want} states (sizes {self.state_size}), got {len(states)}")
+        for cell in self.cells:
+            count = len(_state_sizes(cell))
+            inputs, cell_states = cell(inputs, states[start : start + count])
+            new_states.extend(cell_states if isinstance(cell_states, list | tuple) else [cell_states])
+            start += count
+        return inputs, new_states
+
+    def compute_output_shape(self, input_shape):  # `call` also needs the states, which a shape does not give
+        return tuple(input_shape[:-1]) + (self.output_size,)
+
+    def get_config(self):
+        return {**super().get_config(), "cells": [serialize(cell) for cell in self.cells]}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{**config, "cells": [deserialize(c) for c in config["cells"]]})
+
+
 # ---------------------------------------------------------------------- RNN
 class RNN(Layer):
     """Run `cell` over the time axis of [batch, time, features] inputs.
@@ -351,7 +424,8 @@ class RNN(Layer):
     can be the cell.
 
     Args:
-        cell: the cell run at each step (SimpleRNNCell, LSTMCell, GRUCell or your own).
+        cell: the cell run at each step (SimpleRNNCell, LSTMCell, GRUCell or your own), or a list
+            of cells, which run stacked (see `StackedRNNCells`).
         return_sequences: return the output of every step ([batch, time, units]) instead of the last.
         return_state: also return the final states: a list [output, *states].
         go_backwards: run over the time axis in reverse (outputs come in reversed order).
@@ -374,6 +448,8 @@ class RNN(Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if isinstance(cell, list | tuple):
+            cell = StackedRNNCells(cell, dtype=self.dtype_policy.name)
         if cell is not None and not (hasattr(cell, "state_size") and isinstance(cell, Layer)):
             raise TypeError(f"{self.name}: cell must be a Layer with a state_size, got {cell!r}")
         self.cell = cell
@@ -384,8 +460,11 @@ class RNN(Layer):
 
     @property
     def _state_sizes(self) -> list[int]:
-        size = self.cell.state_size
-        return list(size) if isinstance(size, list | tuple) else [size]
+        return _state_sizes(self.cell)
+
+    @property
+    def _output_size(self) -> int:
+        return _output_size(self.cell)
 
     def build(self, input_shape):
         features = input_shape[-1]
@@ -407,10 +486,12 @@ class RNN(Layer):
             xs, step = split(inputs, steps, axis=1), self.cell
         masks = self._step_masks(mask, batch, steps)
         order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
-        output, outputs = zeros((batch, self._state_sizes[0]), self.dtype.name) if masks else None, []
+        output, outputs = zeros((batch, self._output_size), self.dtype.name) if masks else None, []
         for t in order:
             x_t = reshape(xs[t], (batch, xs[t].shape[-1]))
             new_output, new_states = step(x_t, states)
+            if not isinstance(new_states, list | tuple):  # a cell with one state may return it bare
+                new_states = [new_states]
             if masks:
                 keep = masks[t]
                 new_output = where(keep, new_output, output)
@@ -449,7 +530,7 @@ class RNN(Layer):
 
     def compute_output_shape(self, input_shape):  # `call` unrolls the steps: an unknown count cannot be traced
         batch, steps = input_shape[0], input_shape[1]
-        units = self._state_sizes[0]
+        units = self._output_size
         output = (batch, steps, units) if self.return_sequences else (batch, units)
         if self.return_state:
             return [output] + [(batch, s) for s in self._state_sizes]

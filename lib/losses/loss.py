@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from tapeflow.ops.array import broadcast_to, expand_dims, squeeze
+from tapeflow.ops.array import expand_dims, squeeze
+from tapeflow.ops.core import ones_like
 from tapeflow.ops.math import cast
 from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import as_tensor
@@ -32,16 +31,21 @@ def _weighted(owner: str, losses: Tensor, sample_weight) -> tuple[Tensor, Tensor
         w = squeeze(w, -1)
     while w.ndim < losses.ndim:
         w = expand_dims(w, -1)
-    try:
-        fits = np.broadcast_shapes(w.shape, losses.shape) == losses.shape
-    except ValueError:
-        fits = False
+    fits = _fits(w.shape, losses.shape)
     if not fits:
         raise ValueError(
             f"{owner}: sample_weight shape {as_tensor(sample_weight).shape} does not fit the per-sample "
             f"loss shape {losses.shape}"
         )
     return losses * w, w
+
+
+def _fits(weights: tuple, losses: tuple) -> bool:
+    """Whether weights of this shape broadcast to the losses' shape; None (a size known only
+    when the graph runs, in a functional model's definition) fits any size."""
+    if len(weights) > len(losses):
+        return False
+    return all(w in (1, None) or n is None or w == n for w, n in zip(weights[::-1], losses[::-1], strict=False))
 
 
 def reduce_weighted(losses: Tensor, sample_weight=None, reduction: str = "sum_over_batch_size", owner: str = "loss"):
@@ -62,7 +66,9 @@ def reduce_weighted(losses: Tensor, sample_weight=None, reduction: str = "sum_ov
     if reduction == "sum":
         return total
     if reduction == "mean_with_sample_weight" and w is not None:
-        return total / reduce_sum(broadcast_to(w, losses.shape))
+        return total / reduce_sum(w * ones_like(losses))
+    if any(d is None for d in losses.shape):  # sizes known when the graph runs
+        return total / reduce_sum(ones_like(losses))
     return total / max(losses.size, 1)
 
 

@@ -33,12 +33,20 @@ from tapeflow.metrics.accuracy_metrics import (
     SparseTopKCategoricalAccuracy,
     TopKCategoricalAccuracy,
 )
-from tapeflow.metrics.confusion_metrics import Precision, Recall
+from tapeflow.metrics.confusion_metrics import (
+    FalseNegatives,
+    FalsePositives,
+    Precision,
+    Recall,
+    TrueNegatives,
+    TruePositives,
+)
 from tapeflow.metrics.functions import (
     accuracy,
     binary_accuracy,
     categorical_accuracy,
     mean_absolute_error,
+    mean_absolute_percentage_error,
     mean_squared_error,
     sparse_categorical_accuracy,
     sparse_top_k_categorical_accuracy,
@@ -47,7 +55,7 @@ from tapeflow.metrics.functions import (
 from tapeflow.metrics.lookup import get
 from tapeflow.metrics.metric import Metric
 from tapeflow.metrics.reduction_metrics import Mean, MeanMetricWrapper
-from tapeflow.metrics.regression_metrics import MeanAbsoluteError, MeanSquaredError
+from tapeflow.metrics.regression_metrics import MeanAbsoluteError, MeanAbsolutePercentageError, MeanSquaredError
 
 __all__ = [
     "top_k_categorical_accuracy",
@@ -55,6 +63,7 @@ __all__ = [
     "sparse_categorical_accuracy",
     "mean_squared_error",
     "mean_absolute_error",
+    "mean_absolute_percentage_error",
     "categorical_accuracy",
     "binary_accuracy",
     "accuracy",
@@ -62,8 +71,11 @@ __all__ = [
     "AutoAccuracy",
     "BinaryAccuracy",
     "CategoricalAccuracy",
+    "FalseNegatives",
+    "FalsePositives",
     "Mean",
     "MeanAbsoluteError",
+    "MeanAbsolutePercentageError",
     "MeanMetricWrapper",
     "MeanSquaredError",
     "Metric",
@@ -72,5 +84,7 @@ __all__ = [
     "SparseCategoricalAccuracy",
     "SparseTopKCategoricalAccuracy",
     "TopKCategoricalAccuracy",
+    "TrueNegatives",
+    "TruePositives",
     "get",
 ]

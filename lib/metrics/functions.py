@@ -103,6 +103,18 @@ def mean_absolute_error(y_true, y_pred) -> np.ndarray:
     return np.mean(np.abs(p.astype(np.float64) - t), axis=-1) if p.ndim > 1 else np.abs(p - t, dtype=np.float64)
 
 
+def mean_absolute_percentage_error(y_true, y_pred) -> np.ndarray:
+    """100 * mean(|y_true - y_pred| / max(|y_true|, 1e-7)) over the last axis, as Keras.
+
+    >>> mean_absolute_percentage_error([[2.0, 4.0]], [[1.0, 5.0]]).tolist()
+    [37.5]
+    """
+    t, p = _same_rank("mean_absolute_percentage_error", y_true, y_pred)
+    t, p = t.astype(np.float64), p.astype(np.float64)
+    ratio = np.abs(t - p) / np.maximum(np.abs(t), 1e-7)
+    return 100.0 * (np.mean(ratio, axis=-1) if p.ndim > 1 else ratio)
+
+
 _FUNCTIONS = {
     f.__name__: f
     for f in (
@@ -114,6 +126,7 @@ _FUNCTIONS = {
         sparse_top_k_categorical_accuracy,
         mean_squared_error,
         mean_absolute_error,
+        mean_absolute_percentage_error,
     )
 }
 

@@ -12,10 +12,17 @@ from tapeflow.metrics.accuracy_metrics import (
     SparseTopKCategoricalAccuracy,
     TopKCategoricalAccuracy,
 )
-from tapeflow.metrics.confusion_metrics import Precision, Recall
+from tapeflow.metrics.confusion_metrics import (
+    FalseNegatives,
+    FalsePositives,
+    Precision,
+    Recall,
+    TrueNegatives,
+    TruePositives,
+)
 from tapeflow.metrics.metric import Metric, _snake
 from tapeflow.metrics.reduction_metrics import Mean, MeanMetricWrapper
-from tapeflow.metrics.regression_metrics import MeanAbsoluteError, MeanSquaredError
+from tapeflow.metrics.regression_metrics import MeanAbsoluteError, MeanAbsolutePercentageError, MeanSquaredError
 
 _CLASSES = (
     Mean,
@@ -27,8 +34,13 @@ _CLASSES = (
     SparseTopKCategoricalAccuracy,
     MeanSquaredError,
     MeanAbsoluteError,
+    MeanAbsolutePercentageError,
     Precision,
     Recall,
+    TruePositives,
+    TrueNegatives,
+    FalsePositives,
+    FalseNegatives,
 )
 
 
@@ -42,10 +54,13 @@ def _key(name: str) -> str:
 _BY_KEY = {_key(cls.__name__): cls for cls in _CLASSES if cls is not Accuracy} | {
     "mse": MeanSquaredError,
     "mae": MeanAbsoluteError,
+    "mape": MeanAbsolutePercentageError,
 }
 
 
-_KNOWN = sorted({"accuracy", "acc", "mse", "mae"} | {_snake(c.__name__).replace("top_k", "top_k_") for c in _CLASSES})
+_KNOWN = sorted(
+    {"accuracy", "acc", "mse", "mae", "mape"} | {_snake(c.__name__).replace("top_k", "top_k_") for c in _CLASSES}
+)
 
 
 def _lookup(name: str, loss=None):

@@ -1,8 +1,8 @@
-"""Mean squared and mean absolute error as metrics."""
+"""Mean squared, mean absolute and mean absolute percentage error as metrics."""
 
 from __future__ import annotations
 
-from tapeflow.metrics.functions import mean_absolute_error, mean_squared_error
+from tapeflow.metrics.functions import mean_absolute_error, mean_absolute_percentage_error, mean_squared_error
 from tapeflow.metrics.reduction_metrics import MeanMetricWrapper
 
 
@@ -26,3 +26,14 @@ class MeanAbsoluteError(MeanMetricWrapper):
 
     def __init__(self, name: str = "mean_absolute_error"):
         super().__init__(mean_absolute_error, name)
+
+
+class MeanAbsolutePercentageError(MeanMetricWrapper):
+    """Mean absolute percentage error over every batch seen, as Keras's metric.
+
+    >>> MeanAbsolutePercentageError()([[2.0, 4.0]], [[1.0, 5.0]])
+    37.5
+    """
+
+    def __init__(self, name: str = "mean_absolute_percentage_error"):
+        super().__init__(mean_absolute_percentage_error, name)

@@ -101,7 +101,7 @@ def _call_layer(layer: Layer, args, kwargs, given_args, given_kwargs, mask_of, t
         previous = None
     if "mask" in names and call_kwargs.get("mask") is None and previous is not None:
         call_kwargs["mask"] = previous
-    for name, arg in {**dict(zip(names[1:], args[1:], strict=False)), **kwargs}.items():
+    for name, arg in {**dict(zip(names, args, strict=False)), **kwargs}.items():
         key = f"{name}_mask"
         if key in names and call_kwargs.get(key) is None:
             mask = tree.map_structure(mask_of, arg)

@@ -31,6 +31,7 @@ class Sequential(Model):
 
     def __init__(self, layers=None, name: str | None = None, trainable: bool = True):
         super().__init__(name=name, trainable=trainable)
+        self._init_arguments = ((), {})  # the layers live in `self.layers` only, so `pop` drops them
         self.layers: list[Layer] = []
         self._input_layer: InputLayer | None = None
         for layer in layers or []:
@@ -57,6 +58,24 @@ class Sequential(Model):
         self.layers.append(layer)
         if self._input_layer is not None:
             self.build(self._input_layer.batch_shape)
+
+    def pop(self, rebuild: bool = True) -> Layer:
+        """Remove the last layer and return it; with `rebuild` (the default), a model with a
+        declared input is built again, so its symbolic output is the new last layer's.
+
+        >>> import tapeflow as tp
+        >>> model = tp.Sequential([tp.Input((3,)), tp.layers.Dense(2), tp.layers.Dense(4)])
+        >>> model.pop().units, model.output.shape
+        (4, (None, 2))
+        """
+        if not self.layers:
+            raise ValueError(f"Sequential.pop: {self.name} has no layers to remove")
+        layer = self.layers.pop()
+        vars(self).pop("_symbolic_io", None)
+        self.built = False
+        if rebuild and self.layers and self._input_layer is not None:
+            self.build(self._input_layer.batch_shape)
+        return layer
 
     def build(self, input_shape=None):
         """Build every layer for inputs of `input_shape` (batch axis first) by a symbolic pass;
@@ -104,6 +123,21 @@ class Sequential(Model):
         """The symbolic output (see `inputs`)."""
         return self._symbolic("output")[1]
 
+    @property
+    def input_shape(self) -> tuple:
+        """The symbolic input's shape (see `inputs`)."""
+        return tuple(self._symbolic("input shape")[0].shape)
+
+    @property
+    def output_shape(self) -> tuple:
+        """The symbolic output's shape (see `inputs`).
+
+        >>> import tapeflow as tp
+        >>> tp.Sequential([tp.Input((3,)), tp.layers.Dense(2)]).output_shape
+        (None, 2)
+        """
+        return tuple(self._symbolic("output shape")[1].shape)
+
     def _symbolic(self, what: str) -> tuple:
         io = vars(self).get("_symbolic_io")
         if io is None or not self.layers:
@@ -125,10 +159,16 @@ class Sequential(Model):
                 input_shape = (None, *input_shape[1:])  # any batch size, as a declared input has
             self._build_input_shape = input_shape
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, mask=None):
+        """Each layer in turn; masks travel as in Keras: a layer whose `call` takes `mask`
+        gets the previous layer's, and a layer's output mask is its `compute_mask`'s when it
+        supports masking (none otherwise)."""
         x = inputs
         for layer in self.layers:
-            x = layer(x, training=training)
+            kwargs = {"training": training} if mask is None else {"training": training, "mask": mask}
+            y = layer(x, **kwargs)
+            mask = layer.compute_mask(x, mask) if layer.supports_masking else None
+            x = y
         return x
 
     def _summary_rows(self):

@@ -17,6 +17,7 @@ from tapeflow.ops import (
     control,
     creation,
     fused,
+    keras_names,
     math,
     nn,
     optim,
@@ -35,20 +36,15 @@ from tapeflow.ops.array import (
     gather,
     gather_nd,
     getitem,
-    one_hot,
     pad,
-    reshape,
     scatter_add,
     scatter_nd_add,
     split,
     squeeze,
-    stack,
     tile,
-    transpose,
 )
 from tapeflow.ops.control import cond, while_loop
 from tapeflow.ops.creation import (
-    arange,
     constant,
     eye,
     full,
@@ -59,6 +55,24 @@ from tapeflow.ops.creation import (
     tensor,
     zeros,
     zeros_like,
+)
+from tapeflow.ops.keras_names import (
+    arange,
+    concatenate,
+    convert_to_numpy,
+    convert_to_tensor,
+    cumsum,
+    matmul,
+    maximum,
+    minimum,
+    one_hot,
+    relu,
+    reshape,
+    shape,
+    softmax,
+    stack,
+    transpose,
+    where,
 )
 from tapeflow.ops.math import (
     abs,
@@ -80,9 +94,6 @@ from tapeflow.ops.math import (
     logical_and,
     logical_not,
     logical_or,
-    matmul,
-    maximum,
-    minimum,
     multiply,
     neg,
     not_equal,
@@ -97,10 +108,9 @@ from tapeflow.ops.math import (
     stop_gradient,
     subtract,
     tanh,
-    where,
 )
 from tapeflow.ops.reduce import argmax, argmin, logsumexp, max, mean, min, prod, std, sum, var
-from tapeflow.ops.sparse import convert_to_tensor, scatter_update
+from tapeflow.ops.sparse import scatter_update
 from tapeflow.ops.transfer import copy_to_device
 
 _tensor.bind_operators(
@@ -110,7 +120,7 @@ _tensor.bind_operators(
         multiply=multiply,
         divide=divide,
         pow=pow,
-        matmul=matmul,
+        matmul=math.matmul,
         neg=neg,
         abs=abs,
         less=less,
@@ -123,8 +133,8 @@ _tensor.bind_operators(
         logical_or=logical_or,
         logical_not=logical_not,
         getitem=getitem,
-        reshape=reshape,
-        transpose=transpose,
+        reshape=array.reshape,
+        transpose=array.transpose,
         sum=sum,
         mean=mean,
         max=max,

@@ -15,6 +15,7 @@ from tapeflow import dtypes
 from tapeflow.devices import device as device_scope
 from tapeflow.ops import shapes
 from tapeflow.ops.core import cast, full_like, ones_like, zeros_like
+from tapeflow.ops.dynamic_shape import zeros_of
 from tapeflow.ops.registry import as_tensor, wrap_host
 from tapeflow.tensor import Tensor
 
@@ -49,6 +50,9 @@ def _shape_of(name: str, shape) -> tuple:
 
 def _filled(shape, value, dtype, name, device=None) -> Tensor:
     d = dtypes.as_dtype(dtype) if dtype is not None else dtypes.result_type(value)
+    if shapes.has_dynamic(shape):
+        zeros = zeros_of(name, shape, d)
+        return zeros if value == 0 else full_like(zeros, value, d)
     return wrap_host(np.full(_shape_of(name, shape), value, dtype=d.np), device)
 
 
@@ -59,7 +63,7 @@ def zeros(shape, dtype="float32", device=None) -> Tensor:
     >>> tp.zeros((2,)).numpy().tolist()
     [0.0, 0.0]
     """
-    return _filled(shape, 0, dtype, "zeros", device)
+    return _filled(shape, 0, "float32" if dtype is None else dtype, "zeros", device)
 
 
 def ones(shape, dtype="float32", device=None) -> Tensor:
@@ -69,7 +73,7 @@ def ones(shape, dtype="float32", device=None) -> Tensor:
     >>> tp.ones((2,), dtype="int32").numpy().tolist()
     [1, 1]
     """
-    return _filled(shape, 1, dtype, "ones", device)
+    return _filled(shape, 1, "float32" if dtype is None else dtype, "ones", device)
 
 
 def full(shape, fill_value, dtype=None, device=None) -> Tensor:

@@ -23,6 +23,7 @@ from tapeflow import dtypes
 from tapeflow.ops import shapes
 from tapeflow.ops.array import gather
 from tapeflow.ops.core import cast
+from tapeflow.ops.dynamic_shape import zeros_of
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
 
@@ -130,7 +131,10 @@ def _generator(g) -> Generator:
 
 
 def _float_shape_infer(name):
-    def infer(shape, dtype, generator, **_):
+    def infer(*like, shape, dtype, generator, **_):
+        if like:  # a draw shaped like a tensor whose sizes are known only at run time
+            shape = like[0].shape
+            return [(tuple(shape), dtypes.as_dtype(dtype))]
         d = dtypes.as_dtype(dtype)
         if d.kind != "f":
             raise TypeError(f"{name}: dtype must be floating point, got {d}")
@@ -142,17 +146,20 @@ def _float_shape_infer(name):
 
 
 @defop("random_normal", infer=_float_shape_infer("random_normal"), stateful=True)
-def _NORMAL(shape, dtype, generator, mean, stddev):
+def _NORMAL(*like, shape, dtype, generator, mean, stddev):
+    shape = like[0].shape if like else shape
     return (generator.numpy.standard_normal(shape) * stddev + mean).astype(dtypes.as_dtype(dtype).np)
 
 
 @defop("random_uniform", infer=_float_shape_infer("random_uniform"), stateful=True)
-def _UNIFORM(shape, dtype, generator, minval, maxval):
+def _UNIFORM(*like, shape, dtype, generator, minval, maxval):
+    shape = like[0].shape if like else shape
     return generator.numpy.uniform(minval, maxval, shape).astype(dtypes.as_dtype(dtype).np)
 
 
 @defop("truncated_normal", infer=_float_shape_infer("truncated_normal"), stateful=True)
-def _TRUNCATED(shape, dtype, generator, mean, stddev):
+def _TRUNCATED(*like, shape, dtype, generator, mean, stddev):
+    shape = like[0].shape if like else shape
     draw = generator.numpy.standard_normal(shape)
     bad = np.abs(draw) > 2.0
     while bad.any():
@@ -173,13 +180,17 @@ def _source(name: str, generator, seed):
 
 
 def _sample(opdef, shape, dtype, generator, **params) -> Tensor:
+    """A draw of `shape`; sizes known only at run time (`DynamicDim`s) are read from a zero
+    tensor of that shape, the op's one input."""
+    dtype = dtypes.as_dtype("float32" if dtype is None else dtype).name
+    dynamic = shapes.has_dynamic(shape)
     attrs = {
-        "shape": _shape(opdef.name, shape),
-        "dtype": dtypes.as_dtype("float32" if dtype is None else dtype).name,
+        "shape": None if dynamic else _shape(opdef.name, shape),
+        "dtype": dtype,
         "generator": _generator(generator),
         **params,
     }
-    return apply(opdef, (), attrs)
+    return apply(opdef, (zeros_of(opdef.name, shape, dtype),) if dynamic else (), attrs)
 
 
 def normal(shape, mean=0.0, stddev=1.0, dtype="float32", generator=None, *, seed=None) -> Tensor:
@@ -217,6 +228,30 @@ def truncated_normal(shape, mean=0.0, stddev=1.0, dtype="float32", generator=Non
     """
     source = _source("truncated_normal", generator, seed)
     return _sample(_TRUNCATED, shape, dtype, source, mean=float(mean), stddev=float(stddev))
+
+
+def dropout(inputs, rate: float, noise_shape=None, seed=None) -> Tensor:
+    """Keras 3's `keras.random.dropout`: zero each element with probability `rate` and
+    scale the others by 1 / (1 - rate). `noise_shape` (None entries take the input's size)
+    shares one draw along its size-1 axes; `seed` is an int, a SeedGenerator (or
+    Generator), or None for the global stream.
+
+    >>> import tapeflow as tp
+    >>> y = tp.random.dropout(tp.ones((1000,)), 0.5, seed=0)
+    >>> sorted(set(y.numpy().tolist())), 400 < int(tp.sum(tp.cast(y > 0, "int32"))) < 600
+    ([0.0, 2.0], True)
+    """
+    x = as_tensor(inputs, name="dropout")
+    if not 0.0 <= float(rate) < 1.0:
+        raise ValueError(f"dropout: rate must be in [0, 1), got {rate}")
+    if rate == 0.0:
+        return x
+    shape = x.shape if noise_shape is None else tuple(noise_shape)
+    if len(shape) != len(x.shape):
+        raise ValueError(f"dropout: noise_shape {noise_shape} must have the rank of the input's shape {x.shape}")
+    shape = tuple(size if want is None else want for size, want in zip(x.shape, shape, strict=True))
+    keep = uniform(shape, dtype=x.dtype, seed=seed) >= rate
+    return x * cast(keep, x.dtype) * (1.0 / (1.0 - rate))
 
 
 def _categorical_infer(logits, num_samples, generator):

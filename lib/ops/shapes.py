@@ -58,6 +58,50 @@ def as_int(name: str, label: str, value, low: int = 0, high: int = MAX_DIM) -> i
     return number
 
 
+class DynamicDim:
+    """A size known only when the graph runs: axis `axis` of the symbolic or traced `tensor`.
+    `tp.ops.shape` gives one for each unknown size; the ops that take a `shape` (`tp.zeros`,
+    `tp.random.normal` ...) accept it and read the size from the tensor at run time.
+
+    >>> import tapeflow as tp
+    >>> tp.ops.shape(tp.Input((3,)))[0]
+    DynamicDim(axis 0 of a (None, 3) tensor)
+    """
+
+    __slots__ = ("tensor", "axis")
+
+    def __init__(self, tensor, axis: int):
+        self.tensor = tensor
+        self.axis = axis
+
+    def _refuse(self, what: str):
+        raise TypeError(
+            f"{what} of {self!r}: the size is known only when the model runs; pass it to a shape= "
+            "argument (tp.zeros, tp.ones, tp.full, tp.random.*) instead"
+        )
+
+    def __index__(self):
+        self._refuse("use as an int")
+
+    def __int__(self):
+        self._refuse("int()")
+
+    def __bool__(self):
+        self._refuse("bool()")
+
+    def __repr__(self) -> str:
+        return f"DynamicDim(axis {self.axis} of a {tuple(self.tensor.shape)} tensor)"
+
+
+def has_dynamic(shape) -> bool:
+    """Whether a shape argument holds a `DynamicDim`.
+
+    >>> has_dynamic((2, 3)), has_dynamic(4)
+    (False, False)
+    """
+    return isinstance(shape, tuple | list) and any(isinstance(d, DynamicDim) for d in shape)
+
+
 def as_dims(name: str, shape, *, unknown: bool = False, label: str = "shape") -> tuple:
     """A shape (one int or a sequence of them) as a tuple of ints in [0, MAX_DIM]; with
     `unknown`, None marks a dimension known only at run time.

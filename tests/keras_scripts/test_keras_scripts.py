@@ -25,37 +25,15 @@ RESULT_TAG = "KERAS_SCRIPT_RESULT"
 
 # Scripts that fail on tapeflow today, with what they are missing.
 EXPECTED_FAILURES = {
-    "antirectifier": "ops.relu is missing from tp.ops; initializers.serialize",
-    "bidirectional_lstm_imdb": "layers.Bidirectional (catalogue issue)",
     "endpoint_layer_pattern": (
-        "a Loss called with sample_weight on symbolic tensors in a layer's call fails while the functional "
-        "model is defined (second and third positional tensors); ops.softmax"
+        "a Metric's update_state on symbolic/traced tensors inside a layer's call (a metric tracked on a layer)"
     ),
-    "functional_multi_io": "layers.concatenate, the functional form of Concatenate",
-    "functional_shared_layers": "layers.GlobalAveragePooling1D (catalogue issue)",
-    "functional_toy_resnet": "layers.add, the functional form of Add",
-    "gan_custom_train_step": "layers.LeakyReLU (catalogue issue); ops.shape, ops.concatenate",
     "image_classification_from_scratch": (
         "layers.RandomFlip, RandomRotation, Rescaling, SeparableConv2D (catalogue issue)"
     ),
-    "imbalanced_classification": (
-        "metrics.FalseNegatives, FalsePositives, TrueNegatives, TruePositives, Precision, Recall (catalogue issue)"
+    "training_custom_losses_metrics": (
+        "Metric.__init__ calls reset_state() before a subclass has made its variables (Keras does not)"
     ),
-    "masking_padding": "ops.convert_to_numpy; the Embedding's mask does not reach a custom layer's call(mask=)",
-    "rnn_custom_cell": "layers.RNN with a list of cells (stacked cells)",
-    "sequential_model": "Sequential.pop",
-    "subclassing_add_loss": "regularizers.l2, Keras's lowercase alias of L2",
-    "subclassing_layers": "ops.convert_to_numpy is missing from tp.ops; the keras.activations module",
-    "subclassing_vae": "ops.shape is missing from tp.ops",
-    "text_classification_transformer": "layers.MultiHeadAttention, GlobalAveragePooling1D (catalogue issue); ops.shape",
-    "timeseries_anomaly_detection": "layers.Conv1D, Conv1DTranspose (catalogue issue)",
-    "timeseries_classification_from_scratch": "layers.Conv1D, ReLU, GlobalAveragePooling1D (catalogue issue)",
-    "timeseries_transformer_classification": (
-        "layers.MultiHeadAttention, Conv1D, GlobalAveragePooling1D (catalogue issue)"
-    ),
-    "training_custom_losses_metrics": "ops.convert_to_numpy is missing from tp.ops; ops.one_hot(num_classes=)",
-    "training_multi_output_loss_weights": "layers.Conv1D, GlobalMaxPooling1D (catalogue issue)",
-    "working_with_rnns": "layers.Bidirectional (catalogue issue)",
 }
 
 

@@ -34,6 +34,8 @@ def test_args_section_names_every_constructor_argument(name):
 
 EXAMPLES = {
     "Activation": lambda: L.Activation("relu"),
+    "Conv1D": lambda: L.Conv1D(2, 3),
+    "Conv1DTranspose": lambda: L.Conv1DTranspose(2, 3),
     "Conv2D": lambda: L.Conv2D(2, 3),
     "Conv2DTranspose": lambda: L.Conv2DTranspose(2, 3),
     "Dense": lambda: L.Dense(2),
@@ -44,10 +46,13 @@ EXAMPLES = {
     "InputLayer": lambda: L.InputLayer((2,)),
     "LSTM": lambda: L.LSTM(2),
     "LSTMCell": lambda: L.LSTMCell(2),
+    "MultiHeadAttention": lambda: L.MultiHeadAttention(2, 3),
     "RNN": lambda: L.RNN(L.GRUCell(2)),
     "Reshape": lambda: L.Reshape((2,)),
     "SimpleRNN": lambda: L.SimpleRNN(2),
     "SimpleRNNCell": lambda: L.SimpleRNNCell(2),
+    "StackedRNNCells": lambda: L.StackedRNNCells([L.GRUCell(2)]),
+    "Bidirectional": lambda: L.Bidirectional(L.LSTM(2)),
 }
 WEIGHT_OPTIONS = re.compile(
     r"^(activation|recurrent_activation|use_bias|unit_forget_bias|\w+_initializer|\w+_regularizer)$"

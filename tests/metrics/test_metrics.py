@@ -104,8 +104,7 @@ def test_precision_recall_edge_cases():
     p.update_state([1, 1], [0.1, 0.2])  # nothing predicted positive
     assert p.result() == 0.0
     assert tp.metrics.Recall(thresholds=0.05)([1, 1], [0.1, 0.2]) == 1.0
-    with pytest.raises(ValueError, match=r"precision: predictions must be probabilities in \[0, 1\]"):
-        tp.metrics.Precision().update_state([1, 0], [2.5, -1.0])
+    assert tp.metrics.Precision(thresholds=0.0)([1, 0], [2.5, -1.0]) == 1.0  # logits, as in Keras
 
 
 def test_mean_and_weights():

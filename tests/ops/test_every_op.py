@@ -569,6 +569,8 @@ sample(
     {"depth": 3, "on_value": 1.0, "off_value": 0.0, "dtype": "float32"},
     lambda i: _one_hot(i, 3, 1.0, 0.0, np.float32),
 )
+sample("cumsum", "axis1", [normal(3, 4)], {"axis": 1, "reverse": False}, lambda x: np.cumsum(x, axis=1))
+sample("cumsum", "reverse", [normal(2, 3)], {"axis": 0, "reverse": True}, lambda x: np.cumsum(x[::-1], axis=0)[::-1])
 sample("full_like", "same-dtype", [normal(2, 3)], {"value": 3.5, "dtype": None}, lambda x: np.full((2, 3), 3.5))
 sample(
     "full_like", "int32", [normal(3, 1)], {"value": 7, "dtype": "int32"}, lambda x: np.full((3, 1), 7, dtype=np.int32)
@@ -875,6 +877,14 @@ _random_case(
     "float32",
     {"mean": 0.0, "stddev": 1.0},
     lambda: _pcg(8).standard_normal((4,)) * 1.0 + 0.0,
+)
+sample(
+    "random_normal",
+    "shaped-like-input",
+    [np.zeros((2, 3))],
+    lambda x: {"shape": None, "dtype": "float64", "generator": tp.random.Generator(12), "mean": 1.0, "stddev": 2.0},
+    lambda x: _pcg(12).standard_normal((2, 3)) * 2.0 + 1.0,
+    exact=True,
 )
 _random_case(
     "random_uniform",

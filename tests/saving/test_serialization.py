@@ -35,6 +35,17 @@ LAYERS = {
     "AveragePooling2D": (lambda: L.AveragePooling2D((2, 3)), (1, 5, 5, 2)),
     "GlobalAveragePooling2D": (lambda: L.GlobalAveragePooling2D(keepdims=True), (1, 3, 3, 2)),
     "GlobalMaxPooling2D": (L.GlobalMaxPooling2D, (1, 3, 3, 2)),
+    "Conv1D": (lambda: L.Conv1D(2, 3, padding="causal", dilation_rate=2, groups=2), (1, 7, 4)),
+    "Conv1DTranspose": (lambda: L.Conv1DTranspose(2, 3, strides=2, output_padding=1), (1, 3, 2)),
+    "MaxPooling1D": (lambda: L.MaxPooling1D(2, padding="same"), (1, 5, 2)),
+    "AveragePooling1D": (lambda: L.AveragePooling1D(3, strides=1), (1, 5, 2)),
+    "GlobalAveragePooling1D": (lambda: L.GlobalAveragePooling1D(keepdims=True), (1, 3, 2)),
+    "GlobalMaxPooling1D": (lambda: L.GlobalMaxPooling1D(data_format="channels_first"), (1, 3, 2)),
+    "ReLU": (lambda: L.ReLU(max_value=6.0, negative_slope=0.1), (2, 3)),
+    "LeakyReLU": (lambda: L.LeakyReLU(0.2), (2, 3)),
+    "ELU": (lambda: L.ELU(alpha=0.5), (2, 3)),
+    "PReLU": (lambda: L.PReLU(alpha_initializer="ones", alpha_regularizer="l2", shared_axes=[1]), (2, 3, 4)),
+    "Softmax": (lambda: L.Softmax(axis=[1, 2]), (2, 3, 4)),
     "Flatten": (L.Flatten, (2, 3, 2)),
     "Reshape": (lambda: L.Reshape((3, -1)), (2, 6)),
     "Activation": (lambda: L.Activation("gelu"), (2, 3)),
@@ -47,6 +58,11 @@ LAYERS = {
     "LSTM": (lambda: L.LSTM(3, go_backwards=True), (2, 4, 3)),
     "GRU": (lambda: L.GRU(3, reset_after=False), (2, 4, 3)),
     "RNN": (lambda: L.RNN(L.GRUCell(2)), (2, 4, 3)),
+    "StackedRNNCells": (
+        lambda: L.StackedRNNCells([L.LSTMCell(2), L.GRUCell(3)]),
+        {"states": [(2, 2), (2, 2), (2, 3)]},
+    ),
+    "Bidirectional": (lambda: L.Bidirectional(L.LSTM(3, return_sequences=True), merge_mode="ave"), (2, 4, 3)),
     "SimpleRNNCell": (lambda: L.SimpleRNNCell(3), {"states": [(2, 3)]}),
     "LSTMCell": (lambda: L.LSTMCell(3), {"states": [(2, 3), (2, 3)]}),
     "GRUCell": (lambda: L.GRUCell(3), {"states": [(2, 3)]}),
@@ -58,6 +74,12 @@ LAYERS = {
     "Minimum": (L.Minimum, [(2, 3), (2, 3)]),
     "Concatenate": (lambda: L.Concatenate(axis=1), [(2, 3), (2, 2)]),
     "InputLayer": (lambda: L.InputLayer(shape=(3,)), (2, 3)),
+    "Attention": (lambda: L.Attention(use_scale=True, score_mode="concat"), [(2, 3, 4), (2, 5, 4)]),
+    "AdditiveAttention": (lambda: L.AdditiveAttention(dropout=0.1, seed=2), [(2, 3, 4), (2, 5, 4)]),
+    "MultiHeadAttention": (
+        lambda: L.MultiHeadAttention(2, 3, value_dim=2, output_shape=4, kernel_regularizer="l2"),
+        {"args": [(2, 3, 5), (2, 4, 6)]},
+    ),
     # models
     "Sequential": (lambda: tp.Sequential([tp.Input((4,)), L.Dense(3, activation="relu"), L.Dense(2)]), (2, 4)),
     "Functional": (_functional, [(2, 3), (2, 2)]),
@@ -91,9 +113,14 @@ OBJECTS = {
         "SparseTopKCategoricalAccuracy": lambda: metrics.SparseTopKCategoricalAccuracy(k=3),
         "MeanSquaredError": metrics.MeanSquaredError,
         "MeanAbsoluteError": metrics.MeanAbsoluteError,
+        "MeanAbsolutePercentageError": metrics.MeanAbsolutePercentageError,
         "MeanMetricWrapper": lambda: metrics.MeanMetricWrapper(metrics.binary_accuracy, threshold=0.2),
         "Precision": lambda: metrics.Precision(thresholds=0.4),
-        "Recall": metrics.Recall,
+        "Recall": lambda: metrics.Recall(top_k=2, class_id=1),
+        "TruePositives": metrics.TruePositives,
+        "TrueNegatives": lambda: metrics.TrueNegatives(thresholds=[0.2, 0.6]),
+        "FalsePositives": lambda: metrics.FalsePositives(thresholds=0.3),
+        "FalseNegatives": metrics.FalseNegatives,
     },
     "initializers": {
         "Zeros": initializers.Zeros,
@@ -152,6 +179,7 @@ def _public_classes(module, base) -> set[str]:
         if not name.startswith("_")
         and inspect.isclass(obj)
         and issubclass(obj, base)
+        and obj.__name__ == name  # not an alias such as regularizers.l2 (Keras's spelling of L2)
         and (obj.__module__ == module.__name__ or obj.__module__.startswith(module.__name__ + "."))
     }
 
@@ -173,6 +201,8 @@ def test_every_public_class_has_an_example():
 
 
 def _inputs(spec, rng):
+    if isinstance(spec, dict) and "args" in spec:  # several positional arguments
+        return [_inputs(s, rng) for s in spec["args"]]
     if isinstance(spec, dict):  # a cell: inputs, then its states
         return [_inputs((2, 4), rng), [_inputs(s, rng) for s in spec["states"]]]
     if spec == "ids":

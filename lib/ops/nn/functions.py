@@ -17,7 +17,6 @@ from tapeflow.backends.common import check_labels
 from tapeflow.ops import random, shapes
 from tapeflow.ops.array import gather, reshape
 from tapeflow.ops.math import (
-    cast,
     erf,
     exp,
     greater,
@@ -632,9 +631,7 @@ def dropout(x, rate: float, training: bool = True, rng=None, noise_shape=None) -
         raise ValueError(f"dropout: rate must be in [0, 1), got {rate}")
     if not training or rate == 0.0:
         return x
-    shape = x.shape if noise_shape is None else tuple(noise_shape)
-    keep = random.uniform(shape, dtype=x.dtype, generator=rng) >= rate
-    return x * cast(keep, x.dtype) * (1.0 / (1.0 - rate))
+    return random.dropout(x, rate, noise_shape, seed=rng)
 
 
 def embedding_lookup(params, ids) -> Tensor:
