@@ -205,3 +205,31 @@ def from_directory_dataset(paths, labels, load, batch_size, shuffle, seed, label
         dataset = dataset.shuffle(batch_size * 8 if batch_size is not None else 1024, seed=seed)
     dataset = dataset.map(dataset_map)
     return dataset if batch_size is None else dataset.batch(batch_size)
+
+
+def directory_datasets(owner: str, what: str, directory, paths, labels, class_names, load, options: dict):
+    """The dataset (or, for subset="both", the [training, validation] pair) of files a
+    `*_dataset_from_directory` indexed, each with its `class_names` and `file_paths`.
+    `options` holds the caller's validation_split, subset, batch_size, shuffle, seed and
+    label_mode."""
+
+    def build(subset_name, shuffled):
+        subset_paths, subset_labels = take_subset(paths, labels, options["validation_split"], subset_name)
+        if not subset_paths:
+            raise ValueError(f"{owner}: no {what} found in {directory!r}")
+        dataset = from_directory_dataset(
+            subset_paths,
+            subset_labels,
+            load,
+            options["batch_size"],
+            shuffled,
+            options["seed"],
+            options["label_mode"],
+            len(class_names or ()),
+        )
+        dataset.class_names, dataset.file_paths = class_names, list(subset_paths)
+        return dataset
+
+    if options["subset"] == "both":
+        return [build("training", options["shuffle"]), build("validation", False)]
+    return build(options["subset"], options["shuffle"])

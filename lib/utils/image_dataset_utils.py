@@ -108,19 +108,18 @@ def image_dataset_from_directory(
             pad_to_aspect_ratio,
         )
 
-    def build(subset_name, shuffled):
-        subset_paths, subset_labels = dataset_utils.take_subset(paths, labels, validation_split, subset_name)
-        if not subset_paths:
-            raise ValueError(f"image_dataset_from_directory: no images found in {directory!r} ({IMAGE_FORMATS})")
-        dataset = dataset_utils.from_directory_dataset(
-            subset_paths, subset_labels, load, batch_size, shuffled, seed, label_mode, len(class_names or ())
-        )
-        dataset.class_names, dataset.file_paths = class_names, list(subset_paths)
-        return dataset
-
-    if subset == "both":
-        return [build("training", shuffle), build("validation", False)]
-    return build(subset, shuffle)
+    options = {
+        "validation_split": validation_split,
+        "subset": subset,
+        "batch_size": batch_size,
+        "shuffle": shuffle,
+        "seed": seed,
+        "label_mode": label_mode,
+    }
+    what = f"images ({', '.join(IMAGE_FORMATS)})"
+    return dataset_utils.directory_datasets(
+        "image_dataset_from_directory", what, directory, paths, labels, class_names, load, options
+    )
 
 
 def load_image(path, image_size, channels, interpolation, data_format, crop_to_aspect_ratio, pad_to_aspect_ratio):

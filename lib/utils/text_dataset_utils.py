@@ -69,16 +69,14 @@ def text_dataset_from_directory(
             text = f.read()
         return text[:max_length] if max_length is not None else text
 
-    def build(subset_name, shuffled):
-        subset_paths, subset_labels = dataset_utils.take_subset(paths, labels, validation_split, subset_name)
-        if not subset_paths:
-            raise ValueError(f"text_dataset_from_directory: no .txt files found in {directory!r}")
-        dataset = dataset_utils.from_directory_dataset(
-            subset_paths, subset_labels, load, batch_size, shuffled, seed, label_mode, len(class_names or ())
-        )
-        dataset.class_names, dataset.file_paths = class_names, list(subset_paths)
-        return dataset
-
-    if subset == "both":
-        return [build("training", shuffle), build("validation", False)]
-    return build(subset, shuffle)
+    options = {
+        "validation_split": validation_split,
+        "subset": subset,
+        "batch_size": batch_size,
+        "shuffle": shuffle,
+        "seed": seed,
+        "label_mode": label_mode,
+    }
+    return dataset_utils.directory_datasets(
+        "text_dataset_from_directory", ".txt files", directory, paths, labels, class_names, load, options
+    )
