@@ -233,3 +233,25 @@ def directory_datasets(owner: str, what: str, directory, paths, labels, class_na
     if options["subset"] == "both":
         return [build("training", options["shuffle"]), build("validation", False)]
     return build(options["subset"], options["shuffle"])
+
+
+def label_arguments(owner: str, labels, label_mode, class_names) -> tuple:
+    """`labels` and `label_mode` checked as Keras's directory loaders check them; both
+    become None when either is (unlabelled data)."""
+    if labels not in ("inferred", None):
+        if not isinstance(labels, list | tuple):
+            raise ValueError(
+                f"{owner}: labels must be 'inferred', None or a list/tuple of integer labels, got {labels!r}"
+            )
+        if class_names:
+            raise ValueError(f"{owner}: class_names can only be given with labels='inferred'")
+    if label_mode not in ("int", "categorical", "binary", None):
+        raise ValueError(f"{owner}: label_mode must be 'int', 'categorical', 'binary' or None, got {label_mode!r}")
+    if labels is None or label_mode is None:
+        return None, None
+    return labels, label_mode
+
+
+def check_binary_classes(owner: str, label_mode, class_names) -> None:
+    if label_mode == "binary" and len(class_names) != 2:
+        raise ValueError(f'{owner}: label_mode="binary" needs exactly 2 classes, got {class_names}')

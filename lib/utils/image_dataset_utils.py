@@ -53,21 +53,7 @@ def image_dataset_from_directory(
     >>> images.shape, sorted(labels.tolist()), ds.class_names
     ((2, 4, 4, 3), [0, 1], ['cat', 'dog'])
     """
-    if labels not in ("inferred", None):
-        if not isinstance(labels, list | tuple):
-            raise ValueError(
-                f"image_dataset_from_directory: labels must be 'inferred', None or a list/tuple of integer labels, "
-                f"got {labels!r}"
-            )
-        if class_names:
-            raise ValueError("image_dataset_from_directory: class_names can only be given with labels='inferred'")
-    if label_mode not in ("int", "categorical", "binary", None):
-        raise ValueError(
-            f"image_dataset_from_directory: label_mode must be 'int', 'categorical', 'binary' or None, "
-            f"got {label_mode!r}"
-        )
-    if labels is None or label_mode is None:
-        labels = label_mode = None
+    labels, label_mode = dataset_utils.label_arguments("image_dataset_from_directory", labels, label_mode, class_names)
     if color_mode not in _CHANNELS:
         raise ValueError(
             f"image_dataset_from_directory: color_mode must be one of {list(_CHANNELS)}, got {color_mode!r}"
@@ -91,10 +77,7 @@ def image_dataset_from_directory(
     paths, labels, class_names = dataset_utils.index_directory(
         directory, labels, IMAGE_FORMATS, class_names, shuffle, seed, follow_links, verbose
     )
-    if label_mode == "binary" and len(class_names) != 2:
-        raise ValueError(
-            f'image_dataset_from_directory: label_mode="binary" needs exactly 2 classes, got {class_names}'
-        )
+    dataset_utils.check_binary_classes("image_dataset_from_directory", label_mode, class_names)
     data_format = standardize_data_format(data_format)
 
     def load(path):

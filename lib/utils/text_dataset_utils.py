@@ -37,32 +37,13 @@ def text_dataset_from_directory(
     >>> texts.tolist(), labels.tolist(), ds.class_names
     (['bad', 'good'], [0, 1], ['neg', 'pos'])
     """
-    if labels not in ("inferred", None):
-        if not isinstance(labels, list | tuple):
-            raise ValueError(
-                f"text_dataset_from_directory: labels must be 'inferred', None or a list/tuple of integer labels, "
-                f"got {labels!r}"
-            )
-        if class_names:
-            raise ValueError("text_dataset_from_directory: class_names can only be given with labels='inferred'")
-    if label_mode not in ("int", "categorical", "binary", None):
-        raise ValueError(
-            f"text_dataset_from_directory: label_mode must be 'int', 'categorical', 'binary' or None, "
-            f"got {label_mode!r}"
-        )
-    if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
-        raise ValueError(f"text_dataset_from_directory: max_length must be a positive int or None, got {max_length!r}")
-    if format not in ("tf", "grain"):
-        raise ValueError(f'text_dataset_from_directory: format must be "tf" or "grain", got {format!r}')
-    if labels is None or label_mode is None:
-        labels = label_mode = None
+    labels, label_mode = dataset_utils.label_arguments("text_dataset_from_directory", labels, label_mode, class_names)
     dataset_utils.check_validation_split(validation_split, subset, shuffle, seed)
     seed = draw_seed() if seed is None else seed
     paths, labels, class_names = dataset_utils.index_directory(
         directory, labels, (".txt",), class_names, shuffle, seed, follow_links, verbose
     )
-    if label_mode == "binary" and len(class_names) != 2:
-        raise ValueError(f'text_dataset_from_directory: label_mode="binary" needs exactly 2 classes, got {class_names}')
+    dataset_utils.check_binary_classes("text_dataset_from_directory", label_mode, class_names)
 
     def load(path):
         with open(path, encoding="utf-8") as f:

@@ -6,6 +6,7 @@ moments, and the sampled losses for large vocabularies.
 [0.0, 2.0]
 """
 
+from tapeflow.ops.nn import functions
 from tapeflow.ops.nn.functions import (
     avg_pool2d,
     conv2d,
@@ -29,27 +30,4 @@ from tapeflow.ops.nn.functions import (
 )
 from tapeflow.ops.nn.sampled_losses import compute_accidental_hits, nce_loss, sampled_softmax_loss
 
-__all__ = [
-    "relu",
-    "leaky_relu",
-    "elu",
-    "gelu",
-    "softplus",
-    "sigmoid",
-    "tanh",
-    "softmax",
-    "log_softmax",
-    "conv2d",
-    "conv2d_transpose",
-    "max_pool2d",
-    "avg_pool2d",
-    "sparse_softmax_cross_entropy_with_logits",
-    "softmax_cross_entropy_with_logits",
-    "sigmoid_cross_entropy_with_logits",
-    "dropout",
-    "embedding_lookup",
-    "moments",
-    "nce_loss",
-    "sampled_softmax_loss",
-    "compute_accidental_hits",
-]
+__all__ = [*functions.__all__, "nce_loss", "sampled_softmax_loss", "compute_accidental_hits"]
