@@ -14,6 +14,7 @@ from tapeflow import (
     backend,
     callbacks,
     config,
+    constraints,
     data,
     distributed,
     initializers,
@@ -22,6 +23,7 @@ from tapeflow import (
     losses,
     metrics,
     mixed_precision,
+    ops,
     optimizers,
     regularizers,
     saving,
@@ -30,7 +32,7 @@ from tapeflow import (
     utils,
     word2vec,
 )
-from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, value_and_grad
+from tapeflow.autodiff import GradientTape, TapeError, custom_gradient, grad, jvp, value_and_grad
 from tapeflow.backends import UnsupportedOpError, device_stats, memory_stats
 from tapeflow.backends.numpy_backend import build_info, get_num_threads, set_num_threads
 from tapeflow.data import datasets
@@ -59,3 +61,7 @@ from tapeflow.optimizers import schedules
 from tapeflow.tensor import IndexedSlices, Tensor, Variable
 
 __version__ = "0.1.0"
+
+# keras.ops names that differentiate: defined by the autodiff stage, which comes after ops
+ops.custom_gradient = custom_gradient
+ops.jvp = ops.linalg.jvp = jvp

@@ -24,6 +24,7 @@ from tapeflow import tree
 from tapeflow.devices import colocate_with
 from tapeflow.ops import registry, sparse
 from tapeflow.ops.creation import ones_like, zeros_like
+from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import OpDef, apply, as_tensor, defop
 from tapeflow.tensor import TRACING, IndexedSlices, Tensor, Variable
 
@@ -347,3 +348,48 @@ def custom_gradient(f):
         return tree.pack_sequence_as(result, list(wrapped_outs))
 
     return wrapped
+
+
+def jvp(fun, primals, tangents, has_aux: bool = False):
+    """Forward-mode derivative, as `keras.ops.linalg.jvp`: (fun(*primals), J @ tangents).
+
+    tapeflow differentiates in reverse; the Jacobian-vector product is the gradient, with
+    respect to a cotangent `u`, of the vector-Jacobian product u·J taken along `tangents`
+    (the two recorded VJPs are themselves differentiable). With `has_aux`, `fun` returns
+    (outputs, aux) and so does this function, as (outputs, tangents_out, aux).
+
+    >>> import tapeflow as tp
+    >>> y, dy = jvp(lambda x: x * x, (tp.tensor([1.0, 3.0]),), (tp.tensor([1.0, 1.0]),))
+    >>> y.numpy().tolist(), dy.numpy().tolist()
+    ([1.0, 9.0], [2.0, 6.0])
+    """
+    primals, tangents = tuple(map(as_tensor, primals)), tuple(map(as_tensor, tangents))
+    if len(primals) != len(tangents):
+        raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    for p, t in zip(primals, tangents, strict=True):
+        if tuple(p.shape) != tuple(t.shape):
+            raise ValueError(f"jvp: a tangent of shape {t.shape} for a primal of shape {p.shape}")
+    with GradientTape() as outer:
+        with GradientTape() as inner:
+            for p in primals:
+                inner.watch(p)
+            result = fun(*primals)
+            outputs, aux = result if has_aux else (result, None)
+        flat = tree.flatten(outputs)
+        cotangents = [zeros_like(y) for y in flat]
+        for u in cotangents:
+            outer.watch(u)
+        pulled = inner.gradient(flat, list(primals), output_gradients=cotangents)
+        along = None
+        for g, t in zip(pulled, tangents, strict=True):
+            if g is not None:
+                term = reduce_sum(g * t)
+                along = term if along is None else along + term
+    if along is None:
+        pushed = [zeros_like(y) for y in flat]
+    else:
+        pushed = [
+            g if g is not None else zeros_like(y) for g, y in zip(outer.gradient(along, cotangents), flat, strict=True)
+        ]
+    tangents_out = tree.pack_sequence_as(outputs, pushed)
+    return (outputs, tangents_out, aux) if has_aux else (outputs, tangents_out)

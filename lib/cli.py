@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+from tapeflow.files.safe_h5 import check_regular_file
 from tapeflow.graph.runnable import Graph, load_graph
 
 TIMEOUT_STATUS = 124
@@ -67,6 +68,12 @@ def _run(args) -> int:
     if len(inputs) != len(graph.inputs):
         names = ", ".join(f"{v.name}: {v.type_string()}" for v in graph.inputs)
         raise ValueError(f"{args.graph}: the graph takes {len(graph.inputs)} inputs ({names}), got {len(inputs)}")
+    for path in inputs:  # a FIFO or a device would block the read
+        check_regular_file(path, "--input")
+    output_paths = _output_paths(args.output, len(graph.outputs))
+    for path in output_paths:  # an existing FIFO, device or folder would block or fail the write
+        if os.path.exists(path):
+            check_regular_file(path, "--output")
     feeds = {}
     for value, path in zip(graph.inputs, inputs, strict=True):
         try:
@@ -78,7 +85,7 @@ def _run(args) -> int:
             raise ValueError(f"{path}: an .npz archive; pass one .npy file per input")
         feeds[value.name] = array
     outputs = graph.run(feeds, list(graph.outputs))
-    for path, array in zip(_output_paths(args.output, len(outputs)), outputs, strict=True):
+    for path, array in zip(output_paths, outputs, strict=True):
         np.save(path, np.asarray(array), allow_pickle=False)
         print(f"wrote {path}: {np.asarray(array).dtype}{list(np.shape(array))}")
     return 0

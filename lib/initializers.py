@@ -42,6 +42,26 @@ __all__ = [
     "LecunNormal",
     "LecunUniform",
     "Orthogonal",
+    "STFT",
+    "IdentityInitializer",
+    "OrthogonalInitializer",
+    "STFTInitializer",
+    "constant",
+    "glorot_normal",
+    "glorot_uniform",
+    "he_normal",
+    "he_uniform",
+    "identity",
+    "lecun_normal",
+    "lecun_uniform",
+    "ones",
+    "orthogonal",
+    "random_normal",
+    "random_uniform",
+    "stft",
+    "truncated_normal",
+    "variance_scaling",
+    "zeros",
     "compute_fans",
     "get",
     "serialize",
@@ -346,6 +366,65 @@ class Orthogonal(_Seeded):
         return {"gain": self.gain, **super().get_config()}
 
 
+def _window(name: str, length: int, periodic: bool) -> np.ndarray:
+    """scipy's window `name` of `length` samples (symmetric unless `periodic`)."""
+    # lazily: importing scipy.signal adds a process-wide warnings filter, so only STFT pays for it
+    import scipy.signal
+
+    return scipy.signal.get_window(name, length, fftbins=periodic)
+
+
+class STFT(Initializer):
+    """Kernels of the short-time Fourier transform, for a Conv1D of shape
+    [frame_length, input_channels, fft_bins]: the real (`side="real"`, cosine) or
+    imaginary (`side="imag"`, sine) part of the DFT basis, times `window` (a scipy window
+    name or an array; None for none) and divided by its "density" (root of the summed
+    squares) or "spectrum" (sum) `scaling`; `periodic` asks for a periodic window.
+
+    >>> STFT(window=None)((4, 1, 3)).numpy()[:, 0, 0].tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    """
+
+    def __init__(self, side: str = "real", window="hann", scaling="density", periodic: bool = False):
+        if side not in ("real", "imag"):
+            raise ValueError(f"STFT: side must be 'real' or 'imag', got {side!r}")
+        if isinstance(window, str):
+            _window(window, 1, False)  # an unknown name raises here
+        if scaling is not None and scaling not in ("density", "spectrum"):
+            raise ValueError(f"STFT: scaling must be None, 'density' or 'spectrum', got {scaling!r}")
+        self.side, self.window, self.scaling, self.periodic = side, window, scaling, bool(periodic)
+
+    def __call__(self, shape, dtype=None) -> Tensor:
+        dtype = _float_dtype("STFT", dtype)
+        shape = tuple(int(d) for d in shape)
+        if len(shape) != 3:
+            raise ValueError(f"STFT: needs a shape [frame_length, input_channels, fft_bins], got {shape}")
+        frame_length, channels, bins = shape
+        time = np.arange(frame_length, dtype=np.float64).reshape(-1, 1, 1)
+        frequency = np.arange(bins, dtype=np.float64).reshape(1, 1, -1) / ((bins - 1) * 2)
+        angles = -2.0 * time * frequency * np.pi
+        kernel = np.cos(angles) if self.side == "real" else np.sin(angles)
+        if self.window is not None:
+            window = self.window
+            if isinstance(window, str):
+                window = _window(window, frame_length, self.periodic)
+            window = np.asarray(window, dtype=np.float64)
+            if window.shape != (frame_length,):
+                raise ValueError(f"STFT: window must have shape ({frame_length},), got {window.shape}")
+            window = window.reshape(-1, 1, 1)
+            scale = 1.0
+            if self.scaling == "density":
+                scale = np.sqrt(np.sum(np.square(window)))
+            elif self.scaling == "spectrum":
+                scale = np.sum(np.abs(window))
+            kernel = kernel * window / scale
+        return tensor(np.broadcast_to(kernel, (frame_length, channels, bins)).copy(), dtype=dtype)
+
+    def get_config(self) -> dict:
+        window = self.window.tolist() if isinstance(self.window, np.ndarray) else self.window
+        return {"side": self.side, "window": window, "periodic": self.periodic, "scaling": self.scaling}
+
+
 _CLASSES = (
     Zeros,
     Ones,
@@ -362,6 +441,7 @@ _CLASSES = (
     LecunNormal,
     LecunUniform,
     Orthogonal,
+    STFT,
 )
 
 
@@ -374,6 +454,9 @@ _BY_KEY = {_key(cls.__name__): cls for cls in _CLASSES} | {
     "one": Ones,
     "normal": RandomNormal,
     "uniform": RandomUniform,
+    "identityinitializer": Identity,
+    "orthogonalinitializer": Orthogonal,
+    "stftinitializer": STFT,
 }
 _KNOWN = [
     "zeros",
@@ -391,6 +474,7 @@ _KNOWN = [
     "lecun_normal",
     "lecun_uniform",
     "orthogonal",
+    "stft",
 ]
 
 
@@ -452,3 +536,25 @@ def deserialize(config) -> Initializer:
     if not isinstance(config, dict | str):
         raise TypeError(f"initializers.deserialize: expected a config dict or a name, got {config!r}")
     return get(config)
+
+
+# Keras's other names of the classes: the lowercase spellings and the *Initializer aliases.
+IdentityInitializer = Identity
+OrthogonalInitializer = Orthogonal
+STFTInitializer = STFT
+constant = Constant
+glorot_normal = GlorotNormal
+glorot_uniform = GlorotUniform
+he_normal = HeNormal
+he_uniform = HeUniform
+identity = Identity
+lecun_normal = LecunNormal
+lecun_uniform = LecunUniform
+ones = Ones
+orthogonal = Orthogonal
+random_normal = RandomNormal
+random_uniform = RandomUniform
+stft = STFT
+truncated_normal = TruncatedNormal
+variance_scaling = VarianceScaling
+zeros = Zeros

@@ -164,25 +164,25 @@ class Tensor:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """Export the value through DLPack (`torch.from_dlpack(t)`, `np.from_dlpack(t)`).
 
-        The consumer shares this tensor's memory, marked read-only. A consumer that speaks
-        only DLPack before 1.0, which cannot mark memory read-only, gets a copy instead
-        (and a BufferError if it asks for `copy=False`). A Variable exports its current
-        value: a later `assign` gives the variable a new array and leaves the export as it was.
+        The consumer gets its own copy of the value: some consumers (torch) ignore DLPack's
+        read-only flag, so shared memory would let them change an immutable tensor. Nothing
+        done to the export changes this tensor; `copy=False` raises a BufferError. A Variable
+        exports its current value: a later `assign` leaves the export as it was.
 
         >>> import numpy as np
         >>> import tapeflow as tp
         >>> np.from_dlpack(tp.tensor([1.0, 2.0])).tolist()
         [1.0, 2.0]
         """
-        view = self.numpy()
+        if copy is False:
+            raise BufferError(
+                "Tensor.__dlpack__: a tensor is exported as a copy (a consumer could write to shared memory), "
+                "and copy=False forbids one"
+            )
+        private = np.array(self.numpy(), copy=True)
         if max_version is None or tuple(max_version)[0] < 1:
-            if copy is False:
-                raise BufferError(
-                    "Tensor.__dlpack__: a consumer of DLPack < 1.0 cannot be given read-only memory without "
-                    "a copy, and copy=False forbids one"
-                )
-            return np.array(view, copy=True).__dlpack__(stream=stream, dl_device=dl_device)
-        return view.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+            return private.__dlpack__(stream=stream, dl_device=dl_device)
+        return private.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(DLPack device type, device id): (1, 0), the host CPU."""
@@ -381,9 +381,9 @@ class Variable(Tensor):
     [1.0, 1.0]
     """
 
-    __slots__ = ("name", "trainable")
+    __slots__ = ("name", "trainable", "constraint")
 
-    def __init__(self, initial_value, trainable: bool = True, name: str | None = None, dtype=None):
+    def __init__(self, initial_value, trainable: bool = True, name: str | None = None, dtype=None, constraint=None):
         if callable(initial_value):
             initial_value = initial_value()
         device = initial_value._device if isinstance(initial_value, Tensor) else current_device()
@@ -401,6 +401,7 @@ class Variable(Tensor):
             self._device = device
         self.name = name or "Variable"
         self.trainable = bool(trainable)
+        self.constraint = constraint  # a callable the optimizer applies after each update, or None
 
     def _checked(self, value, method: str):
         if isinstance(value, Tensor) and value._device != self._device:

@@ -100,3 +100,22 @@ def test_module_entry_point_in_a_subprocess(mlp_file, tmp_path, rng):
         [python, "-m", "tapeflow.cli", "inspect", "nothing.tfg"], cwd=tmp_path, capture_output=True, text=True
     )
     assert failed.returncode == 1 and "no such file" in failed.stderr
+
+
+@pytest.mark.timeout(120)
+def test_run_refuses_a_fifo_as_input_or_output_instead_of_blocking(mlp_file, tmp_path):
+    path, _ = mlp_file
+    os.mkfifo(tmp_path / "pipe")
+    np.save(tmp_path / "x.npy", np.zeros((2, 4), np.float32))
+    python = os.path.join(ROOT, ".venv", "bin", "python")
+    python = python if os.path.exists(python) else sys.executable
+    for flags, what in ((["--input", "pipe"], "--input"), (["--input", "x.npy", "--output", "pipe"], "--output")):
+        done = subprocess.run(
+            [python, "-m", "tapeflow.cli", "run", str(path), *flags],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1, done.stderr
+        assert f"tapeflow run: error: {what}: 'pipe' is not a regular file" in done.stderr, done.stderr

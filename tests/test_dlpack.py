@@ -1,4 +1,4 @@
-"""DLPack both ways: tapeflow tensors read by torch and NumPy without a copy, and torch and
+"""DLPack both ways: tapeflow tensors exported to torch and NumPy as private copies, and torch and
 NumPy arrays read by `tp.from_dlpack`, with the values, dtypes, strides and sharing checked."""
 
 import numpy as np
@@ -17,20 +17,30 @@ def _values(dtype, shape=(3, 4)):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_torch_reads_a_tapeflow_tensor_in_place(dtype):
+def test_torch_reads_a_copy_of_a_tapeflow_tensor(dtype):
     t = tp.tensor(_values(dtype))
-    shared = torch.from_dlpack(t)
-    np.testing.assert_array_equal(shared.numpy(), t.numpy())
-    assert str(shared.dtype) == f"torch.{dtype}"
-    assert shared.data_ptr() == t.numpy().ctypes.data  # no copy
+    exported = torch.from_dlpack(t)
+    np.testing.assert_array_equal(exported.numpy(), t.numpy())
+    assert str(exported.dtype) == f"torch.{dtype}"
+    assert exported.data_ptr() != t.numpy().ctypes.data
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_numpy_reads_a_tapeflow_tensor_read_only(dtype):
+def test_numpy_reads_a_copy_of_a_tapeflow_tensor(dtype):
     t = tp.tensor(_values(dtype))
     array = np.from_dlpack(t)
     np.testing.assert_array_equal(array, t.numpy())
-    assert np.shares_memory(array, t.numpy()) and not array.flags.writeable
+    assert not np.shares_memory(array, t.numpy())
+
+
+def test_nothing_a_consumer_does_changes_a_tensor_or_a_variable():
+    t, v = tp.tensor([1.0, 2.0]), tp.Variable([3.0, 4.0])
+    for source, want in ((t, [1.0, 2.0]), (v, [3.0, 4.0])):
+        torch.from_dlpack(source).add_(10.0)
+        torch.from_dlpack(source).zero_()
+        np.from_dlpack(source)[...] = 7.0
+        torch.utils.dlpack.from_dlpack(source.__dlpack__()).mul_(3.0)
+        assert source.numpy().tolist() == want
 
 
 def test_strided_tensors_keep_their_layout():
@@ -74,8 +84,9 @@ def test_from_dlpack_copy_and_numpy_sources():
 
 def test_round_trip_through_torch_and_back():
     t = tp.random.normal((5, 2))
-    back = tp.from_dlpack(torch.from_dlpack(t))
-    assert back.numpy().ctypes.data == t.numpy().ctypes.data
+    exported = torch.from_dlpack(t)
+    back = tp.from_dlpack(exported)
+    assert back.numpy().ctypes.data == exported.data_ptr()  # the import shares, the export copies
     np.testing.assert_array_equal(back.numpy(), t.numpy())
 
 

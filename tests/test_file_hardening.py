@@ -582,3 +582,126 @@ def test_large_datasets_are_checksummed_block_by_block_exactly(tmp_path, monkeyp
     _flip_first_byte_of(path, "weights/layers/dense/kernel")
     with pytest.raises(tp.io.FileReadError, match="'weights/layers/dense/kernel' is corrupt"):
         target.load_weights(path)
+
+
+# ================================================================ hardening, round 2
+@pytest.mark.parametrize(
+    "fn, op, key, value",
+    [
+        (lambda x: tp.tile(x, (1, 2)), "tile", "multiples", {"tuple": [1, 2**62]}),
+        (
+            lambda x: tp.pad(x, [(0, 0), (1, 1)]),
+            "pad",
+            "paddings",
+            {"tuple": [{"tuple": [0, 0]}, {"tuple": [1, 2**62]}]},
+        ),
+        (lambda x: tp.broadcast_to(x, (3, 2, 3)), "broadcast_to", "shape", {"tuple": [2**40, 2, 3]}),
+        (lambda x: x + tp.random.normal((2, 3), seed=1), "random_normal", "shape", {"tuple": [2, 2**40]}),
+    ],
+)
+def test_attrs_beyond_the_public_bounds_are_refused_at_load(tmp_path, fn, op, key, value):
+    path = tmp_path / "g.tfg"
+    tp.freeze(fn, tp.TensorSpec((2, 3))).save(path)
+
+    def edit(meta):
+        node = _node(meta, op)
+        node["attrs"][key] = value
+
+    rewrite(path, tmp_path / "big.tfg", edit_json=edit)
+    with pytest.raises(GraphFileError, match=rf"big.tfg.*{op}.*must be an integer in \[0, 2147483647\]"):
+        tp.load_graph(tmp_path / "big.tfg")
+
+
+def test_saving_through_a_symlink_replaces_its_target_and_keeps_the_mode(tmp_path):
+    model = small_model()
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "m.weights.h5"
+    model.save_weights(target)
+    os.chmod(target, 0o600)
+    link = tmp_path / "link.weights.h5"
+    os.symlink(target, link)
+    model.set_weights([w + 1 for w in model.get_weights()])
+    model.save_weights(link)
+    assert os.path.islink(link) and os.path.realpath(link) == str(target)
+    assert (os.stat(target).st_mode & 0o777) == 0o600
+    fresh = small_model()
+    fresh.load_weights(target)
+    np.testing.assert_array_equal(flat(fresh), flat(model))
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    assert not [n for n in os.listdir(tmp_path / "real") if n.endswith(".tmp")]
+
+
+_SAVER = """
+import sys, time, numpy as np
+sys.path.insert(0, {tests!r})
+from test_file_hardening import small_model
+model, path = small_model(), {path!r}
+end = time.time() + {seconds}
+i = 0
+while time.time() < end:
+    model.set_weights([np.full(w.shape, i % 7, np.float32) for w in model.get_weights()])
+    model.save(path)
+    i += 1
+print(i)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_loading_while_another_process_saves_sees_the_old_or_the_new_file(tmp_path):
+    path = str(tmp_path / "m.keras")
+    small_model().save(path)
+    first = flat(small_model())
+    tests = os.path.dirname(os.path.abspath(__file__))
+    saver = subprocess.Popen(
+        [sys.executable, "-c", _SAVER.format(tests=tests, path=path, seconds=8)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    loads, errors = 0, []
+    try:
+        while saver.poll() is None:
+            try:
+                weights = tp.models.load_model(path).get_weights()
+            except Exception as err:  # noqa: BLE001 - every failure is collected and shown
+                errors.append(f"{type(err).__name__}: {err}")
+                continue
+            loads += 1
+            values = np.concatenate([w.reshape(-1) for w in weights])
+            assert len(np.unique(values)) == 1 or (values == first).all(), values  # one save's, never a mix
+    finally:
+        out, err = saver.communicate(timeout=120)
+    assert saver.returncode == 0, err
+    assert int(out) > 5 and loads > 5, (out, loads)
+    assert not errors, errors[:3]
+
+
+@pytest.mark.parametrize("make", [lambda: tp.layers.LSTM(2, name="mem"), lambda: tp.layers.Dense(2, name="mem")])
+def test_an_unknown_call_keyword_in_a_functional_config_is_refused_at_load(tmp_path, make, monkeypatch):
+    x = tp.Input((5, 3))
+    model = tp.Model(x, make()(x))
+    config = model.get_config()
+    config["calls"][0]["call_kwargs"]["bogus"] = 1
+    monkeypatch.setattr(model, "get_config", lambda: config)
+    model.save(tmp_path / "bad.keras")
+    refused = r"bad.keras.*layer 'mem' \((LSTM|Dense)\).*unexpected keyword argument 'bogus'"
+    with pytest.raises(ValueError, match=refused):
+        tp.models.load_model(tmp_path / "bad.keras")
+
+
+def test_a_config_asking_for_more_weights_than_the_file_holds_is_refused_before_allocating(tmp_path, monkeypatch):
+    model = tp.Sequential([tp.Input((30,)), tp.layers.Dense(8, name="hidden"), tp.layers.Dense(2, name="out")])
+    config = model.get_config()
+    config["layers"][0]["config"]["units"] = 20_000_000  # a 2.4 GB kernel from a 10 KB file
+    monkeypatch.setattr(model, "get_config", lambda: config)
+    model.save(tmp_path / "big.keras")
+    calls = []
+    monkeypatch.setattr(tp.initializers.GlorotUniform, "__call__", lambda self, *a, **k: calls.append(a) or 1 / 0)
+    with pytest.raises(tp.io.FileReadError, match=r"big.keras.*layer 'hidden' \(Dense\) create a weight of 600000000"):
+        tp.models.load_model(tmp_path / "big.keras")
+    assert not calls  # refused before any initializer ran
+    monkeypatch.undo()
+    fine = tmp_path / "fine.keras"
+    small_model().save(fine)
+    np.testing.assert_array_equal(flat(tp.models.load_model(fine)), flat(small_model()))

@@ -17,6 +17,22 @@ from tapeflow.ops.registry import as_tensor
 from tapeflow.tensor import Tensor
 
 __all__ = [
+    "celu",
+    "glu",
+    "hard_shrink",
+    "hard_silu",
+    "hard_swish",
+    "hard_tanh",
+    "log_sigmoid",
+    "log_softmax",
+    "mish",
+    "soft_shrink",
+    "sparse_plus",
+    "sparse_sigmoid",
+    "sparsemax",
+    "squareplus",
+    "tanh_shrink",
+    "threshold",
     "elu",
     "exponential",
     "gelu",
@@ -217,6 +233,161 @@ def linear(x):
     return x
 
 
+def celu(x, alpha=1.0) -> Tensor:
+    """Continuously differentiable ELU: max(x, 0) + min(alpha * (exp(x / alpha) - 1), 0).
+
+    >>> import tapeflow as tp
+    >>> round(tp.activations.celu(tp.tensor([-1.0])).numpy().item(), 4)
+    -0.6321
+    """
+    return nn.celu(x, alpha)
+
+
+def glu(x, axis=-1) -> Tensor:
+    """Gated linear unit: the first half of `axis` times the sigmoid of the second half.
+
+    >>> import tapeflow as tp
+    >>> tp.activations.glu(tp.tensor([2.0, 0.0])).numpy().tolist()
+    [1.0]
+    """
+    return nn.glu(x, axis)
+
+
+def hard_shrink(x, threshold=0.5) -> Tensor:
+    """x where |x| > threshold, else 0.
+
+    >>> import tapeflow as tp
+    >>> tp.activations.hard_shrink(tp.tensor([-1.0, 0.2])).numpy().tolist()
+    [-1.0, 0.0]
+    """
+    return nn.hard_shrink(x, threshold)
+
+
+def hard_silu(x) -> Tensor:
+    """x * hard_sigmoid(x) (also called hard_swish).
+
+    >>> import tapeflow as tp
+    >>> tp.activations.hard_silu(tp.tensor([-4.0, 4.0])).numpy().tolist()
+    [-0.0, 4.0]
+    """
+    x = _float("hard_silu", x)
+    return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+def hard_tanh(x) -> Tensor:
+    """clip(x, -1, 1).
+
+    >>> import tapeflow as tp
+    >>> tp.activations.hard_tanh(tp.tensor([-2.0, 0.5])).numpy().tolist()
+    [-1.0, 0.5]
+    """
+    return nn.hard_tanh(x)
+
+
+def log_sigmoid(x) -> Tensor:
+    """log(sigmoid(x)), computed as -softplus(-x).
+
+    >>> import tapeflow as tp
+    >>> round(tp.activations.log_sigmoid(tp.tensor([0.0])).numpy().item(), 4)
+    -0.6931
+    """
+    return nn.log_sigmoid(x)
+
+
+def log_softmax(x, axis=-1) -> Tensor:
+    """x - logsumexp(x) along `axis`.
+
+    >>> import tapeflow as tp
+    >>> round(tp.activations.log_softmax(tp.zeros((1, 2))).numpy()[0, 0].item(), 4)
+    -0.6931
+    """
+    return nn.log_softmax(_float("log_softmax", x), axis)
+
+
+def mish(x) -> Tensor:
+    """x * tanh(softplus(x)).
+
+    >>> import tapeflow as tp
+    >>> round(tp.activations.mish(tp.tensor([1.0])).numpy().item(), 4)
+    0.8651
+    """
+    x = _float("mish", x)
+    return x * math.tanh(nn.softplus(x))
+
+
+def soft_shrink(x, threshold=0.5) -> Tensor:
+    """x - threshold above threshold, x + threshold below -threshold, 0 between.
+
+    >>> import tapeflow as tp
+    >>> tp.activations.soft_shrink(tp.tensor([-1.0, 0.2, 1.0])).numpy().tolist()
+    [-0.5, 0.0, 0.5]
+    """
+    return nn.soft_shrink(x, threshold)
+
+
+def sparse_plus(x) -> Tensor:
+    """0 below -1, x above 1, (x + 1)^2 / 4 between.
+
+    >>> import tapeflow as tp
+    >>> tp.activations.sparse_plus(tp.tensor([-2.0, 0.0, 2.0])).numpy().tolist()
+    [0.0, 0.25, 2.0]
+    """
+    return nn.sparse_plus(x)
+
+
+def sparse_sigmoid(x) -> Tensor:
+    """0 below -1, 1 above 1, (x + 1) / 2 between.
+
+    >>> import tapeflow as tp
+    >>> tp.activations.sparse_sigmoid(tp.tensor([-2.0, 0.0, 2.0])).numpy().tolist()
+    [0.0, 0.5, 1.0]
+    """
+    return nn.sparse_sigmoid(x)
+
+
+def sparsemax(x, axis=-1) -> Tensor:
+    """Sparsemax along `axis`, as Keras computes it (see `tp.nn.sparsemax`).
+
+    >>> import tapeflow as tp
+    >>> tp.activations.sparsemax(tp.tensor([1.0, 0.0, -3.0])).numpy().tolist()
+    [1.0, 0.0, 0.0]
+    """
+    return nn.sparsemax(x, axis)
+
+
+def squareplus(x, b=4) -> Tensor:
+    """(x + sqrt(x^2 + b)) / 2.
+
+    >>> import tapeflow as tp
+    >>> tp.activations.squareplus(tp.tensor([0.0])).numpy().tolist()
+    [1.0]
+    """
+    return nn.squareplus(x, b)
+
+
+def tanh_shrink(x) -> Tensor:
+    """x - tanh(x).
+
+    >>> import tapeflow as tp
+    >>> tp.activations.tanh_shrink(tp.tensor([0.0])).numpy().tolist()
+    [0.0]
+    """
+    return nn.tanh_shrink(x)
+
+
+def threshold(x, threshold, default_value) -> Tensor:
+    """x where x > threshold, else `default_value`.
+
+    >>> import tapeflow as tp
+    >>> tp.activations.threshold(tp.tensor([-1.0, 2.0]), 0.0, 5.0).numpy().tolist()
+    [5.0, 2.0]
+    """
+    return nn.threshold(x, threshold, default_value)
+
+
 BUILTINS = {
     "relu": relu,
     "leaky_relu": leaky_relu,
@@ -233,8 +404,23 @@ BUILTINS = {
     "exponential": exponential,
     "hard_sigmoid": hard_sigmoid,
     "linear": linear,
+    "celu": celu,
+    "glu": glu,
+    "hard_shrink": hard_shrink,
+    "hard_silu": hard_silu,
+    "hard_tanh": hard_tanh,
+    "log_sigmoid": log_sigmoid,
+    "log_softmax": log_softmax,
+    "mish": mish,
+    "soft_shrink": soft_shrink,
+    "sparse_plus": sparse_plus,
+    "sparse_sigmoid": sparse_sigmoid,
+    "sparsemax": sparsemax,
+    "squareplus": squareplus,
+    "tanh_shrink": tanh_shrink,
+    "threshold": threshold,
 }
-_ALIASES = {"swish": silu}
+_ALIASES = {"swish": silu, "hard_swish": hard_silu}
 
 
 def serialize(activation) -> str:

@@ -33,7 +33,25 @@ HOLDS_NUMPY = False
 RUNS_ON_HOST = frozenset(
     {"random_normal", "random_uniform", "truncated_normal", "random_permutation", "candidate_sampler"}
 )
-UNSUPPORTED: frozenset = frozenset()
+# Ops whose only kernels are host LAPACK calls (NumPy/SciPy) or host bookkeeping: on a GPU they
+# are an UnsupportedOpError naming the op, never a silent copy to the host and back.
+UNSUPPORTED: frozenset = frozenset(
+    {
+        "cholesky",
+        "eigh",
+        "logdet",
+        "logdet_grad",
+        "lu_factor",
+        "qr",
+        "segment_max",
+        "segment_min",
+        "segment_prod",
+        "segment_sum",
+        "slogdet",
+        "solve_triangular",
+        "svd",
+    }
+)
 _RAW_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _THREADS = 256
 

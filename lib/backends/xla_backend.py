@@ -30,7 +30,17 @@ torch, F = _XLA.torch, _XLA.torch.nn.functional
 FALLS_BACK_TO_REFERENCE = False  # an op without a lowering is an error, never a silent CPU run
 HOLDS_NUMPY = False
 RUNS_ON_HOST = frozenset(
-    {"random_normal", "random_uniform", "truncated_normal", "random_permutation", "candidate_sampler"}
+    {
+        "random_normal",
+        "random_uniform",
+        "truncated_normal",
+        "random_permutation",
+        "candidate_sampler",
+        "random_integers",
+        "random_gamma",
+        "random_binomial",
+        "random_beta",
+    }
 )
 UNSUPPORTED = frozenset(
     {
@@ -43,6 +53,44 @@ UNSUPPORTED = frozenset(
         "while_loop",
         "while_loop_grad",
         "word2vec_sgns_train",  # the fused CPU kernel, Hogwild threads over host memory
+        # Keras's linear algebra, sorting, segment, spectral and 3-D window ops: no lowering yet
+        "argsort",
+        "avg_pool3d",
+        "avg_pool3d_grad",
+        "cholesky",
+        "conv3d",
+        "conv3d_filter_grad",
+        "conv3d_input_grad",
+        "cumprod",
+        "det",
+        "dft",
+        "eigh",
+        "einsum",
+        "inv",
+        "logdet",
+        "logdet_grad",
+        "lu_factor",
+        "max_pool3d",
+        "max_pool3d_grad",
+        "max_pool3d_grad_grad",
+        "put_along_axis_add",
+        "qr",
+        "quantile",
+        "quantile_weights",
+        "searchsorted",
+        "segment_max",
+        "segment_min",
+        "segment_prod",
+        "segment_sum",
+        "slogdet",
+        "solve",
+        "solve_triangular",
+        "sort",
+        "svd",
+        "take_along_axis",
+        "top_k",
+        "unravel_index",
+        "view",
     }
 )
 
@@ -159,6 +207,28 @@ stop_gradient = identity
 relu = _unary(torch.relu)
 softplus = _unary(lambda x: torch.logaddexp(x, torch.zeros_like(x)))
 logical_not = _unary(torch.logical_not)
+arccos = _unary(torch.arccos)
+arccosh = _unary(torch.arccosh)
+arcsin = _unary(torch.arcsin)
+arcsinh = _unary(torch.arcsinh)
+arctan = _unary(torch.arctan)
+arctanh = _unary(torch.arctanh)
+sinh = _unary(torch.sinh)
+cosh = _unary(torch.cosh)
+tan = _unary(torch.tan)
+expm1 = _unary(torch.expm1)
+cbrt = _unary(lambda x: torch.sign(x) * torch.abs(x) ** (1.0 / 3.0))
+floor = _unary(torch.floor)
+ceil = _unary(torch.ceil)
+trunc = _unary(torch.trunc)
+isnan = _unary(torch.isnan)
+isinf = _unary(torch.isinf)
+isfinite = _unary(torch.isfinite)
+signbit = _unary(torch.signbit)
+erfinv = _unary(torch.erfinv)
+bessel_i0 = _unary(torch.special.i0)
+bessel_i1 = _unary(torch.special.i1)
+bitwise_invert = _unary(torch.bitwise_not)
 
 add = _binary(torch.add)
 subtract = _binary(torch.sub)
@@ -176,6 +246,28 @@ greater_equal = _binary(torch.ge)
 logical_and = _binary(torch.logical_and)
 logical_or = _binary(torch.logical_or)
 matmul = _binary(torch.matmul)
+arctan2 = _binary(torch.arctan2)
+fmod = _binary(torch.fmod)
+mod = _binary(torch.remainder)
+floor_divide = _binary(torch.floor_divide)
+bitwise_and = _binary(torch.bitwise_and)
+bitwise_or = _binary(torch.bitwise_or)
+bitwise_xor = _binary(torch.bitwise_xor)
+left_shift = _binary(torch.bitwise_left_shift)
+right_shift = _binary(torch.bitwise_right_shift)
+gcd = _binary(torch.gcd)
+lcm = _binary(torch.lcm)
+nextafter = _binary(torch.nextafter)
+
+
+def round_half_even(x, decimals):
+    x, decimals = _t(x), int(decimals)
+    if x.is_floating_point():
+        return torch.round(x, decimals=decimals)
+    if decimals >= 0:  # integers are whole already
+        return x
+    factor = 10 ** (-decimals)
+    return (torch.round(x.to(torch.float64) / factor) * factor).to(x.dtype)
 
 
 def relu_grad(g, y):
@@ -267,6 +359,10 @@ def cumsum(x, axis, reverse):
 def reshape(x, shape):
     x = _t(x)
     return x.reshape(tuple(x.shape[i] if d is None else d for i, d in enumerate(shape)))
+
+
+def reshape_like(x, like):
+    return _t(x).reshape(tuple(_t(like).shape))
 
 
 def transpose(x, perm):

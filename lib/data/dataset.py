@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from tapeflow import tree
+from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.random import global_generator
 
 AUTOTUNE = -1
@@ -190,12 +191,24 @@ class Dataset:
 
     # ----- iteration and size -----
     def __iter__(self) -> Iterator:
-        """A fresh pass over the elements, as NumPy values."""
-        return self._elements()
+        """A fresh pass over the elements, as tensors (as tf.data gives them; NumPy reads
+        them as arrays). Text stays in NumPy arrays: tapeflow has no string tensors.
+
+        >>> import tapeflow as tp
+        >>> batch = next(iter(tp.data.Dataset.from_tensor_slices([1.0, 2.0, 3.0]).batch(2)))
+        >>> type(batch).__name__, batch.numpy().tolist()
+        ('Tensor', [1.0, 2.0])
+        """
+        return _tensor_elements(self._elements())
 
     def as_numpy_iterator(self) -> Iterator:
-        """The same as `iter(dataset)`: elements are already NumPy values."""
-        return iter(self)
+        """A fresh pass over the elements, as NumPy arrays.
+
+        >>> import tapeflow as tp
+        >>> [a.tolist() for a in tp.data.Dataset.from_tensor_slices([1, 2, 3]).batch(2).as_numpy_iterator()]
+        [[1, 2], [3]]
+        """
+        return self._elements()
 
     def cardinality(self) -> int:
         """The number of elements, or INFINITE_CARDINALITY (-1) or UNKNOWN_CARDINALITY (-2).
@@ -275,6 +288,19 @@ def _to_numpy(structure, where: str):
                 raise TypeError(f"{where}: an element component of type {type(leaf).__name__} is not array-like")
             leaf = array
         leaves.append(leaf)
+    return _pack(structure, iter(leaves))
+
+
+def _tensor_elements(elements: Iterator) -> Iterator:
+    """`elements` with their numeric leaves as Tensors; closing it closes `elements`."""
+    with _closing(elements):
+        for element in elements:
+            yield _as_tensors(element)
+
+
+def _as_tensors(structure):
+    """`structure` with each numeric NumPy leaf as a Tensor (text and objects stay arrays)."""
+    leaves = [as_tensor(leaf) if np.asarray(leaf).dtype.kind in "biuf" else leaf for leaf in _flatten(structure)]
     return _pack(structure, iter(leaves))
 
 

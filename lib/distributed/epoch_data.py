@@ -43,7 +43,7 @@ class EpochStream:
         here (which moves `dataset` on, as an epoch of single-process `fit` does)."""
         unread = copy.deepcopy(dataset)
         sizes, labels = [], []
-        for k, batch in enumerate(dataset):
+        for k, batch in enumerate(dataset.as_numpy_iterator()):
             x, y = split_batch(batch, k)
             sizes.append(len(y))
             labels.append(y)
@@ -54,7 +54,7 @@ class EpochStream:
 
 def first_batch(dataset: Dataset):
     """(x, y) of the first batch of `dataset`, read from a copy so `dataset` stays where it is."""
-    for batch in copy.deepcopy(dataset):
+    for batch in copy.deepcopy(dataset).as_numpy_iterator():
         return split_batch(batch, 0)
     raise ValueError("fit: the Dataset given with distribute= yielded no batches")
 
@@ -96,7 +96,7 @@ class StreamRows:
 
     def __init__(self, stream: EpochStream):
         self.stream = stream
-        self.batches = iter(stream.dataset)
+        self.batches = stream.dataset.as_numpy_iterator()
         self.index, self.start, self.stop = -1, 0, 0
         self.x = self.y = None
 

@@ -149,6 +149,11 @@ class TrainingSession:
 
     def __init__(self, strategy: Strategy, model, x, y, batch_size: int):
         self.strategy, self.model, self.optimizer = strategy, model, model.optimizer
+        if getattr(model.optimizer, "use_ema", False):
+            raise ValueError(
+                f"fit: {type(model.optimizer).__name__}(use_ema=True) keeps weight averages in one optimizer, "
+                f"which the replicas of {strategy.name} do not share; train with use_ema=False under distribute="
+            )
         self.dataset = x if isinstance(x, Dataset) else None
         self.stream: EpochStream | None = None  # the Dataset's current epoch
         if self.dataset is not None:

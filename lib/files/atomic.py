@@ -1,8 +1,9 @@
 """Files written atomically, and the temp files of killed writers cleaned up safely.
 
 `atomic_file` (and `atomic_h5` on it) writes to a temp file beside the target, fsyncs it and renames it over the
-target: a process killed mid-write leaves the previous file as it was (plus, at worst, a
-temp file whose name starts with `temp_prefix(path)`). A writer holds an exclusive
+target (the file a symlink points to; the target keeps its permission bits): a process
+killed mid-write leaves the previous file as it was (plus, at worst, a temp file whose
+name starts with `temp_prefix(path)`). A writer holds an exclusive
 `flock` on its temp file from creation to rename, so `remove_temp_files`, which every
 save of a target runs first, deletes only the temp files nobody holds: those of writers
 that died.
@@ -115,13 +116,15 @@ def atomic_file(path):
     >>> open(target).read()
     'ok'
     """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    path = os.path.realpath(os.fspath(path))  # through a symlink: the link stays, its target is replaced
+    directory = os.path.dirname(path)
     remove_temp_files(path)
     tmp, lock_fd = _locked_temp(path)
     try:
         try:
             yield tmp
+            with contextlib.suppress(FileNotFoundError):  # a new file keeps the umask's mode
+                os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))  # an existing one keeps its own
             os.fsync(lock_fd)
             os.replace(tmp, path)
         except BaseException:

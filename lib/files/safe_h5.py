@@ -114,19 +114,22 @@ _OBJECT = struct.Struct("<HH4xQ")
 
 
 def global_heaps_sound(source) -> bool:
-    """Whether every global heap collection in a file (a path, or its bytes) parses:
+    """Whether every global heap collection in a file (a path, an open descriptor, or its
+    bytes) parses:
     objects that tile the collection exactly, none of size zero (HDF5 loops forever on one).
 
     >>> global_heaps_sound(b"GCOL" + bytes([1, 0, 0, 0]) + (4096).to_bytes(8, "little") + bytes(4080))
     False
     """
+    if isinstance(source, int):  # an open file descriptor
+        if os.fstat(source).st_size < _GCOL.size:
+            return True
+        with mmap.mmap(source, 0, access=mmap.ACCESS_READ) as data:
+            return _heaps_sound(data)
     if not isinstance(source, str):
         return _heaps_sound(source)
     with open(source, "rb") as file:
-        if os.fstat(file.fileno()).st_size < _GCOL.size:
-            return True
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _heaps_sound(data)
+        return global_heaps_sound(file.fileno())
 
 
 def _heaps_sound(data) -> bool:
@@ -178,6 +181,20 @@ def check_regular_file(path: str, where: str, missing: type = FileNotFoundError,
         raise error(f"{where}: {path!r} is not a regular file (a FIFO, socket or device)", path)
 
 
+_OPEN_TRIES = 20  # renames over the path survived while opening it
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _same_file(before: os.stat_result, now) -> bool:
+    """Whether `now` (a path, or a stat result) is still the file `before` describes."""
+    if not isinstance(now, os.stat_result):
+        try:
+            now = os.stat(now)
+        except OSError:
+            return False
+    return (now.st_ino, now.st_dev) == (before.st_ino, before.st_dev)
+
+
 def _from_h5py(err: BaseException) -> bool:
     tb = err.__traceback__
     while tb is not None and tb.tb_next is not None:
@@ -196,26 +213,65 @@ class H5Reader:
         self.error = error
         self.where = where
         self._heaps_checked = False
+        self._walked: dict = {}  # (group, prefix) -> the datasets found under it
         if hasattr(path, "read") or hasattr(path, "write"):
             self.path, self._size, self._object = f"<{type(path).__name__}>", None, path
             opener = path
+            try:
+                self.file = h5py.File(opener, "r")
+            except Exception as err:  # noqa: BLE001 - h5py raises OSError, ValueError, ... for damaged files
+                raise self.fail(f"not a readable HDF5 file (damaged or truncated): {err}") from None
         else:
-            self.path = os.fspath(path)
+            self.path, self._object = os.fspath(path), None
             check_regular_file(self.path, where, missing, error)
-            self._size, self._object = os.path.getsize(self.path), None
-            opener = self.path
-            if not self._is_hdf5():
+            self._open_path(missing)
+
+    def _open_path(self, missing: type) -> None:
+        """Open the file at `self.path`, checking that every look at it (its size, its
+        signature, the HDF5 open) saw the same file: a writer may rename a new file over the
+        path at any moment, and the reader then reads the old file or the new one, whole.
+        HDF5's own file locking is off: a writer's lock on a just-renamed file is not damage."""
+        for _ in range(_OPEN_TRIES):
+            try:
+                before = os.stat(self.path)
+            except FileNotFoundError:
+                raise missing(f"{self.where}: no such file {self.path!r}") from None
+            except OSError as err:
+                raise self.fail(f"cannot read the file: {err.strerror}") from None
+            self._size = before.st_size
+            signed = self._is_hdf5()
+            if not _same_file(before, self.path):
+                continue
+            if not signed:
                 raise self.fail("not an HDF5 file (it does not start with the HDF5 signature)")
-        try:
-            self.file = h5py.File(opener, "r")
-        except Exception as err:  # noqa: BLE001 - h5py raises OSError, ValueError, ... for damaged files
-            raise self.fail(f"not a readable HDF5 file (damaged or truncated): {err}") from None
+            try:
+                file = h5py.File(self.path, "r", locking=False)
+            except Exception as err:  # noqa: BLE001 - h5py raises OSError, ValueError, ... for damaged files
+                if not _same_file(before, self.path):
+                    continue
+                raise self.fail(f"not a readable HDF5 file (damaged or truncated): {err}") from None
+            if _same_file(before, os.fstat(file.id.get_vfd_handle())):
+                self.file = file
+                return
+            file.close()
+        raise self.fail(f"the file was replaced {_OPEN_TRIES} times while it was being opened")
 
     def _is_hdf5(self) -> bool:
+        """Whether the HDF5 signature sits where HDF5 looks for it: at offset 0, 512, 1024, ..."""
         try:
-            return h5py.is_hdf5(self.path)
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # never blocks on a FIFO
+            with open(fd, "rb") as file:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return False
+                offset = 0
+                while offset + len(_SIGNATURE) <= self._size:
+                    file.seek(offset)
+                    if file.read(len(_SIGNATURE)) == _SIGNATURE:
+                        return True
+                    offset = 512 if offset == 0 else 2 * offset
         except OSError as err:
             raise self.fail(f"cannot read the file: {err}") from None
+        return False
 
     def fail(self, message: str) -> FileReadError:
         """An `error` naming the file (and `where`)."""
@@ -323,7 +379,7 @@ class H5Reader:
 
     def _check_heaps(self) -> None:
         if not self._heaps_checked:
-            source = self.path
+            source = self.file.id.get_vfd_handle() if self._object is None else self.path
             if self._object is not None:
                 position = self._object.tell()
                 self._object.seek(0)
@@ -356,8 +412,11 @@ class H5Reader:
     def datasets(self, group, prefix: str = "") -> dict[str, h5py.Dataset]:
         """Every numeric dataset under `group` by path relative to it, each checked (stored
         wholly in the file). Anything but a tree of plain groups, such datasets and scalar
-        fixed-length strings (read only by `text`) is refused."""
-        return self._walk(group, prefix)[0]
+        fixed-length strings (read only by `text`) is refused. A group is walked once."""
+        key = (group.name, prefix)
+        if key not in self._walked:
+            self._walked[key] = self._walk(group, prefix)[0]
+        return dict(self._walked[key])
 
     def _walk(self, group, prefix: str = "") -> tuple[dict[str, h5py.Dataset], set[str]]:
         found, texts, stack, seen = {}, set(), [("", group)], {group.id}

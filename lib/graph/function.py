@@ -74,6 +74,7 @@ class Function:
         self.retrace_reasons: list[str] = []
         self._last_key = None
         self._lock = threading.Lock()
+        self._tracing = threading.local()  # set while this thread traces the function
         self._expected_traces = expected_traces
 
     def __get__(self, instance, owner):
@@ -111,8 +112,8 @@ class Function:
         return tuple(parts), names, specs, bound
 
     def __call__(self, *args, **kwargs):
-        if _CONFIG.run_eagerly:
-            return self._fn(*args, **kwargs)
+        if _CONFIG.run_eagerly or getattr(self._tracing, "active", False):
+            return self._fn(*args, **kwargs)  # a call from inside its own trace inlines into it
         key, names, specs, bound = self._key(args, kwargs)
         graph = self.graphs.get(key)
         if graph is None:
@@ -151,7 +152,11 @@ class Function:
                 keyword[name] = call_args[name]
             else:
                 positional.append(call_args[name])
-        graph = trace(self._fn, tuple(positional), keyword, name=self.__name__)
+        self._tracing.active = True
+        try:
+            graph = trace(self._fn, tuple(positional), keyword, name=self.__name__)
+        finally:
+            self._tracing.active = False
         if self.optimize:
             passes.optimize(graph)
         self.graphs[key] = graph

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numbers
 
-from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
+from tapeflow.layers.base import InputSpec, Layer, serialize_constraint, serialize_initializer, serialize_regularizer
 from tapeflow.ops import nn
 from tapeflow.ops.math import cast, exp, greater, minimum, where
 from tapeflow.ops.reduce import logsumexp
@@ -138,7 +138,8 @@ class PReLU(Layer):
     Args:
         alpha_initializer: initializer of alpha (a name or an initializer). Default "Zeros".
         alpha_regularizer: regularizer of alpha (a name, a regularizer, or None).
-        alpha_constraint: not supported (None only).
+        alpha_constraint: constraint of alpha (a name such as "non_neg", a constraint, or None),
+            applied after each optimizer update.
         shared_axes: the axes (an int or a list; 1 is the first after the batch axis) along which
             one slope is shared, e.g. [1, 2] for one slope per channel of images.
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
@@ -157,11 +158,9 @@ class PReLU(Layer):
         self, alpha_initializer="Zeros", alpha_regularizer=None, alpha_constraint=None, shared_axes=None, **kwargs
     ):
         super().__init__(**kwargs)
-        if alpha_constraint is not None:
-            raise ValueError(f"{self.name}: alpha_constraint is not supported (None only), got {alpha_constraint!r}")
         self.alpha_initializer = alpha_initializer
         self.alpha_regularizer = alpha_regularizer
-        self.alpha_constraint = None
+        self.alpha_constraint = alpha_constraint
         if shared_axes is None:
             self.shared_axes = None
         else:
@@ -180,7 +179,9 @@ class PReLU(Layer):
             raise ValueError(
                 f"{self.name}: the input's unshared axes must be known to make alpha, got shape {input_shape}"
             )
-        self.alpha = self.add_weight("alpha", tuple(shape), self.alpha_initializer, self.alpha_regularizer)
+        self.alpha = self.add_weight(
+            "alpha", tuple(shape), self.alpha_initializer, self.alpha_regularizer, constraint=self.alpha_constraint
+        )
         axes = {i: input_shape[i] for i in range(1, len(input_shape)) if i not in (self.shared_axes or ())}
         self.input_spec = InputSpec(ndim=len(input_shape), axes=axes)
 
@@ -192,7 +193,7 @@ class PReLU(Layer):
             **super().get_config(),
             "alpha_initializer": serialize_initializer(self.alpha_initializer),
             "alpha_regularizer": serialize_regularizer(self.alpha_regularizer),
-            "alpha_constraint": None,
+            "alpha_constraint": serialize_constraint(self.alpha_constraint),
             "shared_axes": self.shared_axes,
         }
 

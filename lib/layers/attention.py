@@ -1,5 +1,6 @@
 """Attention layers: MultiHeadAttention (scaled dot-product attention over several heads,
-with learned projections), Attention (dot-product) and AdditiveAttention (Bahdanau-style).
+with learned projections), GroupedQueryAttention (query heads sharing fewer key/value heads),
+Attention (dot-product) and AdditiveAttention (Bahdanau-style).
 
 >>> import tapeflow as tp
 >>> mha = tp.layers.MultiHeadAttention(num_heads=2, key_dim=4)
@@ -13,10 +14,10 @@ import math
 
 import numpy as np
 
-from tapeflow.layers.base import Layer, serialize_initializer, serialize_regularizer
+from tapeflow.layers.base import Layer, serialize_constraint, serialize_initializer, serialize_regularizer
 from tapeflow.layers.core import Dropout
 from tapeflow.ops import nn
-from tapeflow.ops.array import reshape
+from tapeflow.ops.array import gather, reshape
 from tapeflow.ops.core import expand_dims, transpose
 from tapeflow.ops.core import sum as reduce_sum
 from tapeflow.ops.creation import tensor as constant
@@ -70,6 +71,8 @@ class _Projection(Layer):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -80,16 +83,22 @@ class _Projection(Layer):
         self.bias_initializer = bias_initializer
         self.kernel_regularizer = kernel_regularizer
         self.bias_regularizer = bias_regularizer
+        self.kernel_constraint = kernel_constraint
+        self.bias_constraint = bias_constraint
 
     def build(self, input_shape):
         in_shape = tuple(input_shape[-self.contracted :])
         if None in in_shape:
             raise ValueError(f"{self.name}: the last axis of the input must be known, got shape {input_shape}")
         shape = in_shape + self.out_shape
-        self.kernel = self.add_weight("kernel", shape, self.kernel_initializer, self.kernel_regularizer)
+        self.kernel = self.add_weight(
+            "kernel", shape, self.kernel_initializer, self.kernel_regularizer, constraint=self.kernel_constraint
+        )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight("bias", self.out_shape, self.bias_initializer, self.bias_regularizer)
+            self.bias = self.add_weight(
+                "bias", self.out_shape, self.bias_initializer, self.bias_regularizer, constraint=self.bias_constraint
+            )
 
     def call(self, inputs):
         lead = tuple(inputs.shape[: inputs.ndim - self.contracted])
@@ -142,9 +151,10 @@ class MultiHeadAttention(Layer):
         bias_initializer: initializer of their biases. Default "zeros".
         kernel_regularizer: regularizer of the kernels (a name, a regularizer, or None).
         bias_regularizer: regularizer of the biases.
-        activity_regularizer: None only.
-        kernel_constraint: None only.
-        bias_constraint: None only.
+        activity_regularizer: a regularizer of the output (its loss joins `losses`).
+        kernel_constraint: constraint of the projections' kernels (a name such as "max_norm", a
+            constraint, or None), applied after each optimizer update.
+        bias_constraint: constraint of their biases.
         use_gate: multiply each head's output by a sigmoid gate projected from the query.
         seed: the seed of the attention dropout's random stream.
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype`.
@@ -187,7 +197,7 @@ class MultiHeadAttention(Layer):
         seed=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         self.num_heads = _positive_int(self.name, "num_heads", num_heads)
         self.key_dim = _positive_int(self.name, "key_dim", key_dim)
         self.value_dim = _positive_int(self.name, "value_dim", value_dim, allow_none=True) or self.key_dim
@@ -215,17 +225,12 @@ class MultiHeadAttention(Layer):
         self.sliding_window = _positive_int(self.name, "sliding_window", sliding_window, allow_none=True)
         if flash_attention:
             raise ValueError(f"{self.name}: flash_attention={flash_attention!r} is not supported; pass None or False")
-        for label, value in (
-            ("activity_regularizer", activity_regularizer),
-            ("kernel_constraint", kernel_constraint),
-            ("bias_constraint", bias_constraint),
-        ):
-            if value is not None:
-                raise ValueError(f"{self.name}: {label}={value!r} is not supported; pass None")
         self.kernel_initializer = kernel_initializer
         self.bias_initializer = bias_initializer
         self.kernel_regularizer = kernel_regularizer
         self.bias_regularizer = bias_regularizer
+        self.kernel_constraint = kernel_constraint
+        self.bias_constraint = bias_constraint
         self.seed = seed
         self.supports_masking = True  # the output keeps the query's mask
         heads = self.num_heads
@@ -247,6 +252,8 @@ class MultiHeadAttention(Layer):
             self.bias_initializer,
             self.kernel_regularizer,
             self.bias_regularizer,
+            self.kernel_constraint,
+            self.bias_constraint,
             name=f"{self.name}/{name}",
             trainable=self.trainable,
             dtype=self.dtype_policy.name,
@@ -407,9 +414,9 @@ class MultiHeadAttention(Layer):
             "bias_initializer": serialize_initializer(self.bias_initializer),
             "kernel_regularizer": serialize_regularizer(self.kernel_regularizer),
             "bias_regularizer": serialize_regularizer(self.bias_regularizer),
-            "activity_regularizer": None,
-            "kernel_constraint": None,
-            "bias_constraint": None,
+            "activity_regularizer": serialize_regularizer(self.activity_regularizer),
+            "kernel_constraint": serialize_constraint(self.kernel_constraint),
+            "bias_constraint": serialize_constraint(self.bias_constraint),
             "seed": self.seed,
         }
 
@@ -560,3 +567,126 @@ class AdditiveAttention(Attention):
         config = super().get_config()
         del config["score_mode"]
         return config
+
+
+# ------------------------------------------------------------ GroupedQueryAttention
+class GroupedQueryAttention(MultiHeadAttention):
+    """Multi-head attention whose `num_query_heads` query heads share `num_key_value_heads`
+    key and value heads (each key/value head serves num_query_heads / num_key_value_heads
+    consecutive query heads), as in Llama-style decoders. Keras exports it as
+    `GroupQueryAttention`; both names work here.
+
+    Call it as MultiHeadAttention: `layer(query, value, key=None, query_mask=None,
+    value_mask=None, key_mask=None, attention_mask=None, return_attention_scores=False,
+    training=None, use_causal_mask=False)`.
+
+    Args:
+        head_dim: the size of each head.
+        num_query_heads: the number of query heads.
+        num_key_value_heads: the number of key and value heads (dividing num_query_heads).
+        dropout: the dropout rate of the attention weights.
+        use_bias: whether the projections have biases.
+        sliding_window: attend only to keys fewer than this many positions away, or None.
+        flash_attention: not supported (None or False).
+        kernel_initializer: initializer of the projection kernels. Default "glorot_uniform".
+        bias_initializer: initializer of the biases. Default "zeros".
+        kernel_regularizer: regularizer of the kernels.
+        bias_regularizer: regularizer of the biases.
+        activity_regularizer: a regularizer of the output (its loss joins `losses`).
+        kernel_constraint: constraint of the projection kernels (a name such as "max_norm", a
+            constraint, or None), applied after each optimizer update.
+        bias_constraint: constraint of the biases.
+        use_gate: multiply the attention output by a sigmoid gate projected from the query.
+        seed: the seed of the dropout's random stream.
+        **kwargs: the base layer's arguments (`name`, `trainable`, `dtype`).
+
+    >>> import tapeflow as tp
+    >>> gqa = tp.layers.GroupQueryAttention(head_dim=4, num_query_heads=4, num_key_value_heads=2)
+    >>> gqa(tp.ones((1, 3, 8)), tp.ones((1, 5, 8))).shape, tuple(gqa.weights[2].shape)
+    ((1, 3, 8), (8, 2, 4))
+    """
+
+    def __init__(
+        self,
+        head_dim,
+        num_query_heads,
+        num_key_value_heads,
+        dropout=0.0,
+        use_bias=True,
+        sliding_window=None,
+        flash_attention=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        use_gate=False,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(
+            num_query_heads,
+            head_dim,
+            dropout=dropout,
+            use_bias=use_bias,
+            sliding_window=sliding_window,
+            flash_attention=flash_attention,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            activity_regularizer=activity_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+            use_gate=use_gate,
+            seed=seed,
+            **kwargs,
+        )
+        kv_heads = _positive_int(self.name, "num_key_value_heads", num_key_value_heads)
+        if self.num_heads % kv_heads:
+            raise ValueError(
+                f"{self.name}: num_query_heads ({self.num_heads}) must be divisible by num_key_value_heads ({kv_heads})"
+            )
+        self.num_key_value_heads = kv_heads
+        self._key_dense = self._projection("key", (kv_heads, self.key_dim))
+        self._value_dense = self._projection("value", (kv_heads, self.key_dim))
+
+    @property
+    def head_dim(self) -> int:
+        return self.key_dim
+
+    @property
+    def num_query_heads(self) -> int:
+        return self.num_heads
+
+    def _attend(self, query, key, value, mask, training, return_scores):
+        # each key/value head serves its group of consecutive query heads
+        repeats = self.num_heads // self.num_key_value_heads
+        index = constant(np.repeat(np.arange(self.num_key_value_heads), repeats))
+        key, value = gather(key, index, axis=key.ndim - 2), gather(value, index, axis=value.ndim - 2)
+        return super()._attend(query, key, value, mask, training, return_scores)
+
+    def get_config(self):
+        return {
+            **Layer.get_config(self),
+            "head_dim": self.key_dim,
+            "num_query_heads": self.num_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "use_bias": self.use_bias,
+            "use_gate": self.use_gate,
+            "dropout": self.dropout,
+            "sliding_window": self.sliding_window,
+            "kernel_initializer": serialize_initializer(self.kernel_initializer),
+            "bias_initializer": serialize_initializer(self.bias_initializer),
+            "kernel_regularizer": serialize_regularizer(self.kernel_regularizer),
+            "bias_regularizer": serialize_regularizer(self.bias_regularizer),
+            "activity_regularizer": serialize_regularizer(self.activity_regularizer),
+            "kernel_constraint": serialize_constraint(self.kernel_constraint),
+            "bias_constraint": serialize_constraint(self.bias_constraint),
+            "seed": self.seed,
+        }
+
+
+GroupQueryAttention = GroupedQueryAttention

@@ -14,6 +14,7 @@ input checks, symbolic inputs, and layer (de)serialization.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -24,12 +25,15 @@ from collections import defaultdict
 
 import numpy as np
 
-from tapeflow import dtypes, initializers, mixed_precision, regularizers, serialization, tree
+from tapeflow import constraints, dtypes, initializers, mixed_precision, regularizers, serialization, tree
 from tapeflow.graph.ir import GraphIR
 from tapeflow.graph.trace import TensorSpec, Tracer
 from tapeflow.layers.symbolic import SymbolicTensor, symbolic_leaves
+from tapeflow.metrics.metric import Metric
+from tapeflow.ops.creation import full_like
 from tapeflow.ops.creation import tensor as as_tensor
 from tapeflow.ops.math import cast
+from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import autocast_scope
 from tapeflow.ops.shapes import as_dims
 from tapeflow.tensor import Tensor, Variable, eager_scope
@@ -206,6 +210,9 @@ class Layer:
         dtype: the dtype of its weights and computations (floating; floating inputs are cast to it).
         input_shape: the shape of one input example without the batch axis; on the first layer
             of a `tp.Sequential`, declares the model's input (Keras' form of `tp.Input`).
+        activity_regularizer: a regularizer of the outputs (a name, object or function for
+            `tp.regularizers.get`): after each call, its value on each output, divided by the
+            batch size, joins `losses`.
         **kwargs: none other is accepted (a TypeError names them).
 
     >>> import tapeflow as tp
@@ -230,7 +237,15 @@ class Layer:
         layer._init_arguments = (args, kwargs)  # for the default get_config of a subclass
         return layer
 
-    def __init__(self, name: str | None = None, trainable: bool = True, dtype=None, input_shape=None, **kwargs):
+    def __init__(
+        self,
+        name: str | None = None,
+        trainable: bool = True,
+        dtype=None,
+        input_shape=None,
+        activity_regularizer=None,
+        **kwargs,
+    ):
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword arguments {sorted(kwargs)}")
         # Keras' `input_shape=` on the first layer of a Sequential: the model's input, without the batch axis.
@@ -253,6 +268,8 @@ class Layer:
         self._trainable_variables: list[Variable] = []
         self._non_trainable_variables: list[Variable] = []
         self._regularized: list[tuple[Variable, object]] = []
+        # a penalty on each output, per example, that joins `losses` after every call (Keras's)
+        self.activity_regularizer = regularizers.get(activity_regularizer)
 
     # ----- lifecycle -----
     def build(self, input_shape) -> None:
@@ -325,7 +342,15 @@ class Layer:
             if all(isinstance(t, Tensor) and t.ndim for t in flat):
                 self._input_signature = [TensorSpec((None, *t.shape[1:]), t.dtype) for t in flat]
         self._maybe_build(_shape_of(inputs))
-        return self._call_in_context(inputs, args, kwargs)
+        outputs = self._call_in_context(inputs, args, kwargs)
+        if self.activity_regularizer is not None and _CONTEXT.probe is None:
+            for output in tree.flatten(outputs):
+                if isinstance(output, Tensor):
+                    penalty = self.activity_regularizer(output)
+                    if output.ndim:  # per example, as Keras normalizes it
+                        penalty = penalty / _batch_size(output, penalty.dtype)
+                    self.add_loss(penalty)
+        return outputs
 
     def _call_in_context(self, inputs, args, kwargs):
         """`call`, given `training` (by default the enclosing call's, which nested calls
@@ -478,7 +503,8 @@ class Layer:
             autocast: read in the compute dtype under mixed precision (False is refused there).
             regularizer: a name, object or function for `tp.regularizers.get`; its loss joins
                 `losses`.
-            constraint: not supported (None only).
+            constraint: a name, object or function for `tp.constraints.get`, applied to the
+                weight after each optimizer update.
             aggregation: Keras's replica aggregation annotation: "none" (or None) only.
             overwrite_with_gradient: not supported (False only).
             name: without one, "variable", "variable_1", ... within the layer.
@@ -506,8 +532,7 @@ class Layer:
                     raise TypeError(f"{self.name}.add_weight: {key} given both by position and by keyword")
                 named[key] = value
         shape, initializer, dtype, trainable, regularizer, name = named.values()
-        if constraint is not None:
-            raise ValueError(f"{self.name}.add_weight: constraint={constraint!r} is not supported; pass None")
+        constraint = constraints.get(constraint)
         if overwrite_with_gradient:
             raise ValueError(f"{self.name}.add_weight: overwrite_with_gradient=True is not supported")
         if aggregation not in (None, "none"):
@@ -527,12 +552,27 @@ class Layer:
         shape = _as_shape(() if shape is None else shape)
         if any(d is None or d < 0 for d in shape):
             raise ValueError(f"{self.name}: weight '{name}' needs a fully known shape, got {shape}")
+        budget = _WEIGHT_BUDGET.state
+        if budget is not None:
+            size = math.prod(shape)
+            if size > budget["left"]:
+                raise ValueError(
+                    f"the config makes layer '{self.name}' ({type(self).__name__}) create a weight of {size} "
+                    f"values, more than {budget['source']}"
+                )
+            budget["left"] -= size
         if initializer is None:
             initializer = "glorot_uniform" if dtype.kind == "f" else "zeros"
         initializer = initializers.get(initializer)
         with eager_scope():  # weights are created eagerly, also on a first call inside a freeze
             value = np.zeros(shape, dtype.np) if _CONTEXT.probe is not None else initializer(shape, dtype.name)
-            var = Variable(value, trainable=trainable and self._trainable, name=f"{self.name}/{name}", dtype=dtype)
+            var = Variable(
+                value,
+                trainable=trainable and self._trainable,
+                name=f"{self.name}/{name}",
+                dtype=dtype,
+                constraint=constraint,
+            )
         if tuple(var.shape) != shape:
             raise ValueError(f"{self.name}: initializer for '{name}' returned shape {var.shape}, expected {shape}")
         (self._trainable_variables if trainable else self._non_trainable_variables).append(var)
@@ -609,6 +649,23 @@ class Layer:
         for layer in self._flatten_layers():
             if vars(layer).get("_losses"):
                 layer._losses = []
+
+    def __setattr__(self, name: str, value) -> None:
+        """Initializer and regularizer arguments are checked when the layer is made, as in
+        Keras, so an unknown name fails at the line that gave it rather than at `build`."""
+        if isinstance(value, str | dict):
+            lookups = {
+                "_initializer": initializers.get,
+                "_regularizer": regularizers.get,
+                "_constraint": constraints.get,
+            }
+            lookup = lookups.get(name[name.rfind("_") :])
+            if lookup is not None:
+                try:
+                    lookup(value)
+                except (ValueError, TypeError) as err:
+                    raise type(err)(f"{type(self).__name__}: {name}: {err}") from None
+        object.__setattr__(self, name, value)
 
     def _flatten_layers(self) -> list[Layer]:
         """This layer and every layer it holds, depth first, each once."""
@@ -708,6 +765,8 @@ class Layer:
         {'name': 'mlp', 'trainable': True, 'dtype': 'float32', 'width': 8}
         """
         config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype_policy.name}
+        if self.activity_regularizer is not None:
+            config["activity_regularizer"] = serialize_regularizer(self.activity_regularizer)
         cls = type(self)
         if cls.get_config is not Layer.get_config or cls.__init__ is Layer.__init__:
             return config  # called by an override through super(), or nothing to add
@@ -831,11 +890,66 @@ def _probe_copy(value, memo: dict):
             memo[id(value)] = layer = copy.copy(value)
             vars(layer).update({k: _probe_copy(v, memo) for k, v in vars(value).items()})
         return memo[id(value)]
+    if isinstance(value, Metric):
+        return _MetricAtRest(value)
     if type(value) in (list, tuple):
         return type(value)(_probe_copy(v, memo) for v in value)
     if type(value) is dict:
         return {k: _probe_copy(v, memo) for k, v in value.items()}
     return value
+
+
+class _Budget(threading.local):
+    state = None  # {"left": values still allowed, "source": what bounds them} inside weight_budget
+
+
+_WEIGHT_BUDGET = _Budget()
+
+
+@contextlib.contextmanager
+def weight_budget(values: int, source: str):
+    """Within the block (on this thread), the weights layers create may hold `values` values
+    in all; more is a ValueError naming the layer and `source` (what justifies the bound),
+    raised before anything is allocated. Loading a model bounds its config this way.
+
+    >>> import tapeflow as tp
+    >>> with weight_budget(10, "the test allows"):
+    ...     tp.layers.Dense(100).build((None, 3))
+    Traceback (most recent call last):
+    ...
+    ValueError: the config makes layer 'dense...' (Dense) create a weight of 300 values, more than the test allows
+    """
+    outer = _WEIGHT_BUDGET.state
+    _WEIGHT_BUDGET.state = {"left": int(values), "source": source}
+    try:
+        yield
+    finally:
+        _WEIGHT_BUDGET.state = outer
+
+
+def _batch_size(output: Tensor, dtype):
+    """The size of axis 0 of `output` as a scalar of `dtype` (counted when the batch is dynamic)."""
+    if output.shape[0] is not None:
+        return float(output.shape[0])
+    column = output[(slice(None),) + (0,) * (output.ndim - 1)]
+    return reduce_sum(full_like(cast(column, dtype), 1.0))
+
+
+class _MetricAtRest:
+    """A metric as a shape probe's copy of a layer holds it: updates change nothing (as in
+    Keras's symbolic call), everything else is the metric's own."""
+
+    def __init__(self, metric: Metric):
+        self._metric = metric
+
+    def update_state(self, *args, **kwargs) -> None:
+        pass
+
+    def reset_state(self) -> None:
+        pass
+
+    def __getattr__(self, name: str):
+        return getattr(self._metric, name)
 
 
 def layers_in(values):
@@ -891,4 +1005,9 @@ def serialize_initializer(identifier):
 
 def serialize_regularizer(identifier):
     """A config entry for a regularizer: names stay names; objects are serialized."""
+    return _serialize_object(identifier)
+
+
+def serialize_constraint(identifier):
+    """A config entry for a constraint: names stay names; objects are serialized."""
     return _serialize_object(identifier)

@@ -1,5 +1,6 @@
-"""Convolution layers: Conv2D and Conv2DTranspose on NHWC images (kernels are HWIO), and
-Conv1D and Conv1DTranspose on [batch, steps, channels] sequences (a height-1 image).
+"""Convolution layers: Conv2D and Conv2DTranspose on images (NHWC, or NCHW with
+data_format="channels_first"; kernels are HWIO), and Conv1D and Conv1DTranspose on
+[batch, steps, channels] sequences (a height-1 image).
 
 >>> import tapeflow as tp
 >>> tp.layers.Conv2D(8, 3, padding="same")(tp.ones((1, 5, 5, 2))).shape
@@ -10,10 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
+from tapeflow.layers.base import (
+    _REGISTRY,
+    InputSpec,
+    Layer,
+    serialize_constraint,
+    serialize_initializer,
+    serialize_regularizer,
+)
 from tapeflow.layers.core import get_activation, serialize_activation
 from tapeflow.ops import nn
-from tapeflow.ops.array import concat, expand_dims, pad, split, squeeze
+from tapeflow.ops.array import concat, expand_dims, pad, split, squeeze, transpose
 from tapeflow.ops.shapes import as_int, conv_transpose_output_size, window_output_size
 
 
@@ -54,12 +62,53 @@ def channels_last(layer: str, data_format) -> str:
     return "channels_last"
 
 
-def grouped_conv2d(x, kernel, groups: int, attrs: dict):
-    """conv2d of NHWC `x` with HWIO `kernel`, the channels split into `groups` convolved apart."""
+def data_format_of(layer: str, data_format) -> str:
+    """Keras's `data_format`: "channels_last" (also None) or "channels_first"."""
+    if data_format not in (None, "channels_last", "channels_first"):
+        raise ValueError(f"{layer}: data_format must be 'channels_last' or 'channels_first', got {data_format!r}")
+    return data_format or "channels_last"
+
+
+def to_channels_last(x, data_format: str):
+    """[N, C, *spatial] as [N, *spatial, C] when `data_format` is "channels_first"."""
+    if data_format == "channels_last":
+        return x
+    return transpose(x, (0, *range(2, len(x.shape)), 1))
+
+
+def from_channels_last(y, data_format: str):
+    """The inverse of `to_channels_last`."""
+    if data_format == "channels_last":
+        return y
+    rank = len(y.shape)
+    return transpose(y, (0, rank - 1, *range(1, rank - 1)))
+
+
+def output_sizes(layer: str, sizes, window, strides, padding: str, dilations=None) -> tuple:
+    """The output sizes of a 'valid' or 'same' window op over any number of axes; a window
+    larger than the input is an error naming the layer; unknown sizes stay None.
+
+    >>> output_sizes("pool", (5, None, 7), (2, 2, 3), (2, 2, 1), "valid")
+    (2, None, 5)
+    """
+    dilations = dilations or (1,) * len(sizes)
+    axes = zip(sizes, window, strides, dilations, strict=True)
+    return tuple(window_output_size(layer, n, 1, k, 1, (s, 1), padding.upper(), (d, 1))[0] for n, k, s, d in axes)
+
+
+def register_alias(alias: str, cls: type) -> type:
+    """Let `tp.layers.deserialize` find `cls` under Keras's other name for it too."""
+    _REGISTRY[alias] = cls
+    return cls
+
+
+def grouped_conv2d(x, kernel, groups: int, attrs: dict, conv=nn.conv2d):
+    """`conv` (conv2d by default) of channels-last `x` with `kernel` (in and out channels
+    last), the channels split into `groups` convolved apart."""
     if groups == 1:
-        return nn.conv2d(x, kernel, **attrs)
+        return conv(x, kernel, **attrs)
     parts = zip(split(x, groups, axis=-1), split(kernel, groups, axis=-1), strict=True)
-    return concat([nn.conv2d(xs, ws, **attrs) for xs, ws in parts], axis=-1)
+    return concat([conv(xs, ws, **attrs) for xs, ws in parts], axis=-1)
 
 
 class _Conv(Layer):
@@ -67,6 +116,7 @@ class _Conv(Layer):
 
     rank = 2
     paddings = ("valid", "same")
+    data_format = "channels_last"
 
     def __init__(
         self,
@@ -81,6 +131,8 @@ class _Conv(Layer):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -95,20 +147,34 @@ class _Conv(Layer):
         self.bias_initializer = bias_initializer
         self.kernel_regularizer = kernel_regularizer
         self.bias_regularizer = bias_regularizer
+        self.kernel_constraint = kernel_constraint
+        self.bias_constraint = bias_constraint
         self.input_spec = InputSpec(ndim=self.rank + 2)
 
+    @property
+    def _channel_axis(self) -> int:
+        return -1 if self.data_format == "channels_last" else 1
+
     def _channels(self, input_shape) -> int:
-        channels = input_shape[-1]
+        channels = input_shape[self._channel_axis]
         if channels is None:
             raise ValueError(f"{self.name}: the channel axis of the input must be known, got shape {input_shape}")
         return channels
 
     def _make_weights(self, kernel_shape, channels: int) -> None:
-        self.kernel = self.add_weight("kernel", kernel_shape, self.kernel_initializer, self.kernel_regularizer)
+        self.kernel = self.add_weight(
+            "kernel",
+            kernel_shape,
+            self.kernel_initializer,
+            self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer, self.bias_regularizer)
-        self.input_spec = InputSpec(ndim=self.rank + 2, axes={-1: channels})
+            self.bias = self.add_weight(
+                "bias", (self.filters,), self.bias_initializer, self.bias_regularizer, constraint=self.bias_constraint
+            )
+        self.input_spec = InputSpec(ndim=self.rank + 2, axes={self._channel_axis: channels})
 
     def _finish(self, y):
         if self.bias is not None:
@@ -129,12 +195,16 @@ class _Conv(Layer):
             "bias_initializer": serialize_initializer(self.bias_initializer),
             "kernel_regularizer": serialize_regularizer(self.kernel_regularizer),
             "bias_regularizer": serialize_regularizer(self.bias_regularizer),
+            "activity_regularizer": serialize_regularizer(self.activity_regularizer),
+            "kernel_constraint": serialize_constraint(self.kernel_constraint),
+            "bias_constraint": serialize_constraint(self.bias_constraint),
         }
 
 
 class Conv2D(_Conv):
-    """2-D convolution of NHWC images ([batch, height, width, channels] in, [batch, out_height,
-    out_width, filters] out); the kernel is [kh, kw, in_channels / groups, filters].
+    """2-D convolution of images ([batch, height, width, channels] in, [batch, out_height,
+    out_width, filters] out; channels first with data_format="channels_first"); the kernel is
+    [kh, kw, in_channels / groups, filters].
 
     With `groups` > 1, the channels are split into groups convolved separately
     and the results concatenated.
@@ -145,6 +215,7 @@ class Conv2D(_Conv):
         strides: the step between windows (an int or a pair). Default 1.
         padding: "valid" (no padding: the output shrinks) or "same" (zero padding so that the
             output is ceil(input / strides)); either case.
+        data_format: "channels_last" (NHWC, the default, also None) or "channels_first" (NCHW).
         dilation_rate: the spacing between kernel taps (an int or a pair). Default 1.
         groups: split the channels into this many groups convolved separately; divides `filters`
             and the input channels.
@@ -154,6 +225,9 @@ class Conv2D(_Conv):
         bias_initializer: initializer of the bias. Default "zeros".
         kernel_regularizer: regularizer of the kernel (a name, a regularizer, or None).
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the kernel (a name such as "max_norm", a constraint, or
+            None), applied after each optimizer update.
+        bias_constraint: constraint of the bias.
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
             of a Sequential).
@@ -170,6 +244,7 @@ class Conv2D(_Conv):
         kernel_size,
         strides=(1, 1),
         padding: str = "valid",
+        data_format=None,
         dilation_rate=(1, 1),
         groups: int = 1,
         activation=None,
@@ -178,6 +253,8 @@ class Conv2D(_Conv):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(
@@ -192,8 +269,11 @@ class Conv2D(_Conv):
             bias_initializer,
             kernel_regularizer,
             bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
             **kwargs,
         )
+        self.data_format = data_format_of(self.name, data_format)
         self.groups = _check_groups(self.name, groups, self.filters)
 
     def build(self, input_shape):
@@ -206,9 +286,10 @@ class Conv2D(_Conv):
         self._make_weights((*self.kernel_size, channels // self.groups, self.filters), channels)
 
     def call(self, inputs):
-        self._output_size(*inputs.shape[1:3])  # a window larger than the image: an error naming the layer
+        x = to_channels_last(inputs, self.data_format)
+        self._output_size(*x.shape[1:3])  # a window larger than the image: an error naming the layer
         attrs = {"strides": self.strides, "padding": self.padding.upper(), "dilations": self.dilation_rate}
-        return self._finish(grouped_conv2d(inputs, self.kernel, self.groups, attrs))
+        return from_channels_last(self._finish(grouped_conv2d(x, self.kernel, self.groups, attrs)), self.data_format)
 
     def _output_size(self, h, w) -> tuple:
         return window_output_size(
@@ -216,12 +297,12 @@ class Conv2D(_Conv):
         )
 
     def get_config(self):
-        return {**super().get_config(), "groups": self.groups}
+        return {**super().get_config(), "data_format": self.data_format, "groups": self.groups}
 
 
 class Conv2DTranspose(_Conv):
     """Transposed convolution (the gradient of Conv2D with respect to its input), for
-    upsampling, on NHWC images ([batch, height, width, channels]); the kernel is
+    upsampling, on images ([batch, height, width, channels], or channels first); the kernel is
     [kh, kw, filters, in_channels].
 
     Args:
@@ -232,6 +313,7 @@ class Conv2DTranspose(_Conv):
             with "same" the output is input * strides.
         output_padding: extra rows and columns added to one side of the output (an int or a pair,
             each below the stride), to pick among the output sizes a stride allows; None infers it.
+        data_format: "channels_last" (NHWC, the default, also None) or "channels_first" (NCHW).
         dilation_rate: the spacing between kernel taps (an int or a pair). Default 1.
         activation: applied to the output (a name, a callable, or None for linear).
         use_bias: whether to add a bias [filters].
@@ -239,6 +321,9 @@ class Conv2DTranspose(_Conv):
         bias_initializer: initializer of the bias. Default "zeros".
         kernel_regularizer: regularizer of the kernel (a name, a regularizer, or None).
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the kernel (a name such as "max_norm", a constraint, or
+            None), applied after each optimizer update.
+        bias_constraint: constraint of the bias.
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
             of a Sequential).
@@ -255,6 +340,7 @@ class Conv2DTranspose(_Conv):
         strides=(1, 1),
         padding: str = "valid",
         output_padding=None,
+        data_format=None,
         dilation_rate=(1, 1),
         activation=None,
         use_bias: bool = True,
@@ -262,6 +348,8 @@ class Conv2DTranspose(_Conv):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(
@@ -276,8 +364,11 @@ class Conv2DTranspose(_Conv):
             bias_initializer,
             kernel_regularizer,
             bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
             **kwargs,
         )
+        self.data_format = data_format_of(self.name, data_format)
         self.output_padding = None
         if output_padding is not None:
             values = (output_padding,) * 2 if isinstance(output_padding, int | np.integer) else tuple(output_padding)
@@ -292,20 +383,23 @@ class Conv2DTranspose(_Conv):
         self._make_weights((*self.kernel_size, self.filters, channels), channels)
 
     def call(self, inputs):
+        x = to_channels_last(inputs, self.data_format)
         y = nn.conv2d_transpose(
-            inputs,
+            x,
             self.kernel,
-            self._output_size(*inputs.shape[1:3]),
+            self._output_size(*x.shape[1:3]),
             strides=self.strides,
             padding=self.padding.upper(),
             dilations=self.dilation_rate,
         )
-        return self._finish(y)
+        return from_channels_last(self._finish(y), self.data_format)
 
     def compute_output_shape(self, input_shape):  # the op's output size is a fixed attr: unknown sizes stay here
-        n, h, w, _ = input_shape
+        first = self.data_format == "channels_first"
+        n, h, w = (input_shape[0], *input_shape[2:]) if first else input_shape[:3]
         if h is None or w is None:
-            return (n, *self._output_size(h, w), self.filters)
+            size = self._output_size(h, w)
+            return (n, self.filters, *size) if first else (n, *size, self.filters)
         return super().compute_output_shape(input_shape)
 
     def _output_size(self, h, w) -> tuple:
@@ -315,7 +409,7 @@ class Conv2DTranspose(_Conv):
         )
 
     def get_config(self):
-        return {**super().get_config(), "output_padding": self.output_padding}
+        return {**super().get_config(), "output_padding": self.output_padding, "data_format": self.data_format}
 
 
 def _check_groups(layer: str, groups, filters: int) -> int:
@@ -345,6 +439,9 @@ class Conv1D(_Conv):
         bias_initializer: initializer of the bias. Default "zeros".
         kernel_regularizer: regularizer of the kernel (a name, a regularizer, or None).
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the kernel (a name such as "max_norm", a constraint, or
+            None), applied after each optimizer update.
+        bias_constraint: constraint of the bias.
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
             of a Sequential).
@@ -373,6 +470,8 @@ class Conv1D(_Conv):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(
@@ -387,6 +486,8 @@ class Conv1D(_Conv):
             bias_initializer,
             kernel_regularizer,
             bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
             **kwargs,
         )
         self.data_format = channels_last(self.name, data_format)
@@ -447,6 +548,9 @@ class Conv1DTranspose(_Conv):
         bias_initializer: initializer of the bias. Default "zeros".
         kernel_regularizer: regularizer of the kernel (a name, a regularizer, or None).
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the kernel (a name such as "max_norm", a constraint, or
+            None), applied after each optimizer update.
+        bias_constraint: constraint of the bias.
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
             of a Sequential).
@@ -473,6 +577,8 @@ class Conv1DTranspose(_Conv):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(
@@ -487,6 +593,8 @@ class Conv1DTranspose(_Conv):
             bias_initializer,
             kernel_regularizer,
             bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
             **kwargs,
         )
         self.data_format = channels_last(self.name, data_format)
@@ -526,3 +634,9 @@ class Conv1DTranspose(_Conv):
 
     def get_config(self):
         return {**super().get_config(), "output_padding": self.output_padding, "data_format": self.data_format}
+
+
+Convolution1D = register_alias("Convolution1D", Conv1D)
+Convolution1DTranspose = register_alias("Convolution1DTranspose", Conv1DTranspose)
+Convolution2D = register_alias("Convolution2D", Conv2D)
+Convolution2DTranspose = register_alias("Convolution2DTranspose", Conv2DTranspose)

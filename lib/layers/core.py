@@ -11,9 +11,15 @@ from __future__ import annotations
 import math
 
 from tapeflow import activations, serialization
-from tapeflow.layers.base import InputSpec, Layer, serialize_initializer, serialize_regularizer
+from tapeflow.layers.base import (
+    InputSpec,
+    Layer,
+    serialize_constraint,
+    serialize_initializer,
+    serialize_regularizer,
+)
 from tapeflow.ops import nn
-from tapeflow.ops.array import reshape
+from tapeflow.ops.array import reshape, transpose
 from tapeflow.ops.math import matmul
 from tapeflow.ops.random import Generator, global_generator
 from tapeflow.ops.shapes import as_int
@@ -66,6 +72,10 @@ class Dense(Layer):
         bias_initializer: initializer of the bias [units]. Default "zeros".
         kernel_regularizer: regularizer of the kernel (a name such as "l2", a regularizer, or None).
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the kernel (a name such as "max_norm", a constraint, or
+            None), applied after each optimizer update.
+        bias_constraint: constraint of the bias.
+        quantization_config: None only (tapeflow does not quantize layers).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
             of a Sequential).
@@ -87,9 +97,16 @@ class Dense(Layer):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        quantization_config=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if quantization_config is not None:
+            raise NotImplementedError(
+                f"{self.name}: quantization_config is not supported (tapeflow does not quantize layers); pass None"
+            )
         self.units = _check_positive(self.name, "units", units)
         self.activation = get_activation(activation)
         self.use_bias = bool(use_bias)
@@ -97,16 +114,26 @@ class Dense(Layer):
         self.bias_initializer = bias_initializer
         self.kernel_regularizer = kernel_regularizer
         self.bias_regularizer = bias_regularizer
+        self.kernel_constraint = kernel_constraint
+        self.bias_constraint = bias_constraint
         self.input_spec = InputSpec(min_ndim=2)
 
     def build(self, input_shape):
         in_dim = input_shape[-1]
         if in_dim is None:
             raise ValueError(f"{self.name}: the last axis of the input must be known, got shape {input_shape}")
-        self.kernel = self.add_weight("kernel", (in_dim, self.units), self.kernel_initializer, self.kernel_regularizer)
+        self.kernel = self.add_weight(
+            "kernel",
+            (in_dim, self.units),
+            self.kernel_initializer,
+            self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight("bias", (self.units,), self.bias_initializer, self.bias_regularizer)
+            self.bias = self.add_weight(
+                "bias", (self.units,), self.bias_initializer, self.bias_regularizer, constraint=self.bias_constraint
+            )
         self.input_spec = InputSpec(min_ndim=2, axes={-1: in_dim})
 
     def call(self, inputs):
@@ -125,6 +152,9 @@ class Dense(Layer):
             "bias_initializer": serialize_initializer(self.bias_initializer),
             "kernel_regularizer": serialize_regularizer(self.kernel_regularizer),
             "bias_regularizer": serialize_regularizer(self.bias_regularizer),
+            "kernel_constraint": serialize_constraint(self.kernel_constraint),
+            "bias_constraint": serialize_constraint(self.bias_constraint),
+            "quantization_config": None,
         }
 
 
@@ -212,6 +242,8 @@ class Flatten(Layer):
     """Flatten every axis but the batch axis.
 
     Args:
+        data_format: "channels_last" (the default; also None) or "channels_first", whose
+            channels axis moves last before flattening, so that both orders give the same features.
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
             of a Sequential).
@@ -221,13 +253,23 @@ class Flatten(Layer):
     (2, 12)
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, data_format=None, **kwargs):
         super().__init__(**kwargs)
+        if data_format not in (None, "channels_last", "channels_first"):
+            raise ValueError(
+                f"{self.name}: data_format must be 'channels_last' or 'channels_first', got {data_format!r}"
+            )
+        self.data_format = data_format or "channels_last"
         self.input_spec = InputSpec(min_ndim=1)
 
     def call(self, inputs):
+        if self.data_format == "channels_first" and inputs.ndim > 2:
+            inputs = transpose(inputs, (0, *range(2, inputs.ndim), 1))
         rest = inputs.shape[1:]  # a known size rather than -1, which reshape cannot resolve beside an unknown batch
         return reshape(inputs, (inputs.shape[0], -1 if None in rest else math.prod(rest)))
+
+    def get_config(self):
+        return {**super().get_config(), "data_format": self.data_format}
 
 
 class Reshape(Layer):

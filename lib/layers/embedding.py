@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from tapeflow.layers.base import Layer, serialize_initializer, serialize_regularizer
+from tapeflow.layers.base import Layer, serialize_constraint, serialize_initializer, serialize_regularizer
 from tapeflow.ops import nn
 from tapeflow.ops.math import cast, not_equal
 from tapeflow.ops.registry import as_tensor
@@ -27,6 +27,8 @@ class Embedding(Layer):
         output_dim: the size of each vector.
         embeddings_initializer: initializer of the table (a name or an initializer). Default "uniform".
         embeddings_regularizer: regularizer of the table (a name, a regularizer, or None).
+        embeddings_constraint: constraint of the table, applied after each optimizer update.
+        quantization_config: None only (tapeflow does not quantize layers).
         mask_zero: treat id 0 as padding and produce a mask (see above).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
@@ -50,14 +52,21 @@ class Embedding(Layer):
         embeddings_initializer="uniform",
         embeddings_regularizer=None,
         mask_zero: bool = False,
+        embeddings_constraint=None,
+        quantization_config=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if quantization_config is not None:
+            raise NotImplementedError(
+                f"{self.name}: quantization_config is not supported (tapeflow does not quantize layers); pass None"
+            )
         self.input_dim = as_int(self.name, "input_dim", input_dim, low=1)
         self.output_dim = as_int(self.name, "output_dim", output_dim, low=1)
         self.embeddings_initializer = embeddings_initializer
         self.embeddings_regularizer = embeddings_regularizer
         self.mask_zero = bool(mask_zero)
+        self.embeddings_constraint = embeddings_constraint
 
     def build(self, input_shape):
         self.embeddings = self.add_weight(
@@ -65,6 +74,7 @@ class Embedding(Layer):
             (self.input_dim, self.output_dim),
             self.embeddings_initializer,
             self.embeddings_regularizer,
+            constraint=self.embeddings_constraint,
         )
 
     def call(self, inputs):
@@ -91,4 +101,7 @@ class Embedding(Layer):
             "embeddings_initializer": serialize_initializer(self.embeddings_initializer),
             "embeddings_regularizer": serialize_regularizer(self.embeddings_regularizer),
             "mask_zero": self.mask_zero,
+            "embeddings_constraint": serialize_constraint(self.embeddings_constraint),
+            "activity_regularizer": serialize_regularizer(self.activity_regularizer),
+            "quantization_config": None,
         }

@@ -1,4 +1,4 @@
-"""Pooling layers: windowed max/average and global average/max, on NHWC images (2-D) and
+"""Pooling layers: windowed max/average and global average/max, on images (2-D; NHWC or NCHW) and
 [batch, steps, channels] sequences (1-D, pooled as height-1 images).
 
 >>> import tapeflow as tp
@@ -9,7 +9,16 @@
 from __future__ import annotations
 
 from tapeflow.layers.base import InputSpec, Layer
-from tapeflow.layers.conv import channels_last, ints, padding_mode, pair
+from tapeflow.layers.conv import (
+    channels_last,
+    data_format_of,
+    from_channels_last,
+    ints,
+    padding_mode,
+    pair,
+    register_alias,
+    to_channels_last,
+)
 from tapeflow.ops import nn
 from tapeflow.ops.array import expand_dims, squeeze
 from tapeflow.ops.math import cast, where
@@ -22,33 +31,42 @@ from tapeflow.ops.shapes import window_output_size
 class _Pooling2D(Layer):
     _op = None  # the tp.nn pooling function
 
-    def __init__(self, pool_size=(2, 2), strides=None, padding: str = "valid", **kwargs):
+    def __init__(self, pool_size=(2, 2), strides=None, padding: str = "valid", data_format=None, **kwargs):
         super().__init__(**kwargs)
         self.pool_size = pair(self.name, "pool_size", pool_size)
         self.strides = self.pool_size if strides is None else pair(self.name, "strides", strides)
         self.padding = padding_mode(self.name, padding)
+        self.data_format = data_format_of(self.name, data_format)
         self.input_spec = InputSpec(ndim=4)
 
     def call(self, inputs):
-        self._output_size(*inputs.shape[1:3])  # a window larger than the image: an error naming the layer
-        return self._op(inputs, self.pool_size, self.strides, self.padding.upper())
+        x = to_channels_last(inputs, self.data_format)
+        self._output_size(*x.shape[1:3])  # a window larger than the image: an error naming the layer
+        return from_channels_last(self._op(x, self.pool_size, self.strides, self.padding.upper()), self.data_format)
 
     def _output_size(self, h, w) -> tuple:
         return window_output_size(self.name, h, w, *self.pool_size, self.strides, self.padding.upper())
 
     def get_config(self):
-        return {**super().get_config(), "pool_size": self.pool_size, "strides": self.strides, "padding": self.padding}
+        return {
+            **super().get_config(),
+            "pool_size": self.pool_size,
+            "strides": self.strides,
+            "padding": self.padding,
+            "data_format": self.data_format,
+        }
 
 
 class MaxPooling2D(_Pooling2D):
-    """The maximum of each pool_size window of NHWC images ([batch, height, width, channels];
-    channels are pooled separately).
+    """The maximum of each pool_size window of images ([batch, height, width, channels], or
+    channels first; channels are pooled separately).
 
     Args:
         pool_size: the window's height and width (an int or a pair). Default 2.
         strides: the step between windows (an int or a pair); None (the default) uses pool_size.
         padding: "valid" (windows inside the image only) or "same" (zero-padded edges, output
             ceil(input / strides)); either case.
+        data_format: "channels_last" (NHWC, the default, also None) or "channels_first" (NCHW).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
             of a Sequential).
@@ -63,14 +81,15 @@ class MaxPooling2D(_Pooling2D):
 
 
 class AveragePooling2D(_Pooling2D):
-    """The mean of each pool_size window of NHWC images ([batch, height, width, channels]);
-    with "same" padding, padded cells are not counted.
+    """The mean of each pool_size window of images ([batch, height, width, channels], or
+    channels first); with "same" padding, padded cells are not counted.
 
     Args:
-        pool_size: the window's height and width (an int or a pair). Default 2.
+        pool_size: the window's height and width (an int or a pair).
         strides: the step between windows (an int or a pair); None (the default) uses pool_size.
         padding: "valid" (windows inside the image only) or "same" (zero-padded edges, output
             ceil(input / strides)); either case.
+        data_format: "channels_last" (NHWC, the default, also None) or "channels_first" (NCHW).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (the input's shape without the batch axis, on the first layer
             of a Sequential).
@@ -83,11 +102,8 @@ class AveragePooling2D(_Pooling2D):
 
     _op = staticmethod(nn.avg_pool2d)
 
-
-def _data_format(layer: str, data_format) -> str:
-    if data_format not in (None, "channels_last", "channels_first"):
-        raise ValueError(f"{layer}: data_format must be 'channels_last' or 'channels_first', got {data_format!r}")
-    return data_format or "channels_last"
+    def __init__(self, pool_size, strides=None, padding: str = "valid", data_format=None, **kwargs):
+        super().__init__(pool_size, strides, padding, data_format, **kwargs)
 
 
 class _GlobalPooling2D(Layer):
@@ -95,7 +111,7 @@ class _GlobalPooling2D(Layer):
 
     def __init__(self, data_format=None, keepdims: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.data_format = _data_format(self.name, data_format)
+        self.data_format = data_format_of(self.name, data_format)
         self.keepdims = bool(keepdims)
         self.input_spec = InputSpec(ndim=4)
 
@@ -203,7 +219,7 @@ class AveragePooling1D(_Pooling1D):
     padding, padded steps are not counted.
 
     Args:
-        pool_size: the window's length (an int or a tuple of one). Default 2.
+        pool_size: the window's length (an int or a tuple of one).
         strides: the step between windows (an int or a tuple of one); None (the default) uses
             pool_size.
         padding: "valid" (windows inside the sequence only) or "same" (padded edges, output
@@ -221,11 +237,14 @@ class AveragePooling1D(_Pooling1D):
 
     _op = staticmethod(nn.avg_pool2d)
 
+    def __init__(self, pool_size, strides=None, padding: str = "valid", data_format=None, **kwargs):
+        super().__init__(pool_size, strides, padding, data_format, **kwargs)
+
 
 class _GlobalPooling1D(Layer):
     def __init__(self, data_format=None, keepdims: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.data_format = _data_format(self.name, data_format)
+        self.data_format = data_format_of(self.name, data_format)
         self.keepdims = bool(keepdims)
         self.input_spec = InputSpec(ndim=3)
 
@@ -287,3 +306,13 @@ class GlobalMaxPooling1D(_GlobalPooling1D):
 
     def call(self, inputs):
         return reduce_max(inputs, self._steps_axis, keepdims=self.keepdims)
+
+
+MaxPool1D = register_alias("MaxPool1D", MaxPooling1D)
+MaxPool2D = register_alias("MaxPool2D", MaxPooling2D)
+AvgPool1D = register_alias("AvgPool1D", AveragePooling1D)
+AvgPool2D = register_alias("AvgPool2D", AveragePooling2D)
+GlobalMaxPool1D = register_alias("GlobalMaxPool1D", GlobalMaxPooling1D)
+GlobalMaxPool2D = register_alias("GlobalMaxPool2D", GlobalMaxPooling2D)
+GlobalAvgPool1D = register_alias("GlobalAvgPool1D", GlobalAveragePooling1D)
+GlobalAvgPool2D = register_alias("GlobalAvgPool2D", GlobalAveragePooling2D)

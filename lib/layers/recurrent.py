@@ -22,14 +22,17 @@ from tapeflow.layers.base import (
     Layer,
     deserialize,
     serialize,
+    serialize_constraint,
     serialize_initializer,
     serialize_regularizer,
     snake_case,
 )
 from tapeflow.layers.core import get_activation, serialize_activation
-from tapeflow.ops.array import concat, reshape, split, stack
-from tapeflow.ops.creation import full_like, ones, zeros
+from tapeflow.ops import nn
+from tapeflow.ops.array import concat, expand_dims, reshape, split, stack
+from tapeflow.ops.creation import full_like, ones, zeros, zeros_like
 from tapeflow.ops.math import cast, matmul, where
+from tapeflow.ops.random import Generator, global_generator
 from tapeflow.ops.registry import as_tensor
 from tapeflow.ops.shapes import as_int
 
@@ -53,10 +56,25 @@ class _Cell(Layer):
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        seed: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.kernel_constraint = kernel_constraint
+        self.recurrent_constraint = recurrent_constraint
+        self.bias_constraint = bias_constraint
         self.units = as_int(self.name, "units", units, low=1)
+        self.dropout = _rate(self.name, "dropout", dropout)
+        self.recurrent_dropout = _rate(self.name, "recurrent_dropout", recurrent_dropout)
+        self.seed = seed
+        # Without a seed, draw one from the global stream so that tp.random.seed() makes runs repeat.
+        self.generator = Generator(seed if seed is not None else int(global_generator().numpy.integers(2**63)))
+        self._sequence = None  # while a sequence runs: {"training": bool, mask kind: the mask drawn for it}
         self.activation = get_activation(activation)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = kernel_initializer
@@ -75,13 +93,25 @@ class _Cell(Layer):
         if input_dim is None:
             raise ValueError(f"{self.name}: the feature axis of the input must be known, got shape {input_shape}")
         width = self._gates * self.units
-        self.kernel = self.add_weight("kernel", (input_dim, width), self.kernel_initializer, self.kernel_regularizer)
+        self.kernel = self.add_weight(
+            "kernel",
+            (input_dim, width),
+            self.kernel_initializer,
+            self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
         self.recurrent_kernel = self.add_weight(
-            "recurrent_kernel", (self.units, width), self.recurrent_initializer, self.recurrent_regularizer
+            "recurrent_kernel",
+            (self.units, width),
+            self.recurrent_initializer,
+            self.recurrent_regularizer,
+            constraint=self.recurrent_constraint,
         )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight("bias", self._bias_shape(), self._bias_init(), self.bias_regularizer)
+            self.bias = self.add_weight(
+                "bias", self._bias_shape(), self._bias_init(), self.bias_regularizer, constraint=self.bias_constraint
+            )
         self.input_spec = InputSpec(min_ndim=2, axes={-1: input_dim})
 
     def _bias_shape(self) -> tuple:
@@ -90,15 +120,51 @@ class _Cell(Layer):
     def _bias_init(self):
         return self.bias_initializer
 
+    def begin_sequence(self, training) -> None:
+        """Start a sequence: dropout masks drawn from here on hold for every step until
+        `end_sequence` (one mask per sequence, as Keras's RNN cells keep them)."""
+        self._sequence = {"training": bool(training)}
+
+    def end_sequence(self) -> None:
+        self._sequence = None
+
+    def _dropout_mask(self, kind: str, like, rate: float):
+        """The sequence's mask of 0 and 1 / (1 - rate) shaped as `like` ([batch, size]),
+        or None outside training or at rate 0."""
+        if self._sequence is None or not self._sequence["training"] or rate == 0.0:
+            return None
+        if kind not in self._sequence:
+            self._sequence[kind] = nn.dropout(full_like(like, 1.0), rate, training=True, rng=self.generator)
+        return self._sequence[kind]
+
+    def _dropped_inputs(self, inputs):
+        """The inputs ([batch, features] or [batch, time, features]) times the input mask."""
+        mask = self._dropout_mask("inputs", inputs if inputs.ndim == 2 else inputs[:, 0, :], self.dropout)
+        if mask is None:
+            return inputs
+        return inputs * (mask if inputs.ndim == 2 else expand_dims(mask, 1))
+
+    def _recurrent(self, h):
+        """The previous output as the recurrent matmuls read it: times the recurrent mask."""
+        mask = self._dropout_mask("recurrent", h, self.recurrent_dropout)
+        return h if mask is None else h * mask
+
     def project(self, inputs):
-        y = matmul(inputs, self.kernel)
+        y = matmul(self._dropped_inputs(inputs), self.kernel)
         return y + self.bias if self.bias is not None else y
 
     def step(self, projected, states):
         raise NotImplementedError
 
-    def call(self, inputs, states):
-        return self.step(self.project(inputs), list(states))
+    def call(self, inputs, states, training=None):
+        own = self._sequence is None  # called on its own, one step: masks for this call only
+        if own:
+            self.begin_sequence(training)
+        try:
+            return self.step(self.project(inputs), list(states))
+        finally:
+            if own:
+                self.end_sequence()
 
     def compute_output_shape(self, input_shape):  # `call` also needs the states, which a shape does not give
         return tuple(input_shape[:-1]) + (self.units,)
@@ -115,7 +181,19 @@ class _Cell(Layer):
             "kernel_regularizer": serialize_regularizer(self.kernel_regularizer),
             "recurrent_regularizer": serialize_regularizer(self.recurrent_regularizer),
             "bias_regularizer": serialize_regularizer(self.bias_regularizer),
+            "kernel_constraint": serialize_constraint(self.kernel_constraint),
+            "recurrent_constraint": serialize_constraint(self.recurrent_constraint),
+            "bias_constraint": serialize_constraint(self.bias_constraint),
+            "dropout": self.dropout,
+            "recurrent_dropout": self.recurrent_dropout,
+            "seed": self.seed,
         }
+
+
+def _rate(owner: str, argument: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{owner}: {argument} must be a number in [0, 1), got {value!r}")
+    return float(value)
 
 
 class SimpleRNNCell(_Cell):
@@ -133,6 +211,14 @@ class SimpleRNNCell(_Cell):
         kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
         recurrent_regularizer: regularizer of the recurrent kernel.
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the input kernel, applied after each optimizer update.
+        recurrent_constraint: constraint of the recurrent kernel.
+        bias_constraint: constraint of the bias.
+        dropout: the fraction of the inputs' features dropped while training (one mask per
+            sequence, shared by the gates).
+        recurrent_dropout: the fraction of the previous output dropped where the recurrent
+            kernel reads it while training (one mask per sequence).
+        seed: the seed of the dropout masks' random stream.
         **kwargs: the base layer's arguments: `name`, `trainable` and `dtype` (floating, "float32" by default).
 
     >>> import tapeflow as tp
@@ -143,7 +229,7 @@ class SimpleRNNCell(_Cell):
     """
 
     def step(self, projected, states):
-        h = self.activation(projected + matmul(states[0], self.recurrent_kernel))
+        h = self.activation(projected + matmul(self._recurrent(states[0]), self.recurrent_kernel))
         return h, [h]
 
 
@@ -174,6 +260,14 @@ class LSTMCell(_GatedCell):
         kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
         recurrent_regularizer: regularizer of the recurrent kernel.
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the input kernel, applied after each optimizer update.
+        recurrent_constraint: constraint of the recurrent kernel.
+        bias_constraint: constraint of the bias.
+        dropout: the fraction of the inputs' features dropped while training (one mask per
+            sequence, shared by the gates).
+        recurrent_dropout: the fraction of the previous output dropped where the recurrent
+            kernel reads it while training (one mask per sequence).
+        seed: the seed of the dropout masks' random stream.
         **kwargs: the base layer's arguments: `name`, `trainable` and `dtype` (floating, "float32" by default).
 
     >>> import tapeflow as tp
@@ -198,6 +292,12 @@ class LSTMCell(_GatedCell):
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        seed: int | None = None,
         **kwargs,
     ):
         super().__init__(
@@ -211,6 +311,12 @@ class LSTMCell(_GatedCell):
             kernel_regularizer=kernel_regularizer,
             recurrent_regularizer=recurrent_regularizer,
             bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
             **kwargs,
         )
         self.unit_forget_bias = bool(unit_forget_bias)
@@ -232,7 +338,7 @@ class LSTMCell(_GatedCell):
 
     def step(self, projected, states):
         h, c = states
-        z = projected + matmul(h, self.recurrent_kernel)
+        z = projected + matmul(self._recurrent(h), self.recurrent_kernel)
         zi, zf, zc, zo = split(z, 4, axis=-1)
         act, gate = self.activation, self.recurrent_activation
         c = gate(zf) * c + gate(zi) * act(zc)
@@ -263,6 +369,14 @@ class GRUCell(_GatedCell):
         kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
         recurrent_regularizer: regularizer of the recurrent kernel.
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the input kernel, applied after each optimizer update.
+        recurrent_constraint: constraint of the recurrent kernel.
+        bias_constraint: constraint of the bias.
+        dropout: the fraction of the inputs' features dropped while training (one mask per
+            sequence, shared by the gates).
+        recurrent_dropout: the fraction of the previous output dropped where the recurrent
+            kernel reads it while training (one mask per sequence).
+        seed: the seed of the dropout masks' random stream.
         reset_after: apply the reset gate after the recurrent matmul (Keras' and cuDNN's form, with
             separate input and recurrent biases, bias [2, 3 * units]); False applies it before (bias
             [3 * units]).
@@ -289,7 +403,13 @@ class GRUCell(_GatedCell):
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
         reset_after: bool = True,
+        seed: int | None = None,
         **kwargs,
     ):
         super().__init__(
@@ -303,6 +423,12 @@ class GRUCell(_GatedCell):
             kernel_regularizer=kernel_regularizer,
             recurrent_regularizer=recurrent_regularizer,
             bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
             **kwargs,
         )
         self.reset_after = bool(reset_after)
@@ -311,7 +437,7 @@ class GRUCell(_GatedCell):
         return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
 
     def project(self, inputs):
-        y = matmul(inputs, self.kernel)
+        y = matmul(self._dropped_inputs(inputs), self.kernel)
         if self.bias is None:
             return y
         return y + (self.bias[0] if self.reset_after else self.bias)
@@ -320,8 +446,9 @@ class GRUCell(_GatedCell):
         h = states[0]
         xz, xr, xh = split(projected, 3, axis=-1)
         gate = self.recurrent_activation
+        read = self._recurrent(h)
         if self.reset_after:
-            rec = matmul(h, self.recurrent_kernel)
+            rec = matmul(read, self.recurrent_kernel)
             if self.bias is not None:
                 rec = rec + self.bias[1]
             rz, rr, rh = split(rec, 3, axis=-1)
@@ -329,9 +456,9 @@ class GRUCell(_GatedCell):
             candidate = self.activation(xh + r * rh)
         else:
             kernel_zr, kernel_h = split(self.recurrent_kernel, [2 * self.units, self.units], axis=-1)
-            rz, rr = split(matmul(h, kernel_zr), 2, axis=-1)
+            rz, rr = split(matmul(read, kernel_zr), 2, axis=-1)
             z, r = gate(xz + rz), gate(xr + rr)
-            candidate = self.activation(xh + matmul(r * h, kernel_h))
+            candidate = self.activation(xh + matmul(r * read, kernel_h))
         h = z * h + (1.0 - z) * candidate
         return h, [h]
 
@@ -389,6 +516,16 @@ class StackedRNNCells(Layer):
                 cell.build(tuple(input_shape))
             input_shape = (batch, _output_size(cell))
 
+    def begin_sequence(self, training) -> None:
+        for cell in self.cells:
+            if hasattr(cell, "begin_sequence"):
+                cell.begin_sequence(training)
+
+    def end_sequence(self) -> None:
+        for cell in self.cells:
+            if hasattr(cell, "end_sequence"):
+                cell.end_sequence()
+
     def call(self, inputs, states):
         states, new_states, start = list(states), [], 0
         want = len(self.state_size)
@@ -429,6 +566,10 @@ class RNN(Layer):
         return_sequences: return the output of every step ([batch, time, units]) instead of the last.
         return_state: also return the final states: a list [output, *states].
         go_backwards: run over the time axis in reverse (outputs come in reversed order).
+        zero_output_for_mask: output zeros at masked steps with return_sequences (by default a
+            masked step repeats the previous output).
+        unroll: accepted for Keras's sake: the steps are always unrolled.
+        stateful: False only (pass the final states on as `initial_state` instead).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (as the first layer of a Sequential).
 
@@ -445,9 +586,17 @@ class RNN(Layer):
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        zero_output_for_mask: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if stateful:
+            raise NotImplementedError(
+                f"{self.name}: stateful=True is not supported: pass each batch's final states as the next "
+                "batch's initial_state (return_state=True gives them)"
+            )
         if isinstance(cell, list | tuple):
             cell = StackedRNNCells(cell, dtype=self.dtype_policy.name)
         if cell is not None and not (hasattr(cell, "state_size") and isinstance(cell, Layer)):
@@ -456,6 +605,9 @@ class RNN(Layer):
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
         self.go_backwards = bool(go_backwards)
+        self.stateful = False
+        self.unroll = bool(unroll)  # the steps are always unrolled when frozen: accepted either way
+        self.zero_output_for_mask = bool(zero_output_for_mask)
         self.input_spec = InputSpec(ndim=3)
 
     @property
@@ -479,6 +631,17 @@ class RNN(Layer):
         if steps == 0:
             raise ValueError(f"{self.name}: the input has no time steps (shape {inputs.shape})")
         states = self._initial_states(batch, initial_state, inputs)
+        begin = getattr(self.cell, "begin_sequence", None)
+        if begin is None:
+            return self._run(inputs, mask, states)
+        begin(training)
+        try:
+            return self._run(inputs, mask, states)
+        finally:
+            self.cell.end_sequence()
+
+    def _run(self, inputs, mask, states):
+        batch, steps = inputs.shape[0], inputs.shape[1]
         project = getattr(self.cell, "project", None)
         if project is not None:
             xs, step = split(project(inputs), steps, axis=1), self.cell.step
@@ -497,8 +660,11 @@ class RNN(Layer):
                 new_output = where(keep, new_output, output)
                 new_states = [where(keep, n, o) for n, o in zip(new_states, states, strict=True)]
             output, states = new_output, list(new_states)
-            outputs.append(output)
-        result = stack(outputs, axis=1) if self.return_sequences else output
+            outputs.append(
+                where(masks[t], output, zeros_like(output)) if masks and self.zero_output_for_mask else output
+            )
+        # the last step's output, zeros where it is masked under zero_output_for_mask (as Keras)
+        result = stack(outputs, axis=1) if self.return_sequences else outputs[-1]
         return [result, *states] if self.return_state else result
 
     def _initial_states(self, batch: int, initial_state, inputs=None) -> list:
@@ -547,6 +713,9 @@ class RNN(Layer):
             "return_sequences": self.return_sequences,
             "return_state": self.return_state,
             "go_backwards": self.go_backwards,
+            "stateful": self.stateful,
+            "unroll": self.unroll,
+            "zero_output_for_mask": self.zero_output_for_mask,
         }
 
     @classmethod
@@ -567,10 +736,15 @@ class _CellRNN(RNN):
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        zero_output_for_mask: bool = False,
         name: str | None = None,
         trainable: bool = True,
         dtype=None,
         input_shape=None,
+        activity_regularizer=None,
+        use_cudnn="auto",
         **cell_kwargs,
     ):
         super().__init__(
@@ -578,11 +752,19 @@ class _CellRNN(RNN):
             return_sequences,
             return_state,
             go_backwards,
+            stateful,
+            unroll,
+            zero_output_for_mask,
             name=name,
             trainable=trainable,
             dtype=dtype,
             input_shape=input_shape,
+            activity_regularizer=activity_regularizer,
         )
+        if use_cudnn not in ("auto", False):
+            raise NotImplementedError(
+                f"{self.name}: use_cudnn={use_cudnn!r}: tapeflow has no cuDNN kernels; pass 'auto'"
+            )
         cell_name = f"{self.name}/{snake_case(self._cell_class.__name__)}"
         self.cell = self._cell_class(
             units, name=cell_name, trainable=trainable, dtype=self.dtype_policy.name, **cell_kwargs
@@ -594,7 +776,7 @@ class _CellRNN(RNN):
         cell_config = config.pop("cell")["config"]
         for key in ("name", "trainable", "dtype"):
             cell_config.pop(key)
-        return {**config, **cell_config}
+        return {**config, **cell_config, "activity_regularizer": serialize_regularizer(self.activity_regularizer)}
 
     @classmethod
     def from_config(cls, config):
@@ -618,9 +800,21 @@ class SimpleRNN(_CellRNN):
         kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
         recurrent_regularizer: regularizer of the recurrent kernel.
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the input kernel, applied after each optimizer update.
+        recurrent_constraint: constraint of the recurrent kernel.
+        bias_constraint: constraint of the bias.
+        dropout: the fraction of the inputs' features dropped while training (one mask per
+            sequence, shared by the gates).
+        recurrent_dropout: the fraction of the previous output dropped where the recurrent
+            kernel reads it while training (one mask per sequence).
+        seed: the seed of the dropout masks' random stream.
         return_sequences: return the output of every step ([batch, time, units]) instead of the last.
         return_state: also return the final states: a list [output, *states].
         go_backwards: run over the time axis in reverse (outputs come in reversed order).
+        zero_output_for_mask: output zeros at masked steps with return_sequences (by default a
+            masked step repeats the previous output).
+        unroll: accepted for Keras's sake: the steps are always unrolled.
+        stateful: False only (pass the final states on as `initial_state` instead).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (as the first layer of a Sequential).
 
@@ -642,9 +836,18 @@ class SimpleRNN(_CellRNN):
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        seed: int | None = None,
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        zero_output_for_mask: bool = False,
         **kwargs,
     ):
         super().__init__(
@@ -660,6 +863,15 @@ class SimpleRNN(_CellRNN):
             kernel_regularizer=kernel_regularizer,
             recurrent_regularizer=recurrent_regularizer,
             bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
+            stateful=stateful,
+            unroll=unroll,
+            zero_output_for_mask=zero_output_for_mask,
             **kwargs,
         )
 
@@ -683,9 +895,21 @@ class LSTM(_CellRNN):
         kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
         recurrent_regularizer: regularizer of the recurrent kernel.
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the input kernel, applied after each optimizer update.
+        recurrent_constraint: constraint of the recurrent kernel.
+        bias_constraint: constraint of the bias.
+        dropout: the fraction of the inputs' features dropped while training (one mask per
+            sequence, shared by the gates).
+        recurrent_dropout: the fraction of the previous output dropped where the recurrent
+            kernel reads it while training (one mask per sequence).
+        seed: the seed of the dropout masks' random stream.
         return_sequences: return the output of every step ([batch, time, units]) instead of the last.
         return_state: also return the final states: a list [output, *states].
         go_backwards: run over the time axis in reverse (outputs come in reversed order).
+        zero_output_for_mask: output zeros at masked steps with return_sequences (by default a
+            masked step repeats the previous output).
+        unroll: accepted for Keras's sake: the steps are always unrolled.
+        stateful: False only (pass the final states on as `initial_state` instead).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (as the first layer of a Sequential).
 
@@ -710,9 +934,18 @@ class LSTM(_CellRNN):
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        seed: int | None = None,
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        zero_output_for_mask: bool = False,
         **kwargs,
     ):
         super().__init__(
@@ -730,6 +963,15 @@ class LSTM(_CellRNN):
             kernel_regularizer=kernel_regularizer,
             recurrent_regularizer=recurrent_regularizer,
             bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
+            stateful=stateful,
+            unroll=unroll,
+            zero_output_for_mask=zero_output_for_mask,
             **kwargs,
         )
 
@@ -752,12 +994,24 @@ class GRU(_CellRNN):
         kernel_regularizer: regularizer of the input kernel (a name, a regularizer or None).
         recurrent_regularizer: regularizer of the recurrent kernel.
         bias_regularizer: regularizer of the bias.
+        kernel_constraint: constraint of the input kernel, applied after each optimizer update.
+        recurrent_constraint: constraint of the recurrent kernel.
+        bias_constraint: constraint of the bias.
+        dropout: the fraction of the inputs' features dropped while training (one mask per
+            sequence, shared by the gates).
+        recurrent_dropout: the fraction of the previous output dropped where the recurrent
+            kernel reads it while training (one mask per sequence).
+        seed: the seed of the dropout masks' random stream.
         reset_after: apply the reset gate after the recurrent matmul (Keras' and cuDNN's form, with
             separate input and recurrent biases, bias [2, 3 * units]); False applies it before (bias
             [3 * units]).
         return_sequences: return the output of every step ([batch, time, units]) instead of the last.
         return_state: also return the final states: a list [output, *states].
         go_backwards: run over the time axis in reverse (outputs come in reversed order).
+        zero_output_for_mask: output zeros at masked steps with return_sequences (by default a
+            masked step repeats the previous output).
+        unroll: accepted for Keras's sake: the steps are always unrolled.
+        stateful: False only (pass the final states on as `initial_state` instead).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (as the first layer of a Sequential).
 
@@ -780,10 +1034,19 @@ class GRU(_CellRNN):
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
         reset_after: bool = True,
+        seed: int | None = None,
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        zero_output_for_mask: bool = False,
         **kwargs,
     ):
         super().__init__(
@@ -801,5 +1064,14 @@ class GRU(_CellRNN):
             recurrent_regularizer=recurrent_regularizer,
             bias_regularizer=bias_regularizer,
             reset_after=reset_after,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
+            stateful=stateful,
+            unroll=unroll,
+            zero_output_for_mask=zero_output_for_mask,
             **kwargs,
         )

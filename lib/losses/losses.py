@@ -362,6 +362,18 @@ _FUNCTIONS = {
 }
 
 
+def register(classes=(), functions=(), aliases=None) -> None:
+    """Make more built-in loss classes and per-sample functions known to `get`,
+    `function_name` and `loss_function` (the other loss modules register theirs)."""
+    for cls in classes:
+        _BY_NAME[_key(cls.__name__)] = cls
+    for fn in functions:
+        _FUNCTIONS[fn.__name__] = fn
+    for alias, cls in (aliases or {}).items():
+        _BY_NAME[_key(alias)] = cls
+    _KNOWN_NAMES[:] = sorted({*_KNOWN_NAMES, *(fn.__name__ for fn in functions), *(aliases or {})})
+
+
 def function_name(fn):
     """The name a per-sample loss function is saved under: its own for tapeflow's, the
     registered name for one registered with `tp.saving.register_serializable`; any
@@ -407,3 +419,38 @@ def get(identifier) -> Loss | None:
     if callable(identifier):
         return LossFunctionWrapper(identifier)
     raise TypeError(f"losses.get: expected a Loss, a name, a config dict or a function, got {identifier!r}")
+
+
+def serialize(loss) -> dict | str:
+    """A config for a loss, as `keras.losses.serialize`: a {"class_name", "config"} dict
+    for a Loss, the name of a built-in or registered per-sample function.
+
+    >>> serialize(Huber(delta=2.0))["config"]["delta"]
+    2.0
+    >>> serialize(huber)
+    'huber'
+    """
+    if isinstance(loss, Loss):
+        return serialization.serialize(loss)
+    name = function_name(loss) if callable(loss) else None
+    if not isinstance(name, str):
+        raise ValueError(f"losses.serialize: {loss!r} is neither a Loss nor a built-in or registered loss function")
+    return name
+
+
+def deserialize(config, custom_objects: dict | None = None):
+    """What `serialize` wrote: a Loss from a config dict, the per-sample function
+    from a function name (a class name gives that Loss with default arguments).
+
+    >>> deserialize("huber") is huber, deserialize(serialize(Huber(delta=2.0)))
+    (True, Huber(name='huber_loss', reduction='sum_over_batch_size', delta=2.0))
+    """
+    with serialization.custom_object_scope(custom_objects):
+        if isinstance(config, str):
+            fn = serialization.lookup(config, builtin=_FUNCTIONS.get)
+            if callable(fn) and not isinstance(fn, type):
+                return fn
+            return get(config)
+        if isinstance(config, dict):
+            return get(config)
+    raise TypeError(f"losses.deserialize: expected a config dict or a name, got {config!r}")

@@ -104,6 +104,7 @@ class _ConditionCount(Metric):
         self.init_thresholds = thresholds
         self.thresholds = _parse_thresholds(type(self).__name__, thresholds, 0.5)
         super().__init__(name)
+        self.reset_state()
 
     def reset_state(self) -> None:
         self.accumulator = np.zeros(len(self.thresholds))
@@ -177,6 +178,7 @@ class _PrecisionRecall(Metric):
         self.class_id = class_id
         self.thresholds = _parse_thresholds(owner, thresholds, 0.5 if top_k is None else _NEG_INF)
         super().__init__(name)
+        self.reset_state()
 
     def reset_state(self) -> None:
         self.true_positives = np.zeros(len(self.thresholds))

@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 from tapeflow import serialization
+from tapeflow.metrics import (
+    constrained_metrics,
+    correlation_metrics,
+    error_metrics,
+    f_score_metrics,
+    hinge_metrics,
+    iou_metrics,
+    loss_functions,
+    probabilistic_metrics,
+)
 from tapeflow.metrics.accuracy_metrics import (
     Accuracy,
     AutoAccuracy,
@@ -12,6 +22,7 @@ from tapeflow.metrics.accuracy_metrics import (
     SparseTopKCategoricalAccuracy,
     TopKCategoricalAccuracy,
 )
+from tapeflow.metrics.auc import AUC
 from tapeflow.metrics.confusion_metrics import (
     FalseNegatives,
     FalsePositives,
@@ -41,7 +52,25 @@ _CLASSES = (
     TrueNegatives,
     FalsePositives,
     FalseNegatives,
+    AUC,
+    *probabilistic_metrics.CLASSES,
+    *hinge_metrics.CLASSES,
+    *error_metrics.CLASSES,
+    *correlation_metrics.CLASSES,
+    *f_score_metrics.CLASSES,
+    *iou_metrics.CLASSES,
+    *constrained_metrics.CLASSES,
 )
+
+# Keras's metric functions with no metric class of their own: averaged by a MeanMetricWrapper.
+_WRAPPED_FUNCTIONS = {
+    f.__name__: f
+    for f in (
+        loss_functions.binary_focal_crossentropy,
+        loss_functions.categorical_focal_crossentropy,
+        loss_functions.huber,
+    )
+}
 
 
 _BY_CLASS_NAME = {cls.__name__: cls for cls in (*_CLASSES, AutoAccuracy, MeanMetricWrapper)}
@@ -55,11 +84,16 @@ _BY_KEY = {_key(cls.__name__): cls for cls in _CLASSES if cls is not Accuracy} |
     "mse": MeanSquaredError,
     "mae": MeanAbsoluteError,
     "mape": MeanAbsolutePercentageError,
+    "msle": error_metrics.MeanSquaredLogarithmicError,
+    "logcosh": error_metrics.LogCoshError,
+    "kld": probabilistic_metrics.KLDivergence,
+    "kullbackleiblerdivergence": probabilistic_metrics.KLDivergence,
 }
 
 
 _KNOWN = sorted(
-    {"accuracy", "acc", "mse", "mae", "mape"} | {_snake(c.__name__).replace("top_k", "top_k_") for c in _CLASSES}
+    {"accuracy", "acc", "mse", "mae", "mape", "msle", "logcosh", "kld", *_WRAPPED_FUNCTIONS}
+    | {_snake(c.__name__).replace("top_k", "top_k_") for c in _CLASSES}
 )
 
 
@@ -72,6 +106,9 @@ def _lookup(name: str, loss=None):
     cls = _BY_KEY.get(_key(name))
     if cls is not None:
         return cls
+    if name in _WRAPPED_FUNCTIONS:
+        fn = _WRAPPED_FUNCTIONS[name]
+        return lambda **config: MeanMetricWrapper(fn, **{"name": name, **config})
     found = serialization.lookup(name)  # a registered class or function
     if isinstance(found, type) and issubclass(found, Metric):
         return found
@@ -110,3 +147,27 @@ def get(identifier, loss=None) -> Metric:
     if callable(identifier):
         return MeanMetricWrapper(identifier)
     raise TypeError(f"metrics.get: expected a Metric, a name, a config dict or a function, got {identifier!r}")
+
+
+def serialize(metric: Metric) -> dict:
+    """{"class_name": ..., "config": ...} for a metric, which `deserialize` (and `get`)
+    turn back into one.
+
+    >>> serialize(AUC(curve="PR"))["config"]["curve"]
+    'PR'
+    """
+    if not isinstance(metric, Metric):
+        raise TypeError(f"metrics.serialize: expected a Metric, got {metric!r}")
+    return serialization.serialize(metric)
+
+
+def deserialize(config, custom_objects: dict | None = None) -> Metric:
+    """The metric a `serialize` dict (or a name) describes.
+
+    >>> deserialize(serialize(AUC(num_thresholds=50))).num_thresholds
+    50
+    """
+    if not isinstance(config, dict | str):
+        raise TypeError(f"metrics.deserialize: expected a config dict or a name, got {config!r}")
+    with serialization.custom_object_scope(custom_objects):
+        return get(config)

@@ -6,6 +6,10 @@ import re
 
 import numpy as np
 
+from tapeflow import dtypes, initializers
+from tapeflow.mixed_precision.policy import global_policy
+from tapeflow.tensor import Variable
+
 
 def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
@@ -40,28 +44,88 @@ def _class_ids(owner: str, y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
 
 # ------------------------------------------------------------------ classes
 class Metric:
-    """Base class: subclasses keep their state as floats set in `reset_state`."""
+    """Base class, as Keras 3's `keras.metrics.Metric`.
 
-    def __init__(self, name: str | None = None):
+    A subclass keeps its state either in Variables made with `add_variable` in its
+    `__init__` (Keras's way: `update_state` computes with tapeflow ops and assigns to
+    them; the default `reset_state` sets them back to their initial values), or in
+    Python floats that its own `reset_state` sets (tapeflow's built-in metrics, which
+    call `reset_state()` at the end of their `__init__`).
+
+    >>> import tapeflow as tp
+    >>> class Total(tp.metrics.Metric):
+    ...     def __init__(self, name="total"):
+    ...         super().__init__(name=name)
+    ...         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+    ...     def update_state(self, values):
+    ...         self.total.assign_add(tp.ops.sum(values))
+    ...     def result(self):
+    ...         return self.total
+    >>> m = Total()
+    >>> m.update_state([1.0, 2.0]); float(m.result())
+    3.0
+    >>> m.reset_state(); float(m.result())
+    0.0
+    """
+
+    def __init__(self, name: str | None = None, dtype=None):
         self.name = name or _snake(type(self).__name__)
-        self.reset_state()
+        self._dtype = None if dtype is None else dtypes.as_dtype(dtype)
+        self._variables: list = []
+        self._initial_values: list = []
+
+    @property
+    def dtype(self) -> str:
+        """The dtype of the metric's variables (the float default unless given)."""
+        return self._dtype.name if self._dtype is not None else global_policy().variable_dtype.name
+
+    @property
+    def variables(self) -> list:
+        """The Variables made by `add_variable`, in order."""
+        return list(self._variables)
+
+    def add_variable(self, shape=(), initializer="zeros", dtype=None, aggregation="sum", name=None):
+        """A new state Variable of this metric, as Keras 3's `Metric.add_variable`
+        (`aggregation` is Keras's annotation for distributed reduction: "sum", "mean",
+        "only_first_replica" or "none"; tapeflow's strategies reduce metrics on the host)."""
+        if aggregation not in ("sum", "mean", "only_first_replica", "none", None):
+            raise ValueError(
+                f"{self.name}.add_variable: aggregation must be 'sum', 'mean', 'only_first_replica' or 'none', "
+                f"got {aggregation!r}"
+            )
+        dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.as_dtype(self.dtype)
+        shape = tuple(int(d) for d in shape)
+        value = initializers.get(initializer)(shape, dtype=dtype.name)
+        variable = Variable(value, name=f"{self.name}/{name or f'variable_{len(self._variables)}'}", trainable=False)
+        self._variables.append(variable)
+        self._initial_values.append(np.array(variable.numpy(), copy=True))
+        return variable
+
+    def add_weight(self, shape=(), initializer="zeros", dtype=None, aggregation="sum", name=None):
+        """Keras's other name for `add_variable`."""
+        return self.add_variable(shape, initializer, dtype, aggregation, name)
 
     def reset_state(self) -> None:
-        raise NotImplementedError
+        """Set every variable back to its initial value (override for other state)."""
+        for variable, initial in zip(self._variables, self._initial_values, strict=True):
+            variable.assign(initial)
 
     def update_state(self, *args, **kwargs) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define update_state")
 
-    def result(self) -> float:
-        raise NotImplementedError
+    def result(self):
+        raise NotImplementedError(f"{type(self).__name__} must define result")
 
-    def __call__(self, *args, **kwargs) -> float:
+    def __call__(self, *args, **kwargs):
         """Add a batch and return the result so far."""
         self.update_state(*args, **kwargs)
         return self.result()
 
     def get_config(self) -> dict:
-        return {"name": self.name}
+        config = {"name": self.name}
+        if self._dtype is not None:
+            config["dtype"] = self._dtype.name
+        return config
 
     @classmethod
     def from_config(cls, config: dict) -> Metric:

@@ -19,6 +19,10 @@ class Mean(Metric):
     2.0
     """
 
+    def __init__(self, name: str | None = None, dtype=None):
+        super().__init__(name, dtype)
+        self.reset_state()
+
     def reset_state(self) -> None:
         self.total = 0.0
         self.count = 0.0

@@ -21,6 +21,8 @@ True
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from tapeflow import tree
@@ -198,10 +200,27 @@ def replay_calls(described: list, inputs: list, layers: list, where: str):
             attrs = {k: codec.decode(v, here) for k, v in call["attrs"].items()}
             result = Operation(get_op(call["op"]), attrs)(*args)
         else:
-            result = layers[call["layer"]](*args, **kwargs)
+            layer = layers[call["layer"]]
+            _check_call_arguments(layer, args, kwargs, here)
+            result = layer(*args, **kwargs)
         for j, out in enumerate(tree.flatten(result)):
             values[(c, j)] = out
     return resolve
+
+
+def _check_call_arguments(layer: Layer, args: list, kwargs: dict, where: str) -> None:
+    """Refuse arguments that the layer's `call` does not take (`training` and `mask` are
+    the layer's to drop), before a symbolic call that a shape rule answers lets them by."""
+    signature = inspect.signature(type(layer).call)
+    params = signature.parameters
+    given = {k: v for k, v in kwargs.items() if k in params or k not in ("training", "mask")}
+    try:
+        signature.bind(layer, *args, **given)
+    except TypeError as err:
+        raise ValueError(
+            f"{where}: layer '{layer.name}' ({type(layer).__name__}) cannot take the arguments the config gives "
+            f"it: {err}"
+        ) from None
 
 
 def map_tensors(fn, structure):

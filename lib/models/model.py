@@ -208,6 +208,30 @@ class Model(Layer, Trainer):
     def layers(self, value) -> None:
         vars(self)["layers"] = value
 
+    def get_layer(self, name: str | None = None, index: int | None = None):
+        """One of `layers`, by name or by index (exactly one of them), as Keras's.
+
+        >>> import tapeflow as tp
+        >>> model = tp.Sequential([tp.Input((3,)), tp.layers.Dense(2, name="out")])
+        >>> model.get_layer("out").units, model.get_layer(index=0).name
+        (2, 'out')
+        >>> model.get_layer("missing")
+        Traceback (most recent call last):
+        ...
+        ValueError: get_layer: no layer named 'missing' in sequential...; its layers: ['out']
+        """
+        if (name is None) == (index is None):
+            raise ValueError(f"get_layer: give a layer name or an index (one of them), got {name=}, {index=}")
+        layers = self.layers
+        if index is not None:
+            if isinstance(index, bool) or not isinstance(index, int) or not -len(layers) <= index < len(layers):
+                raise ValueError(f"get_layer: index {index!r} is out of range: {self.name} has {len(layers)} layers")
+            return layers[index]
+        for layer in layers:
+            if layer.name == name:
+                return layer
+        raise ValueError(f"get_layer: no layer named {name!r} in {self.name}; its layers: {[la.name for la in layers]}")
+
     def _summary_rows(self):
         return [(layer, getattr(layer, "output_shape", "?")) for layer in self._tracked_layers()]
 
@@ -237,7 +261,7 @@ class Functional(Model):
         self._model_outputs = tree.flatten(outputs)
         for t in self._model_inputs + self._model_outputs:
             if not isinstance(t, SymbolicTensor):
-                raise TypeError(f"Model: inputs and outputs must be symbolic tensors, got {type(t).__name__}")
+                raise ValueError(f"Model: inputs and outputs must be symbolic tensors, got {type(t).__name__}")
         # Frozen without an eager call first, the model takes its symbolic inputs' specs.
         self._input_signature = [TensorSpec(t.shape, t.dtype) for t in self._model_inputs]
         self._calls = layer_calls(self._model_inputs, self._model_outputs)

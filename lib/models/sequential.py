@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from tapeflow.graph.trace import TensorSpec
 from tapeflow.layers.base import Input, InputLayer, Layer, SymbolicTensor, deserialize, serialize
 from tapeflow.models.model import Model
@@ -52,12 +54,45 @@ class Sequential(Model):
             self._input_layer = layer
             return
         if not isinstance(layer, Layer):
-            raise TypeError(f"Sequential.add: expected a tp.layers.Layer or a tp.Input, got {type(layer).__name__}")
+            raise ValueError(f"Sequential.add: expected a tp.layers.Layer or a tp.Input, got {type(layer).__name__}")
         if not self.layers and self._input_layer is None and layer._input_shape_arg is not None:
             self._input_layer = InputLayer(shape=layer._input_shape_arg)
         self.layers.append(layer)
-        if self._input_layer is not None:
+        if self._input_layer is None:
+            return
+        io = vars(self).get("_symbolic_io")
+        if (
+            self.built
+            and io is not None
+            and io[0] is self._input_layer.output
+            and vars(self).get("_symbolic_count") == len(self.layers) - 1
+        ):
+            self._symbolic_io = (io[0], layer(io[1]))  # only the new layer is called: add stays linear
+            self._symbolic_count = len(self.layers)
+        else:
             self.build(self._input_layer.batch_shape)
+
+    def __call__(self, *args, **kwargs):
+        if args:
+            args = (self._one_input(args[0]), *args[1:])
+        return super().__call__(*args, **kwargs)
+
+    def _one_input(self, inputs):
+        """The single input a stack takes: a one-element list or tuple is unwrapped, with a
+        warning, and a dict is refused, as in Keras."""
+        if isinstance(inputs, list | tuple) and len(inputs) == 1:
+            warnings.warn(
+                f"Sequential model '{self.name}' takes one input, got a list of one; using its element",
+                UserWarning,
+                stacklevel=3,
+            )
+            return inputs[0]
+        if isinstance(inputs, dict):
+            raise ValueError(
+                f"Sequential model '{self.name}' takes a single tensor input (the structure it expects), "
+                f"got a dict with keys {sorted(map(str, inputs))}"
+            )
+        return inputs
 
     def pop(self, rebuild: bool = True) -> Layer:
         """Remove the last layer and return it; with `rebuild` (the default), a model with a
@@ -94,6 +129,7 @@ class Sequential(Model):
         for layer in self.layers:
             x = layer(x)
         self._symbolic_io = (start, x)
+        self._symbolic_count = len(self.layers)
         self._input_signature = [TensorSpec((None, *tuple(input_shape)[1:]), dtype)]
         self._build_input_shape = tuple(input_shape)
 

@@ -153,8 +153,11 @@ def split(x, num_or_size_splits, axis: int = 0) -> list[Tensor]:
 def _pad_infer(x, paddings, constant_value):
     if len(paddings) != len(x.shape):
         raise ValueError(f"pad: {len(paddings)} (before, after) pairs for a tensor of rank {len(x.shape)}")
-    if any(p < 0 for pair in paddings for p in pair):
-        raise ValueError(f"pad: negative padding in {paddings}")
+    for pair in paddings:
+        if len(pair) != 2:
+            raise ValueError(f"pad: paddings must be (before, after) pairs, got {paddings!r}")
+        for p in pair:
+            shapes.as_int("pad", "padding", p)
     out = tuple(None if d is None else d + a + b for d, (a, b) in zip(x.shape, paddings, strict=True))
     return [(out, x.dtype)]
 
@@ -185,7 +188,8 @@ def pad(x, paddings, constant_values=0) -> Tensor:
 
 
 def _tile_infer(x, multiples):
-    if len(multiples) != len(x.shape) or any(m < 0 for m in multiples):
+    multiples = shapes.as_dims("tile", multiples, label="multiples")
+    if len(multiples) != len(x.shape):
         raise ValueError(f"tile: multiples {multiples} do not fit a tensor of shape {x.shape}")
     return [(tuple(None if d is None else d * m for d, m in zip(x.shape, multiples, strict=True)), x.dtype)]
 

@@ -96,11 +96,43 @@ def _reshape_infer(x, shape):
     return [(_resolve_shape("reshape", x.shape, shape), x.dtype)]
 
 
-@defop("reshape", infer=_reshape_infer, vjp=lambda gs, xs, ys, shape: (reshape(gs[0], xs[0].shape),))
+def _reshape_vjp(gs, xs, ys, shape):
+    """The gradient in the input's shape; sizes known only at run time come from the input
+    itself where more than one is unknown (a None in `reshape` would name the gradient's)."""
+    target = xs[0].shape
+    if target.count(None) <= 1:
+        return (reshape(gs[0], tuple(-1 if d is None else d for d in target)),)
+    return (reshape_like(gs[0], xs[0]),)
+
+
+@defop("reshape", infer=_reshape_infer, vjp=_reshape_vjp)
 def _RESHAPE(x, shape):
     if None in shape:
         shape = tuple(x.shape[i] if d is None else d for i, d in enumerate(shape))
     return np.reshape(x, shape)
+
+
+@defop(
+    "reshape_like",
+    infer=lambda x, like: [(like.shape, x.dtype)],
+    vjp=lambda gs, xs, ys: (reshape_like(gs[0], xs[0]), None),
+)
+def _RESHAPE_LIKE(x, like):
+    return x.reshape(like.shape)
+
+
+def reshape_like(x, like) -> Tensor:
+    """`x`'s values in the shape of `like` (known when it runs): the reshape a gradient takes
+    back to its input when several of the input's sizes are unknown while tracing.
+
+    >>> import tapeflow as tp
+    >>> tp.ops.core.reshape_like(tp.ones((6,)), tp.zeros((2, 3))).shape
+    (2, 3)
+    """
+    x, like = as_tensor(x, name="reshape_like"), as_tensor(like, name="reshape_like")
+    if None not in like.shape and None not in x.shape and _pymath.prod(x.shape) != _pymath.prod(like.shape):
+        raise ValueError(f"reshape_like: cannot reshape a tensor of shape {x.shape} into {like.shape}")
+    return apply(_RESHAPE_LIKE, (x, like), {})
 
 
 def reshape(x, shape) -> Tensor:
@@ -131,7 +163,11 @@ def expand_dims(x, axis: int) -> Tensor:
     """
     x = as_tensor(x, name="expand_dims")
     a = shapes.normalize_axis("expand_dims", axis, x.ndim + 1)
-    return reshape(x, x.shape[:a] + (1,) + x.shape[a:])
+    sources = (*range(a), None, *range(a, x.ndim))
+    moved = _sized_from(x, sources)
+    if moved is None:  # append the axis, where no size moves, then move it
+        return transpose(reshape(x, x.shape + (1,)), (*range(a), x.ndim, *range(a, x.ndim)))
+    return reshape(x, moved)
 
 
 def squeeze(x, axis=None) -> Tensor:
@@ -149,7 +185,21 @@ def squeeze(x, axis=None) -> Tensor:
         bad = [a for a in axes if x.shape[a] != 1]
         if bad:
             raise ValueError(f"squeeze: axis {bad[0]} of shape {x.shape} has size {x.shape[bad[0]]}, not 1")
-    return reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in axes))
+    kept = [i for i in range(x.ndim) if i not in axes]
+    moved = _sized_from(x, kept)
+    if moved is None:  # move the size-1 axes last, where dropping them moves no size
+        return reshape(transpose(x, (*kept, *axes)), tuple(x.shape[i] for i in kept))
+    return reshape(x, moved)
+
+
+def _sized_from(x, sources) -> tuple | None:
+    """The shape for `reshape` of an output whose axis i is input axis sources[i] (None: a new
+    size-1 axis). `reshape` reads None as "the input's size at this position", so an unknown
+    size that changes position is written -1; None when more than one would have to be."""
+    moved = [i for i, s in enumerate(sources) if s is not None and s != i and x.shape[s] is None]
+    if len(moved) > 1:
+        return None
+    return tuple(1 if s is None else (-1 if i in moved else x.shape[s]) for i, s in enumerate(sources))
 
 
 # --------------------------------------------------------------- transpose
@@ -233,6 +283,7 @@ def unbroadcast(g: Tensor, shape: tuple) -> Tensor:
 
 
 def _broadcast_to_infer(x, shape):
+    shape = shapes.as_dims("broadcast_to", shape)
     out = shapes.broadcast("broadcast_to", x.shape, shape)
     if out != tuple(shape):
         raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}")

@@ -14,12 +14,34 @@ import scipy.special
 
 from tapeflow import dtypes
 from tapeflow.ops import shapes
+from tapeflow.ops.array import concat, gather, one_hot, pad, stack
 from tapeflow.ops.core import cast, expand_dims, squeeze, transpose, unbroadcast, zeros_like
-from tapeflow.ops.registry import apply, as_tensor, autocast_operand, defop
+from tapeflow.ops.registry import apply, as_tensor, autocast_operand, defop, get_op
 from tapeflow.tensor import Tensor
 
 __all__ = [
     "abs",
+    "cdist",
+    "erfc",
+    "erfinv",
+    "extract_sequences",
+    "fft",
+    "fft2",
+    "ifft2",
+    "in_top_k",
+    "irfft",
+    "istft",
+    "logdet",
+    "logsumexp",
+    "rfft",
+    "segment_max",
+    "segment_min",
+    "segment_prod",
+    "segment_sum",
+    "stft",
+    "top_k",
+    "view_as_complex",
+    "view_as_real",
     "add",
     "binary_operands",
     "cast",
@@ -410,3 +432,575 @@ def matmul(a, b) -> Tensor:
     if vec_a:
         out = squeeze(out, -2 if not vec_b else -1)
     return out
+
+
+# ------------------------------------------------------- Keras's ops.math
+_ERFINV = defop(
+    "erfinv",
+    infer=shapes.floating("erfinv"),
+    vjp=lambda gs, xs, ys: (gs[0] * (np.sqrt(np.pi) / 2.0) * exp(square(ys[0])),),
+)(scipy.special.erfinv)
+erfinv = _unary(_ERFINV, "tp.ops.math.erfinv(tp.tensor([0.0])).numpy().tolist()\n    [0.0]")
+
+
+def erfc(x) -> Tensor:
+    """The complementary error function 1 - erf(x).
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.erfc(tp.tensor([0.0])).numpy().tolist()
+    [1.0]
+    """
+    return 1.0 - erf(x)
+
+
+def logsumexp(x, axis=None, keepdims=False) -> Tensor:
+    """log(sum(exp(x))) over `axis`, without overflow: the op behind `tp.logsumexp`.
+
+    >>> import tapeflow as tp
+    >>> round(float(tp.ops.math.logsumexp(tp.tensor([0.0, 0.0]))), 4)
+    0.6931
+    """
+    x = as_tensor(x, name="logsumexp")
+    axes = shapes.normalize_axes("logsumexp", axis, x.ndim)
+    return apply(get_op("logsumexp"), (x,), {"axes": axes, "keepdims": bool(keepdims)})
+
+
+# ---------------------------------------------------------------- segments
+_SEGMENT_INIT = {"segment_sum": 0.0, "segment_max": -np.inf, "segment_min": np.inf, "segment_prod": 1.0}
+_SEGMENT_UFUNC = {
+    "segment_sum": np.add,
+    "segment_max": np.maximum,
+    "segment_min": np.minimum,
+    "segment_prod": np.multiply,
+}
+
+
+def _segment_infer(name):
+    def infer(data, ids, num_segments):
+        if len(ids.shape) != 1:
+            raise ValueError(f"{name}: segment_ids must be 1-D, got shape {ids.shape}")
+        if len(data.shape) < 1:
+            raise ValueError(f"{name}: data must have at least one axis, got a scalar")
+        if None not in (ids.shape[0], data.shape[0]) and ids.shape[0] != data.shape[0]:
+            raise ValueError(
+                f"{name}: segment_ids (shape {ids.shape}) must have one entry per row of data (shape {data.shape})"
+            )
+        if ids.dtype.kind != "i":
+            raise TypeError(f"{name}: segment_ids must be integers, got {ids.dtype}")
+        return [((num_segments, *data.shape[1:]), data.dtype)]
+
+    return infer
+
+
+def _segment_reference(name):
+    def reference(data, ids, num_segments):
+        out = np.full((num_segments + 1, *data.shape[1:]), _SEGMENT_INIT[name], dtype=np.float64)
+        ids = np.where((ids >= 0) & (ids < num_segments), ids, num_segments)
+        _SEGMENT_UFUNC[name].at(out, ids, data.astype(np.float64))
+        return out[:-1].astype(data.dtype)
+
+    return reference
+
+
+def _segment_rows(t: Tensor, ids: Tensor, num_segments: int) -> Tensor:
+    """t[ids] for every row of data (a zero row for ids out of [0, num_segments))."""
+    valid = logical_and(greater_equal(ids, 0), less(ids, num_segments))
+    safe = where(valid, ids, num_segments)
+    padded = concat([t, zeros_like(t[:1])], axis=0)
+    return gather(padded, safe, axis=0)
+
+
+def _segment_sum_vjp(gs, xs, ys, num_segments):
+    return (_segment_rows(gs[0], xs[1], num_segments), None)
+
+
+def _segment_extreme_vjp(gs, xs, ys, num_segments):
+    data, ids = xs
+    picked = cast(equal(data, _segment_rows(ys[0], ids, num_segments)), data.dtype)
+    ties = apply(_SEGMENTS["segment_sum"], (picked, ids), {"num_segments": num_segments})
+    share = picked / maximum(_segment_rows(ties, ids, num_segments), 1.0)
+    return (_segment_rows(gs[0], ids, num_segments) * share, None)
+
+
+def _segment_prod_vjp(gs, xs, ys, num_segments):
+    data, ids = xs
+    return (_segment_rows(gs[0] * ys[0], ids, num_segments) / data, None)
+
+
+_SEGMENT_VJPS = {
+    "segment_sum": _segment_sum_vjp,
+    "segment_max": _segment_extreme_vjp,
+    "segment_min": _segment_extreme_vjp,
+    "segment_prod": _segment_prod_vjp,
+}
+_SEGMENTS = {
+    name: defop(name, infer=_segment_infer(name), vjp=_SEGMENT_VJPS[name])(_segment_reference(name))
+    for name in _SEGMENT_INIT
+}
+
+
+def _segment(name: str, data, segment_ids, num_segments) -> Tensor:
+    data = as_tensor(data, name=name)
+    ids = as_tensor(segment_ids, name=name)
+    if ids.dtype.kind != "i":
+        ids = cast(ids, "int64")
+    if num_segments is None:
+        values = ids.numpy()
+        num_segments = int(values.max()) + 1 if values.size else 0
+    return apply(_SEGMENTS[name], (data, ids), {"num_segments": int(num_segments)})
+
+
+def segment_sum(data, segment_ids, num_segments=None, sorted=False) -> Tensor:  # noqa: A002
+    """Sum of the rows of `data` that share a segment id; ids outside [0, num_segments)
+    are dropped and empty segments give 0. Without `num_segments`, max(id) + 1 (eager only).
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.segment_sum(tp.tensor([1.0, 2.0, 3.0]), tp.tensor([0, 0, 2])).numpy().tolist()
+    [3.0, 0.0, 3.0]
+    """
+    return _segment("segment_sum", data, segment_ids, num_segments)
+
+
+def segment_max(data, segment_ids, num_segments=None, sorted=False) -> Tensor:  # noqa: A002
+    """Maximum of the rows of `data` that share a segment id (-inf for an empty segment).
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.segment_max(tp.tensor([1.0, 2.0, 3.0]), tp.tensor([0, 0, 1])).numpy().tolist()
+    [2.0, 3.0]
+    """
+    return _segment("segment_max", data, segment_ids, num_segments)
+
+
+def segment_min(data, segment_ids, num_segments=None, sorted=False) -> Tensor:  # noqa: A002
+    """Minimum of the rows of `data` that share a segment id (inf for an empty segment).
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.segment_min(tp.tensor([1.0, 2.0, 3.0]), tp.tensor([0, 0, 1])).numpy().tolist()
+    [1.0, 3.0]
+    """
+    return _segment("segment_min", data, segment_ids, num_segments)
+
+
+def segment_prod(data, segment_ids, num_segments=None, sorted=False) -> Tensor:  # noqa: A002
+    """Product of the rows of `data` that share a segment id (1 for an empty segment).
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.segment_prod(tp.tensor([1.0, 2.0, 3.0]), tp.tensor([0, 0, 1])).numpy().tolist()
+    [2.0, 3.0]
+    """
+    return _segment("segment_prod", data, segment_ids, num_segments)
+
+
+# -------------------------------------------------------------------- top k
+def _top_k_infer(x, k, sorted):
+    if len(x.shape) < 1:
+        raise ValueError("top_k: needs a tensor of at least one axis, got a scalar")
+    n = x.shape[-1]
+    if n is not None and not 0 <= k <= n:
+        raise ValueError(f"top_k: k={k} must lie in [0, {n}] for shape {x.shape}")
+    shape = (*x.shape[:-1], k)
+    return [(shape, x.dtype), (shape, dtypes.int32)]
+
+
+def _top_k_vjp(gs, xs, ys, k, sorted):
+    if gs[0] is None:
+        return (zeros_like(xs[0]),)
+    n = xs[0].shape[-1]
+    hot = one_hot(ys[1], n, dtype=gs[0].dtype)  # (..., k, n)
+    return (squeeze(matmul(expand_dims(gs[0], -2), hot), -2),)
+
+
+@defop("top_k", infer=_top_k_infer, vjp=_top_k_vjp, num_outputs=2)
+def _TOP_K(x, k, sorted):
+    order = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)
+
+
+def top_k(x, k, sorted=True) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """The `k` largest entries along the last axis and their indices (int32), largest
+    first (also for sorted=False); the values are differentiable.
+
+    >>> import tapeflow as tp
+    >>> values, indices = tp.ops.math.top_k(tp.tensor([1.0, 5.0, 3.0]), 2)
+    >>> values.numpy().tolist(), indices.numpy().tolist()
+    ([5.0, 3.0], [1, 2])
+    """
+    x = as_tensor(x, name="top_k")
+    values, indices = apply(_TOP_K, (x,), {"k": int(k), "sorted": bool(sorted)})
+    return values, indices
+
+
+def in_top_k(targets, predictions, k) -> Tensor:
+    """Whether each row's target class scores at least the row's k-th largest prediction.
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.in_top_k(tp.tensor([1, 0]), tp.tensor([[0.1, 0.9], [0.2, 0.8]]), 1).numpy().tolist()
+    [True, False]
+    """
+    predictions = as_tensor(predictions, name="in_top_k")
+    targets = as_tensor(targets, name="in_top_k")
+    if predictions.ndim != 2 or targets.ndim != 1:
+        raise ValueError(
+            f"in_top_k: expected predictions (batch, classes) and targets (batch,), got {predictions.shape} "
+            f"and {targets.shape}"
+        )
+    if predictions.dtype.kind != "f":
+        predictions = cast(predictions, "float32")
+    kth = top_k(stop_gradient(predictions), k)[0][:, -1]
+    hot = one_hot(cast(targets, "int64"), predictions.shape[-1], dtype=predictions.dtype)
+    target_value = apply(get_op("sum"), (hot * predictions,), {"axes": (1,), "keepdims": False})
+    return greater_equal(target_value, kth)
+
+
+# ------------------------------------------------------------------ logdet
+def _swap_last_two(t: Tensor) -> Tensor:
+    return transpose(t, (*range(t.ndim - 2), t.ndim - 1, t.ndim - 2))
+
+
+def _inverse_transpose_vjp(gs, xs, ys):
+    y = ys[0]
+    return (-matmul(matmul(y, _swap_last_two(gs[0])), y),)
+
+
+def _square_matrices(name):
+    def infer(x):
+        if len(x.shape) < 2 or (None not in x.shape[-2:] and x.shape[-1] != x.shape[-2]):
+            raise ValueError(f"{name}: expected square matrices (..., n, n), got shape {x.shape}")
+        if x.dtype.kind != "f":
+            raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype}")
+        return [(x.shape if name != "logdet" else x.shape[:-2], x.dtype)]
+
+    return infer
+
+
+@defop("logdet_grad", infer=_square_matrices("logdet_grad"), vjp=_inverse_transpose_vjp)
+def _LOGDET_GRAD(x):
+    return np.swapaxes(np.linalg.inv(x), -1, -2)
+
+
+def _logdet_vjp(gs, xs, ys):
+    return (expand_dims(expand_dims(gs[0], -1), -1) * apply(_LOGDET_GRAD, (xs[0],), {}),)
+
+
+@defop("logdet", infer=_square_matrices("logdet"), vjp=_logdet_vjp)
+def _LOGDET(x):
+    sign, value = np.linalg.slogdet(x)
+    return np.where(sign > 0, value, np.where(sign == 0, -np.inf, np.nan)).astype(x.dtype)
+
+
+def logdet(x) -> Tensor:
+    """log(det(x)) of square matrices (NaN where the determinant is negative).
+
+    >>> import tapeflow as tp
+    >>> round(float(tp.ops.math.logdet(tp.tensor([[2.0, 0.0], [0.0, 3.0]]))), 4)
+    1.7918
+    """
+    return apply(_LOGDET, (as_tensor(x, name="logdet"),), {})
+
+
+# --------------------------------------------------------------------- FFT
+def _dft_infer(real, imag, axes, inverse):
+    if tuple(real.shape) != tuple(imag.shape):
+        raise ValueError(f"fft: the real and imaginary parts must have one shape, got {real.shape} and {imag.shape}")
+    if real.dtype.kind != "f" or imag.dtype.kind != "f":
+        raise ValueError(f"fft: the real and imaginary parts must be floating point, got {real.dtype} and {imag.dtype}")
+    if real.dtype is not imag.dtype:
+        raise TypeError(f"fft: the real and imaginary parts must have one dtype, got {real.dtype} and {imag.dtype}")
+    for a in axes:
+        if len(real.shape) < -a:
+            raise ValueError(f"fft: needs at least {-a} axes, got shape {real.shape}")
+    return [(real.shape, real.dtype), (real.shape, real.dtype)]
+
+
+def _dft_vjp(gs, xs, ys, axes, inverse):
+    # The adjoint of the DFT is n times the inverse DFT; that of the inverse is the DFT over n.
+    n = float(np.prod([xs[0].shape[a] for a in axes]))
+    g_real, g_imag = (g if g is not None else zeros_like(y) for g, y in zip(gs, ys, strict=True))
+    real, imag = apply(_DFT, (g_real, g_imag), {"axes": axes, "inverse": not inverse})
+    scale = 1.0 / n if inverse else n
+    return real * scale, imag * scale
+
+
+@defop("dft", infer=_dft_infer, vjp=_dft_vjp, num_outputs=2)
+def _DFT(real, imag, axes, inverse):
+    z = real.astype(np.complex128) + 1j * imag.astype(np.complex128)
+    out = np.fft.ifftn(z, axes=axes) if inverse else np.fft.fftn(z, axes=axes)
+    return out.real.astype(real.dtype), out.imag.astype(real.dtype)
+
+
+def _complex_pair(name: str, x) -> tuple[Tensor, Tensor]:
+    if not isinstance(x, tuple | list) or len(x) != 2:
+        raise ValueError(f"{name}: x must be a tuple of two tensors, the real and imaginary parts, got {x!r}")
+    real, imag = as_tensor(x[0], name=name), as_tensor(x[1], name=name)
+    if tuple(real.shape) != tuple(imag.shape):
+        raise ValueError(f"{name}: the real and imaginary parts must have one shape, got {real.shape} and {imag.shape}")
+    if real.dtype.kind != "f" or imag.dtype.kind != "f":
+        raise ValueError(f"{name}: the real and imaginary parts must be floating point, got {real.dtype}, {imag.dtype}")
+    return real, imag
+
+
+def _dft(name: str, x, axes, inverse) -> tuple[Tensor, Tensor]:
+    real, imag = _complex_pair(name, x)
+    return apply(_DFT, (real, imag), {"axes": axes, "inverse": inverse})
+
+
+def fft(x) -> tuple[Tensor, Tensor]:
+    """The discrete Fourier transform along the last axis of a complex tensor given as
+    (real, imag); returns (real, imag).
+
+    >>> import tapeflow as tp
+    >>> real, imag = tp.ops.math.fft((tp.tensor([1.0, 0.0]), tp.tensor([0.0, 0.0])))
+    >>> real.numpy().tolist(), imag.numpy().tolist()
+    ([1.0, 1.0], [0.0, 0.0])
+    """
+    return _dft("fft", x, (-1,), False)
+
+
+def fft2(x) -> tuple[Tensor, Tensor]:
+    """The 2-D discrete Fourier transform over the last two axes of (real, imag).
+
+    >>> import tapeflow as tp
+    >>> real, imag = tp.ops.math.fft2((tp.ones((2, 2)), tp.zeros((2, 2))))
+    >>> real.numpy().tolist()
+    [[4.0, 0.0], [0.0, 0.0]]
+    """
+    return _dft("fft2", x, (-2, -1), False)
+
+
+def ifft2(x) -> tuple[Tensor, Tensor]:
+    """The inverse 2-D discrete Fourier transform over the last two axes of (real, imag).
+
+    >>> import tapeflow as tp
+    >>> real, imag = tp.ops.math.ifft2((tp.ones((2, 2)), tp.zeros((2, 2))))
+    >>> real.numpy().tolist()
+    [[1.0, 0.0], [0.0, 0.0]]
+    """
+    return _dft("ifft2", x, (-2, -1), True)
+
+
+def _fit_last(x: Tensor, n: int) -> Tensor:
+    """x cropped or zero-padded along its last axis to length n."""
+    have = x.shape[-1]
+    if have > n:
+        return x[..., :n]
+    if have < n:
+        return pad(x, [[0, 0]] * (x.ndim - 1) + [[0, n - have]])
+    return x
+
+
+def rfft(x, fft_length=None) -> tuple[Tensor, Tensor]:
+    """The DFT of a real signal along the last axis (cropped or zero-padded to
+    `fft_length`), its fft_length // 2 + 1 non-negative frequencies as (real, imag).
+
+    >>> import tapeflow as tp
+    >>> real, imag = tp.ops.math.rfft(tp.tensor([1.0, 1.0, 1.0, 1.0]))
+    >>> real.numpy().tolist()
+    [4.0, 0.0, 0.0]
+    """
+    x = as_tensor(x, name="rfft")
+    if x.dtype.kind != "f":
+        x = cast(x, "float32")
+    n = x.shape[-1] if fft_length is None else int(fft_length)
+    x = _fit_last(x, n)
+    real, imag = apply(_DFT, (x, zeros_like(x)), {"axes": (-1,), "inverse": False})
+    return real[..., : n // 2 + 1], imag[..., : n // 2 + 1]
+
+
+def irfft(x, fft_length=None) -> Tensor:
+    """The real signal whose rfft is the (real, imag) half spectrum `x`: the inverse of
+    `rfft`, of length `fft_length` (default 2 * (bins - 1)).
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.irfft((tp.tensor([4.0, 0.0, 0.0]), tp.zeros((3,)))).numpy().tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    real, imag = _complex_pair("irfft", x)
+    n = 2 * (real.shape[-1] - 1) if fft_length is None else int(fft_length)
+    half = n // 2 + 1
+    real, imag = _fit_last(real, half), _fit_last(imag, half)
+    mirror = np.arange(n - half, 0, -1) if n % 2 else np.arange(n - half, 0, -1)
+    index = Tensor._wrap(mirror.astype(np.int64)).to(real.device)
+    full_real = concat([real, gather(real, index, axis=-1)], axis=-1) if mirror.size else real
+    full_imag = concat([imag, -gather(imag, index, axis=-1)], axis=-1) if mirror.size else imag
+    out, _ = apply(_DFT, (full_real[..., :n], full_imag[..., :n]), {"axes": (-1,), "inverse": True})
+    return out
+
+
+def view_as_real(x) -> Tensor:
+    """The (real, imag) pair that stands for a complex tensor, stacked on a new last axis.
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.view_as_real((tp.tensor([1.0]), tp.tensor([2.0]))).numpy().tolist()
+    [[1.0, 2.0]]
+    """
+    real, imag = _complex_pair("view_as_real", x)
+    return stack([real, imag], axis=-1)
+
+
+def view_as_complex(x) -> tuple[Tensor, Tensor]:
+    """A (..., 2) real tensor as the (real, imag) pair that stands for a complex tensor
+    (tapeflow has no complex dtype).
+
+    >>> import tapeflow as tp
+    >>> real, imag = tp.ops.math.view_as_complex(tp.tensor([[1.0, 2.0]]))
+    >>> real.numpy().tolist(), imag.numpy().tolist()
+    ([1.0], [2.0])
+    """
+    x = as_tensor(x, name="view_as_complex")
+    if x.ndim < 1 or x.shape[-1] != 2:
+        raise ValueError(f"view_as_complex: the last axis must have size 2, got shape {x.shape}")
+    return x[..., 0], x[..., 1]
+
+
+# ------------------------------------------------------------ frames, STFT
+def extract_sequences(x, sequence_length, sequence_stride) -> Tensor:
+    """Frames of `sequence_length` samples every `sequence_stride` along the last axis:
+    (..., frames, sequence_length).
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.extract_sequences(tp.arange(5.0), 2, 2).numpy().tolist()
+    [[0.0, 1.0], [2.0, 3.0]]
+    """
+    x = as_tensor(x, name="extract_sequences")
+    length, stride = int(sequence_length), int(sequence_stride)
+    if length < 1 or stride < 1:
+        raise ValueError(f"extract_sequences: sequence_length and sequence_stride must be >= 1, got {length}, {stride}")
+    samples = x.shape[-1]
+    frames = max((samples - length) // stride + 1, 0)
+    index = np.arange(frames)[:, None] * stride + np.arange(length)[None, :]
+    flat = gather(x, Tensor._wrap(index.reshape(-1).astype(np.int64)).to(x.device), axis=x.ndim - 1)
+    return flat.reshape((*[-1 if d is None else d for d in x.shape[:-1]], frames, length))
+
+
+def _window(name: str, window, length: int, dtype) -> np.ndarray | Tensor:
+    if window is None:
+        return np.ones(length)
+    if isinstance(window, str):
+        if window not in ("hann", "hamming"):
+            raise ValueError(f"{name}: window must be 'hann', 'hamming', an array or None, got {window!r}")
+        t = np.arange(length) / length
+        a = 0.5 if window == "hann" else 0.54
+        return a - (1.0 - a) * np.cos(2.0 * np.pi * t)
+    w = window if isinstance(window, Tensor) else np.asarray(window, dtype=np.float64)
+    if w.ndim != 1 or w.shape[0] != length:
+        raise ValueError(f"{name}: the window must have shape ({length},), got {tuple(w.shape)}")
+    return cast(w, dtype) if isinstance(w, Tensor) else w
+
+
+def _centred(window, length: int, fft_length: int):
+    left = (fft_length - length) // 2
+    right = fft_length - length - left
+    if isinstance(window, np.ndarray):
+        return np.pad(window, (left, right))
+    return pad(window, [[left, right]])
+
+
+def stft(x, sequence_length, sequence_stride, fft_length, window="hann", center=True) -> tuple[Tensor, Tensor]:
+    """The short-time Fourier transform along the last axis, as (real, imag) of shape
+    (..., frames, fft_length // 2 + 1); `center` reflect-pads fft_length // 2 on each side.
+
+    >>> import tapeflow as tp
+    >>> real, imag = tp.ops.math.stft(tp.ones((16,)), 8, 4, 8)
+    >>> real.shape
+    (5, 5)
+    """
+    x = as_tensor(x, name="stft")
+    if x.dtype.name not in ("float32", "float64"):
+        raise TypeError(f"stft: expected a float32 or float64 input, got {x.dtype}")
+    length, stride, n = int(sequence_length), int(sequence_stride), int(fft_length)
+    if n < length:
+        raise ValueError(f"stft: fft_length ({n}) must be >= sequence_length ({length})")
+    win = _centred(_window("stft", window, length, x.dtype), length, n)
+    if center:
+        half, samples = n // 2, x.shape[-1]
+        if half >= samples:
+            raise ValueError(f"stft: with center=True the signal ({samples}) must be longer than fft_length // 2")
+        index = np.concatenate([np.arange(half, 0, -1), np.arange(samples), samples - 2 - np.arange(half)])
+        x = gather(x, Tensor._wrap(index.astype(np.int64)).to(x.device), axis=x.ndim - 1)
+    frames = extract_sequences(x, n, stride)
+    if isinstance(win, np.ndarray):  # a host constant, placed beside the frames
+        win = Tensor._wrap(win.astype(x.dtype.np)).to(x.device)
+    return rfft(frames * win, n)
+
+
+def _overlap_add(frames: Tensor, stride: int) -> Tensor:
+    """Sum frames (..., F, n) placed `stride` apart into a signal of stride * (F - 1) + n."""
+    count, n = frames.shape[-2], frames.shape[-1]
+    steps = -(-n // stride)
+    lead = [[0, 0]] * (frames.ndim - 2)
+    chunks = pad(frames, lead + [[0, 0], [0, steps * stride - n]])
+    chunks = chunks.reshape((*[-1 if d is None else d for d in frames.shape[:-2]], count, steps, stride))
+    total = None
+    for s in range(steps):
+        part = pad(chunks[..., s, :], lead + [[s, steps - 1 - s], [0, 0]])
+        total = part if total is None else total + part
+    signal = total.reshape((*[-1 if d is None else d for d in frames.shape[:-2]], (count + steps - 1) * stride))
+    return signal[..., : stride * (count - 1) + n]
+
+
+def istft(x, sequence_length, sequence_stride, fft_length, length=None, window="hann", center=True) -> Tensor:
+    """The inverse of `stft`: inverse real FFTs of (real, imag) frames, windowed and
+    overlap-added, normalized by the summed squared window.
+
+    >>> import tapeflow as tp
+    >>> signal = tp.random.normal((32,), seed=0)
+    >>> back = tp.ops.math.istft(tp.ops.math.stft(signal, 8, 4, 8), 8, 4, 8, length=32)
+    >>> bool(abs(back - signal).numpy().max() < 1e-5)
+    True
+    """
+    real, _ = _complex_pair("istft", x)
+    length_, stride, n = int(sequence_length), int(sequence_stride), int(fft_length)
+    frames = irfft(x, n)
+    count = frames.shape[-2]
+    win = _window("istft", window, length_, real.dtype)
+    if window is not None:
+        win = _centred(win, length_, n)
+    expected = n + stride * (count - 1)
+    if length_ == n and center and window is not None:
+        weight = win if isinstance(win, np.ndarray) else None
+        if weight is None:
+            raise NotImplementedError("istft: a window Tensor is not supported; pass a NumPy array or a name")
+        envelope = np.zeros(expected)
+        for f in range(count):
+            envelope[f * stride : f * stride + n] += weight**2
+        signal = _overlap_add(frames * Tensor._wrap(weight.astype(real.dtype.np)).to(real.device), stride)
+        start = n // 2
+        end = expected - n // 2 if length is None else start + int(length)
+        keep = envelope[start:end]
+        signal = signal[..., start:end]
+        if signal.shape[-1] < end - start:
+            signal = pad(signal, [[0, 0]] * (signal.ndim - 1) + [[0, end - start - signal.shape[-1]]])
+            keep = np.pad(keep, (0, end - start - keep.size), constant_values=1.0)
+        safe = np.where(np.abs(keep) > 1e-11, keep, 1.0)
+        return signal / Tensor._wrap(safe.astype(real.dtype.np)).to(real.device)
+    if window is not None:
+        w = win if isinstance(win, np.ndarray) else None
+        if w is None:
+            raise NotImplementedError("istft: a window tensor is not supported; pass a NumPy array or a name")
+        overlaps = -(-n // stride)
+        denom = np.pad(w**2, (0, overlaps * stride - n)).reshape(overlaps, stride).sum(0)
+        w = w / np.tile(denom, overlaps)[:n]
+        frames = frames * Tensor._wrap(w.astype(real.dtype.np)).to(real.device)
+    signal = _overlap_add(frames, stride)
+    start = n // 2 if center else 0
+    if length is not None:
+        end = start + int(length)
+    elif center:
+        end = expected - n // 2
+    else:
+        end = expected
+    return signal[..., start:end]
+
+
+def cdist(x, y) -> Tensor:
+    """Euclidean distances between the rows of x (..., m, d) and y (..., n, d): (..., m, n).
+
+    >>> import tapeflow as tp
+    >>> tp.ops.math.cdist(tp.tensor([[0.0, 0.0]]), tp.tensor([[3.0, 4.0]])).numpy().tolist()
+    [[5.0]]
+    """
+    x, y = binary_operands(x, y, "cdist")
+    if x.ndim < 2 or y.ndim < 2 or x.shape[-1] != y.shape[-1]:
+        raise ValueError(f"cdist: inputs need rank >= 2 and one last dimension, got {x.shape} and {y.shape}")
+    diff = expand_dims(x, -2) - expand_dims(y, -3)
+    return sqrt(apply(get_op("sum"), (square(diff),), {"axes": (diff.ndim - 1,), "keepdims": False}))

@@ -16,6 +16,7 @@ True
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -138,9 +139,7 @@ def _float_shape_infer(name):
         d = dtypes.as_dtype(dtype)
         if d.kind != "f":
             raise TypeError(f"{name}: dtype must be floating point, got {d}")
-        if any(s < 0 for s in shape):
-            raise ValueError(f"{name}: negative dimension in shape {shape}")
-        return [(tuple(shape), d)]
+        return [(shapes.as_dims(name, shape), d)]
 
     return infer
 
@@ -259,7 +258,7 @@ def _categorical_infer(logits, num_samples, generator):
         raise ValueError(
             f"categorical: logits must be a float [batch, classes] tensor, got {logits.shape} {logits.dtype}"
         )
-    return [((logits.shape[0], num_samples), dtypes.int64)]
+    return [((logits.shape[0], shapes.as_int("categorical", "num_samples", num_samples)), dtypes.int64)]
 
 
 @defop("categorical", infer=_categorical_infer, stateful=True)
@@ -300,7 +299,7 @@ def categorical(logits, num_samples: int, generator=None, *, dtype="int64", seed
 
 
 def _permutation_infer(n, generator):
-    return [((n,), dtypes.int64)]
+    return [((shapes.as_int("random_permutation", "n", n),), dtypes.int64)]
 
 
 @defop("random_permutation", infer=_permutation_infer, stateful=True)
@@ -323,6 +322,136 @@ def shuffle(x, generator=None, *, axis: int = 0, seed=None) -> Tensor:
     axis = shapes.as_int("shuffle", "axis", axis, low=-x.ndim, high=x.ndim - 1) % x.ndim
     perm = apply(_PERMUTATION, (), {"n": x.shape[axis], "generator": _generator(_source("shuffle", generator, seed))})
     return gather(x, perm, axis=axis)
+
+
+# ------------------------------------------------- gamma, beta, binomial, integers
+def _scalar(name: str, label: str, value) -> float:
+    """A distribution parameter as a float: a number or a one-element tensor or array."""
+    if isinstance(value, Tensor):
+        value = value.numpy()
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "biuf":
+        raise NotImplementedError(
+            f"{name}: {label} must be a single number (per-element parameters are not supported), got {value!r}"
+        )
+    if array.dtype.kind == "b":
+        raise TypeError(f"{name}: {label} must be a number, got {value!r}")
+    return float(array.reshape(()))
+
+
+def _draw_infer(name: str, kind: str):
+    def infer(*like, shape, dtype, generator, **_):
+        d = dtypes.as_dtype(dtype)
+        if d.kind not in kind:
+            wanted = "floating point" if kind == "f" else "integer"
+            raise TypeError(f"{name}: dtype must be {wanted}, got {d}")
+        if like:
+            return [(tuple(like[0].shape), d)]
+        return [(shapes.as_dims(name, shape), d)]
+
+    return infer
+
+
+@defop("random_gamma", infer=_draw_infer("random_gamma", "f"), stateful=True)
+def _GAMMA(*like, shape, dtype, generator, alpha):
+    shape = like[0].shape if like else shape
+    return generator.numpy.standard_gamma(alpha, shape).astype(dtypes.as_dtype(dtype).np)
+
+
+@defop("random_beta", infer=_draw_infer("random_beta", "f"), stateful=True)
+def _BETA(*like, shape, dtype, generator, alpha, beta):
+    shape = like[0].shape if like else shape
+    return generator.numpy.beta(alpha, beta, shape).astype(dtypes.as_dtype(dtype).np)
+
+
+@defop("random_binomial", infer=_draw_infer("random_binomial", "fiu"), stateful=True)
+def _BINOMIAL(*like, shape, dtype, generator, counts, probabilities):
+    shape = like[0].shape if like else shape
+    return generator.numpy.binomial(counts, probabilities, shape).astype(dtypes.as_dtype(dtype).np)
+
+
+@defop("random_integers", infer=_draw_infer("random_integers", "iu"), stateful=True)
+def _INTEGERS(*like, shape, dtype, generator, minval, maxval):
+    shape = like[0].shape if like else shape
+    return generator.numpy.integers(minval, maxval, shape).astype(dtypes.as_dtype(dtype).np)
+
+
+def _draw_from(opdef, shape, dtype, seed, **params) -> Tensor:
+    """A draw of `shape` from `opdef` (sizes known only at run time read from a zero tensor)."""
+    dynamic = shapes.has_dynamic(shape)
+    attrs = {
+        "shape": None if dynamic else _shape(opdef.name, shape),
+        "dtype": dtypes.as_dtype(dtype).name,
+        "generator": _generator(seed),
+        **params,
+    }
+    return apply(opdef, (zeros_of(opdef.name, shape, "float32"),) if dynamic else (), attrs)
+
+
+def gamma(shape, alpha, dtype=None, seed=None) -> Tensor:
+    """Keras 3's `keras.random.gamma`: samples of the gamma distribution with shape
+    (concentration) `alpha` and scale 1; `seed` is an int (the same draw every call), a
+    SeedGenerator (moves on each call) or None (the global stream).
+
+    >>> import tapeflow as tp
+    >>> x = tp.random.gamma((20000,), alpha=3.0, seed=1)
+    >>> round(float(tp.mean(x)), 1), bool((x == tp.random.gamma((20000,), 3.0, seed=1)).numpy().all())
+    (3.0, True)
+    """
+    alpha = _scalar("gamma", "alpha", alpha)
+    if not alpha > 0:
+        raise ValueError(f"gamma: alpha must be > 0, got {alpha}")
+    return _draw_from(_GAMMA, shape, dtype or "float32", seed, alpha=alpha)
+
+
+def beta(shape, alpha, beta, dtype=None, seed=None) -> Tensor:  # noqa: A002 - Keras's argument name
+    """Keras 3's `keras.random.beta`: samples in [0, 1] of the beta distribution with
+    concentrations `alpha` and `beta`; `seed` as in `gamma`.
+
+    >>> import tapeflow as tp
+    >>> x = tp.random.beta((20000,), alpha=2.0, beta=6.0, seed=2)
+    >>> round(float(tp.mean(x)), 2)
+    0.25
+    """
+    a, b = _scalar("beta", "alpha", alpha), _scalar("beta", "beta", beta)
+    if not (a > 0 and b > 0):
+        raise ValueError(f"beta: alpha and beta must be > 0, got {a} and {b}")
+    return _draw_from(_BETA, shape, dtype or "float32", seed, alpha=a, beta=b)
+
+
+def binomial(shape, counts, probabilities, dtype=None, seed=None) -> Tensor:
+    """Keras 3's `keras.random.binomial`: the number of successes in `counts` trials of
+    probability `probabilities`, as floats (float32 by default, as Keras); `seed` as in
+    `gamma`.
+
+    >>> import tapeflow as tp
+    >>> x = tp.random.binomial((20000,), counts=10, probabilities=0.3, seed=3)
+    >>> round(float(tp.mean(x)), 1), x.dtype
+    (3.0, tapeflow.float32)
+    """
+    n = _scalar("binomial", "counts", counts)
+    p = _scalar("binomial", "probabilities", probabilities)
+    if n < 0 or n != math.floor(n):
+        raise ValueError(f"binomial: counts must be a whole number >= 0, got {counts!r}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"binomial: probabilities must lie in [0, 1], got {probabilities!r}")
+    return _draw_from(_BINOMIAL, shape, dtype or "float32", seed, counts=int(n), probabilities=p)
+
+
+def randint(shape, minval, maxval, dtype="int32", seed=None) -> Tensor:
+    """Keras 3's `keras.random.randint`: integers drawn uniformly from [minval, maxval);
+    `seed` as in `gamma`.
+
+    >>> import tapeflow as tp
+    >>> x = tp.random.randint((1000,), 2, 5, seed=4)
+    >>> sorted(set(x.numpy().tolist())), x.dtype
+    ([2, 3, 4], tapeflow.int32)
+    """
+    low = shapes.as_int("randint", "minval", minval, low=-(2**63), high=2**63 - 1)
+    high = shapes.as_int("randint", "maxval", maxval, low=-(2**63), high=2**63 - 1)
+    if high <= low:
+        raise ValueError(f"randint: maxval {maxval} must exceed minval {minval}")
+    return _draw_from(_INTEGERS, shape, dtype, seed, minval=low, maxval=high)
 
 
 # ------------------------------------------------------------ candidate sampling

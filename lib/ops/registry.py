@@ -98,10 +98,13 @@ class OpDef:
         module = backend(family)
         binder = getattr(module, f"bind_{self.name}", None)
         kernel = self.reference if self.transfer else getattr(module, self.name, None)
+        refused = self.name in getattr(module, "UNSUPPORTED", ())
+        if refused:
+            kernel = None  # refused below even where the backend falls back to references
         if kernel is None and self.name in module.RUNS_ON_HOST:
             kernel = _copied_in(self.reference, module)
         if kernel is None:
-            if not module.FALLS_BACK_TO_REFERENCE:
+            if not module.FALLS_BACK_TO_REFERENCE or refused:
                 raise UnsupportedOpError(
                     f"{self.name}: the {family} backend cannot run this op, and tapeflow does not move it "
                     f"to the CPU behind your back; run it on the CPU explicitly (tensor.to('cpu'))"

@@ -14,22 +14,44 @@ the values a GradientTape saved stay as they were.
 """
 
 from tapeflow.optimizers import schedules
+from tapeflow.optimizers.adadelta import Adadelta
+from tapeflow.optimizers.adafactor import Adafactor
 from tapeflow.optimizers.adagrad import Adagrad
 from tapeflow.optimizers.adam import Adam, AdamW
-from tapeflow.optimizers.lookup import get, serialize
+from tapeflow.optimizers.adamax import Adamax
+from tapeflow.optimizers.ftrl import Ftrl
+from tapeflow.optimizers.lamb import Lamb
+from tapeflow.optimizers.lion import Lion
+from tapeflow.optimizers.lookup import deserialize, get, serialize
 from tapeflow.optimizers.loss_scale_optimizer import LossScaleOptimizer
+from tapeflow.optimizers.multi_optimizer import MultiOptimizer, OptimizerMap
+from tapeflow.optimizers.muon import Muon
+from tapeflow.optimizers.nadam import Nadam
 from tapeflow.optimizers.optimizer import Optimizer
 from tapeflow.optimizers.rmsprop import RMSprop
+from tapeflow.optimizers.schedule_free_adamw import ScheduleFreeAdamW
 from tapeflow.optimizers.sgd import SGD
 
 __all__ = [
+    "Adadelta",
+    "Adafactor",
     "Adagrad",
     "Adam",
     "AdamW",
+    "Adamax",
+    "Ftrl",
+    "Lamb",
+    "Lion",
     "LossScaleOptimizer",
+    "MultiOptimizer",
+    "Muon",
+    "Nadam",
     "Optimizer",
+    "OptimizerMap",
     "RMSprop",
     "SGD",
+    "ScheduleFreeAdamW",
+    "deserialize",
     "get",
     "schedules",
     "serialize",

@@ -19,6 +19,18 @@ from tapeflow.tensor import Tensor, Variable, eager_scope
 
 __all__ = ["LossScaleOptimizer"]
 
+_BASE_DEFAULTS = {
+    "weight_decay": None,
+    "clipnorm": None,
+    "global_clipnorm": None,
+    "clipvalue": None,
+    "use_ema": False,
+    "ema_momentum": 0.99,
+    "ema_overwrite_frequency": None,
+    "loss_scale_factor": None,
+    "gradient_accumulation_steps": None,
+}
+
 
 class LossScaleOptimizer(Optimizer):
     """Dynamic loss scaling around another optimizer, for float16 training.
@@ -47,7 +59,13 @@ class LossScaleOptimizer(Optimizer):
         initial_scale: float = 2.0**15,
         dynamic_growth_steps: int = 2000,
         name: str | None = None,
+        **kwargs,
     ):
+        for arg, default in _BASE_DEFAULTS.items():  # a saved config may hold them at their defaults
+            if arg in kwargs and kwargs.pop(arg) != default:
+                raise ValueError(f"LossScaleOptimizer does not support `{arg}`: set it on the inner optimizer instead")
+        if kwargs:
+            raise ValueError(f"LossScaleOptimizer does not support arguments {sorted(kwargs)}")
         if not isinstance(inner_optimizer, Optimizer) or isinstance(inner_optimizer, LossScaleOptimizer):
             raise TypeError(f"LossScaleOptimizer: expected an Optimizer to wrap, got {type(inner_optimizer).__name__}")
         if not initial_scale > 0 or int(dynamic_growth_steps) < 1:
@@ -93,6 +111,9 @@ class LossScaleOptimizer(Optimizer):
 
     def get_state(self):
         return self.inner_optimizer.get_state()
+
+    def finalize_variable_values(self, var_list) -> None:
+        self.inner_optimizer.finalize_variable_values(var_list)
 
     def set_state(self, state: dict, var_list=None) -> None:
         self.inner_optimizer.set_state(state, var_list)

@@ -12,12 +12,15 @@ from tapeflow.autodiff import GradientTape
 from tapeflow.devices import device
 from tapeflow.ops import sparse
 from tapeflow.ops.array import gather, reshape
-from tapeflow.ops.math import cast, clip, maximum, sqrt, square, where
+from tapeflow.ops.math import cast, clip, equal, maximum, not_equal, sqrt, square, where
+from tapeflow.ops.numpy import mod
 from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import as_tensor
 from tapeflow.optimizers import schedules
 from tapeflow.optimizers.schedules import LearningRateSchedule
 from tapeflow.tensor import IndexedSlices, Tensor, Variable, eager_scope
+
+_AVERAGE = "average"  # the slot holding a variable's moving average when use_ema is set
 
 
 def _nonnegative(owner: str, label: str, value, upper: float | None = None, closed: bool = True) -> float:
@@ -43,6 +46,11 @@ class Optimizer:
     `update_step(gradient, variable, learning_rate)`, which gets dense gradients.
     Weight decay always applies to the whole variable. `iterations` counts the updates
     applied; a schedule sees it before the update (0 on the first).
+
+    With `use_ema`, each variable also gets an "average" slot: after every update it
+    becomes `ema_momentum * average + (1 - ema_momentum) * variable` (the variable itself
+    after the first update); every `ema_overwrite_frequency` updates the variables take
+    their averages, and `finalize_variable_values` gives them their averages at the end.
     """
 
     def __init__(
@@ -52,9 +60,20 @@ class Optimizer:
         clipnorm: float | None = None,
         clipvalue: float | None = None,
         global_clipnorm: float | None = None,
+        use_ema: bool = False,
+        ema_momentum: float = 0.99,
+        ema_overwrite_frequency: int | None = None,
         name: str | None = None,
     ):
         owner = type(self).__name__
+        if use_ema:
+            _nonnegative(owner, "ema_momentum", ema_momentum, upper=1.0)
+            frequency = ema_overwrite_frequency
+            if frequency and (isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1):
+                raise ValueError(f"{owner}: ema_overwrite_frequency must be an integer >= 1 or None, got {frequency!r}")
+        self.use_ema = bool(use_ema)
+        self.ema_momentum = ema_momentum
+        self.ema_overwrite_frequency = ema_overwrite_frequency
         given = {"clipnorm": clipnorm, "clipvalue": clipvalue, "global_clipnorm": global_clipnorm}
         if sum(v is not None for v in given.values()) > 1:
             raise ValueError(f"{owner}: only one of clipnorm, clipvalue and global_clipnorm can be set, got {given}")
@@ -147,10 +166,13 @@ class Optimizer:
         while key in self._keys:
             n += 1
             key = f"{var.name}_{n}"
+        initials = dict(self.slot_initials(var))
+        if self.use_ema:
+            initials[_AVERAGE] = 0.0
         with eager_scope(), device(var.device):  # made eagerly (also on a first step in a freeze), beside var
             slots = {
                 slot: Variable(np.full(var.shape, fill, var.dtype.np), trainable=False, name=f"{key}/{slot}")
-                for slot, fill in self.slot_initials(var).items()
+                for slot, fill in initials.items()
             }
         self._index[id(var)] = len(self._variables)
         self._variables.append(var)
@@ -159,8 +181,13 @@ class Optimizer:
         return slots
 
     def slots(self, variable: Variable) -> dict[str, Variable]:
-        """The slot variables kept for `variable`, by slot name."""
+        """The slot variables kept for `variable`, by slot name (its moving average as
+        "average" when `use_ema` is set)."""
         return self._track(variable)
+
+    def _rule_slots(self, variable: Variable) -> dict[str, Variable]:
+        """The slots the update rule reads and writes: all but the moving average."""
+        return {name: slot for name, slot in self._track(variable).items() if name != _AVERAGE}
 
     @property
     def variables(self) -> list[Variable]:
@@ -219,6 +246,57 @@ class Optimizer:
                 self.update_step(grad, var, _beside(lr, var))
             else:
                 self._update_rows(grad, var, _beside(lr, var), rows)
+            if var.constraint is not None:  # a weight's constraint holds after every update, as in Keras
+                var.assign(var.constraint(var))
+        if self.use_ema:  # every variable the optimizer keeps, as Keras does
+            self._update_averages(self._variables, step)
+
+    def _update_averages(self, variables, step) -> None:
+        """Move each variable's average towards it (on step 1 the average takes its value),
+        then, on every `ema_overwrite_frequency`-th step, give the variables their averages.
+        `step` (from 1) is a number eagerly and a scalar tensor in a frozen step."""
+        frequency = self.ema_overwrite_frequency
+        for var in variables:
+            average, at = self.slots(var)[_AVERAGE], _beside(step, var)
+            if isinstance(at, Tensor):
+                kept = cast(not_equal(at, 1), var.dtype) * self.ema_momentum
+                taken = 1 - kept
+            else:  # both rounded to the variable's dtype, as the frozen step's tensors are
+                momentum = var.dtype.np.type(self.ema_momentum if at != 1 else 0.0)
+                kept, taken = float(momentum), float(1 - momentum)
+            average.assign(average * kept + var * taken)
+            if not frequency:
+                continue
+            if isinstance(at, Tensor):
+                var.assign(where(equal(mod(at, frequency), 0), average, var))
+            elif at % frequency == 0:
+                var.assign(average)
+
+    def finalize_variable_values(self, var_list) -> None:
+        """Give each variable in `var_list` its moving average when `use_ema` is set (`fit`
+        calls this with the model's trainable variables when it ends); otherwise do nothing.
+
+        >>> import tapeflow as tp
+        >>> w = tp.Variable([1.0], name="w")
+        >>> opt = tp.optimizers.SGD(0.5, use_ema=True, ema_momentum=0.5)
+        >>> for _ in range(2):
+        ...     opt.apply_gradients([(tp.tensor([1.0]), w)])
+        >>> opt.finalize_variable_values([w])
+        >>> w.numpy().tolist()
+        [0.25]
+        """
+        if not self.use_ema:
+            return
+        var_list = list(var_list)
+        if var_list and not self._variables:
+            raise ValueError(
+                f"{type(self).__name__}.finalize_variable_values: the optimizer keeps no moving averages yet; "
+                "it must update (or be built with) these variables first"
+            )
+        for var in var_list:  # a variable the optimizer never saw keeps its value
+            pos = self._index.get(id(var))
+            if pos is not None:
+                var.assign(self._slots[pos][_AVERAGE])
 
     def scale_loss(self, loss):
         """The loss to differentiate: `loss` itself here, scaled by a LossScaleOptimizer."""
@@ -255,7 +333,7 @@ class Optimizer:
         """Update one variable and its slots by `update_rule`. A sparse gradient (an
         IndexedSlices, each row once) updates only its rows of the variable and of the
         slots; the other rows stay as they are, bit for bit."""
-        slots = self.slots(variable)
+        slots = self._rule_slots(variable)
         if not isinstance(gradient, IndexedSlices):
             new_value, new_slots = self.update_rule(gradient, variable, dict(slots), learning_rate)
             for name, slot in slots.items():
@@ -273,7 +351,7 @@ class Optimizer:
         """The sparse update of `update_step` with fixed shapes: the rule runs on every row
         of a dense gradient and only the `rows` that the sparse gradient touched take the
         result, so the other rows and their slots stay as they are."""
-        slots = self.slots(variable)
+        slots = self._rule_slots(variable)
         new_value, new_slots = self.update_rule(gradient, variable, dict(slots), learning_rate)
         mask = reshape(rows, (-1,) + (1,) * (len(variable.shape) - 1))
         for name, slot in slots.items():
@@ -346,6 +424,9 @@ class Optimizer:
             "clipnorm": self.clipnorm,
             "global_clipnorm": self.global_clipnorm,
             "clipvalue": self.clipvalue,
+            "use_ema": self.use_ema,
+            "ema_momentum": self.ema_momentum,
+            "ema_overwrite_frequency": self.ema_overwrite_frequency,
         }
 
     @classmethod

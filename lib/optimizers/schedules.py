@@ -184,7 +184,154 @@ class PiecewiseConstantDecay(LearningRateSchedule):
         return {"boundaries": list(self.boundaries), "values": list(self.values), "name": self.name}
 
 
-_SCHEDULES = {cls.__name__: cls for cls in (ExponentialDecay, CosineDecay, PiecewiseConstantDecay)}
+class PolynomialDecay(LearningRateSchedule):
+    """(initial - end) * (1 - step / decay_steps)^power + end, held at the end rate
+    after `decay_steps`; with `cycle` the horizon grows to the next multiple of
+    `decay_steps` instead, so the rate rises again and decays anew.
+
+    >>> s = PolynomialDecay(1.0, decay_steps=10, end_learning_rate=0.0, power=2.0)
+    >>> [round(s(k), 4) for k in (0, 5, 10, 20)]
+    [1.0, 0.25, 0.0, 0.0]
+    """
+
+    def __init__(
+        self,
+        initial_learning_rate: float,
+        decay_steps: int,
+        end_learning_rate: float = 0.0001,
+        power: float = 1.0,
+        cycle: bool = False,
+        name: str = "PolynomialDecay",
+    ):
+        self.initial_learning_rate = _finite("PolynomialDecay", "initial_learning_rate", initial_learning_rate)
+        self.decay_steps = _positive_steps("PolynomialDecay", "decay_steps", decay_steps)
+        self.end_learning_rate = _finite("PolynomialDecay", "end_learning_rate", end_learning_rate)
+        self.power = _finite("PolynomialDecay", "power", power)
+        self.cycle = bool(cycle)
+        self.name = name
+
+    def __call__(self, step) -> float:
+        step, horizon = float(step), float(self.decay_steps)
+        if self.cycle:
+            horizon *= 1.0 if step == 0 else math.ceil(step / self.decay_steps)
+        else:
+            step = min(step, horizon)
+        fraction = step / horizon
+        return (self.initial_learning_rate - self.end_learning_rate) * (1.0 - fraction) ** self.power + (
+            self.end_learning_rate
+        )
+
+    def get_config(self) -> dict:
+        return {
+            "initial_learning_rate": self.initial_learning_rate,
+            "decay_steps": self.decay_steps,
+            "end_learning_rate": self.end_learning_rate,
+            "power": self.power,
+            "cycle": self.cycle,
+            "name": self.name,
+        }
+
+
+class InverseTimeDecay(LearningRateSchedule):
+    """initial_learning_rate / (1 + decay_rate * step / decay_steps); with `staircase`
+    the ratio step / decay_steps is floored.
+
+    >>> s = InverseTimeDecay(1.0, decay_steps=2, decay_rate=0.5)
+    >>> [s(k) for k in (0, 2, 4)]
+    [1.0, 0.6666666666666666, 0.5]
+    """
+
+    def __init__(
+        self,
+        initial_learning_rate: float,
+        decay_steps: int,
+        decay_rate: float,
+        staircase: bool = False,
+        name: str = "InverseTimeDecay",
+    ):
+        self.initial_learning_rate = _finite("InverseTimeDecay", "initial_learning_rate", initial_learning_rate)
+        self.decay_steps = _positive_steps("InverseTimeDecay", "decay_steps", decay_steps)
+        self.decay_rate = _finite("InverseTimeDecay", "decay_rate", decay_rate)
+        self.staircase = bool(staircase)
+        self.name = name
+
+    def __call__(self, step) -> float:
+        p = float(step) / self.decay_steps
+        if self.staircase:
+            p = math.floor(p)
+        return self.initial_learning_rate / (1.0 + self.decay_rate * p)
+
+    def get_config(self) -> dict:
+        return {
+            "initial_learning_rate": self.initial_learning_rate,
+            "decay_steps": self.decay_steps,
+            "decay_rate": self.decay_rate,
+            "staircase": self.staircase,
+            "name": self.name,
+        }
+
+
+class CosineDecayRestarts(LearningRateSchedule):
+    """Cosine decay with warm restarts (SGDR, Loshchilov and Hutter): each period decays
+    from its peak to alpha * peak; a period lasts t_mul times the one before (the first
+    `first_decay_steps`) and its peak is m_mul times the one before.
+
+    >>> s = CosineDecayRestarts(1.0, first_decay_steps=4, t_mul=2.0, m_mul=0.5)
+    >>> [round(s(k), 4) for k in (0, 2, 4, 8, 12)]
+    [1.0, 0.5, 0.5, 0.25, 0.25]
+    """
+
+    def __init__(
+        self,
+        initial_learning_rate: float,
+        first_decay_steps: int,
+        t_mul: float = 2.0,
+        m_mul: float = 1.0,
+        alpha: float = 0.0,
+        name: str = "SGDRDecay",
+    ):
+        owner = "CosineDecayRestarts"
+        self.initial_learning_rate = _finite(owner, "initial_learning_rate", initial_learning_rate)
+        self.first_decay_steps = _positive_steps(owner, "first_decay_steps", first_decay_steps)
+        self.t_mul = _finite(owner, "t_mul", t_mul)
+        self.m_mul = _finite(owner, "m_mul", m_mul)
+        self.alpha = _finite(owner, "alpha", alpha)
+        self.name = name
+
+    def __call__(self, step) -> float:
+        fraction = float(step) / self.first_decay_steps
+        if self.t_mul == 1.0:
+            restart = math.floor(fraction)
+            fraction -= restart
+        else:
+            restart = math.floor(math.log(1.0 - fraction * (1.0 - self.t_mul)) / math.log(self.t_mul))
+            done = (1.0 - self.t_mul**restart) / (1.0 - self.t_mul)
+            fraction = (fraction - done) / self.t_mul**restart
+        cosine = 0.5 * self.m_mul**restart * (1.0 + math.cos(math.pi * fraction))
+        return self.initial_learning_rate * ((1.0 - self.alpha) * cosine + self.alpha)
+
+    def get_config(self) -> dict:
+        return {
+            "initial_learning_rate": self.initial_learning_rate,
+            "first_decay_steps": self.first_decay_steps,
+            "t_mul": self.t_mul,
+            "m_mul": self.m_mul,
+            "alpha": self.alpha,
+            "name": self.name,
+        }
+
+
+_SCHEDULES = {
+    cls.__name__: cls
+    for cls in (
+        ExponentialDecay,
+        CosineDecay,
+        PiecewiseConstantDecay,
+        PolynomialDecay,
+        InverseTimeDecay,
+        CosineDecayRestarts,
+    )
+}
 
 
 def serialize(schedule: LearningRateSchedule) -> dict:

@@ -29,7 +29,7 @@ import numpy as np
 from tapeflow import metrics, optimizers, serialization
 from tapeflow.files.atomic import atomic_h5
 from tapeflow.files.safe_h5 import FileReadError, H5Reader, write_attrs, write_manifest, write_text
-from tapeflow.layers.base import Layer, deserialize
+from tapeflow.layers.base import Layer, deserialize, weight_budget
 from tapeflow.losses import losses
 from tapeflow.ops.creation import zeros
 from tapeflow.saving.formats import MODEL_FORMAT, MODEL_VERSION, MODEL_VERSIONS
@@ -45,6 +45,22 @@ from tapeflow.saving.weights import (
 from tapeflow.serialization import custom_object_scope
 
 __all__ = ["compile_arguments", "load_model", "restore_compile_arguments", "save_model"]
+
+
+# While a model is rebuilt from a file's config, the values its layers' weights may hold in
+# all: those the file stores, plus this many (for variables a file need not store). A config
+# edited to ask for more is refused before its weights are allocated.
+_WEIGHT_SLACK = 1 << 20
+
+
+@contextlib.contextmanager
+def _weights_bounded_by(reader: H5Reader):
+    """Within the block (in this thread), layers may create only as many weight values as
+    the file's `weights` group stores (plus a small slack)."""
+    group = reader.group(reader.file, "weights", required=False)
+    stored = sum(ds.size for ds in reader.datasets(group, "weights/").values()) if group is not None else 0
+    with weight_budget(stored + _WEIGHT_SLACK, f"the file holds ({stored} values in all)"):
+        yield
 
 
 def _write_json(group, name: str, value, where: str) -> None:
@@ -200,14 +216,15 @@ def load_model(path, custom_objects: dict | None = None, compile: bool = True):
         _, _, checked = reader.header({MODEL_FORMAT: MODEL_VERSIONS})
         f = reader.file
         config = reader.json(f, "config", checked)
-        with _rebuilding(reader, "the model's config"):
-            model = deserialize(config)
-        if not hasattr(model, "compile"):
-            raise ValueError(f"{where}: the file holds a {type(model).__name__}, not a model")
-        if not model.built or not model.weights:
-            build = reader.json(f, "build", checked)
-            with _rebuilding(reader, "building the model"):
-                _build(model, build, where)
+        with _weights_bounded_by(reader):
+            with _rebuilding(reader, "the model's config"):
+                model = deserialize(config)
+            if not hasattr(model, "compile"):
+                raise ValueError(f"{where}: the file holds a {type(model).__name__}, not a model")
+            if not model.built or not model.weights:
+                build = reader.json(f, "build", checked)
+                with _rebuilding(reader, "building the model"):
+                    _build(model, build, where)
         by_key = weight_paths(model, where)
         report, values = read_structured_weights(reader, checked, by_key, where)
         if not report.ok:

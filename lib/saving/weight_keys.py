@@ -77,19 +77,19 @@ def weight_paths(model: Layer, where: str = "weights") -> dict[str, object]:
     ['layers/dense/kernel', 'layers/dense/bias']
     """
     _require_built(model, where)
-    keys = {}
+    keys, taken = {}, set()
     for path, layer in layer_paths(model).items():
         for var in layer._trainable_variables + layer._non_trainable_variables:
             if id(var) in keys:
                 continue
             short = var.name[len(layer.name) + 1 :] if var.name.startswith(layer.name + "/") else var.name
             key = f"{path}/{short}" if path else short
-            taken = set(keys.values())
             n, unique = 0, key
             while unique in taken:
                 n += 1
                 unique = f"{key}_{n}"
             keys[id(var)] = unique
+            taken.add(unique)
     missing = [v.name for v in model.weights if id(v) not in keys]
     if missing:
         raise ValueError(f"{where}: weights {missing} are not owned by any layer of {model.name}")

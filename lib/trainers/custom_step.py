@@ -141,7 +141,8 @@ class FrozenStep:
         unique = {id(o): o for o in found if isinstance(o, Optimizer)}
         return list(unique.values())
 
-    def _traced(self, data, rates, steps):
+    def _traced(self, data, rates, steps, trained):
+        # `trained` names the trainable variables: a layer made (un)trainable retraces
         optimizers = self._optimizers()
         trace = _Trace(optimizers)
         with _Deferred(trace, list(self.model.metrics), optimizers, rates, steps):
@@ -159,8 +160,9 @@ class FrozenStep:
             dtype = next((v.dtype for v in self.model.trainable_weights), "float32")
             rates.append(as_tensor(float(optimizer.learning_rate), dtype=dtype))
             steps.append(as_tensor(float(optimizer.iterations + 1), dtype=dtype))
-        self._current = _signature(data)
-        returned, calls = self.function(data, rates, steps)
+        trained = hash(tuple(map(id, self.model.trainable_weights)))
+        self._current = (_signature(data), trained)
+        returned, calls = self.function(data, rates, steps, trained)
         trace = self.traces[self._current]
         for optimizer in optimizers:
             optimizer.iterations += trace.updates.get(id(optimizer), 0)

@@ -530,7 +530,7 @@ class DataAdapter:
             self.steps = count if count >= 0 else None
             return
         if isinstance(source, Dataset):
-            make_pass, cardinality = (lambda epoch: source), source.cardinality()
+            make_pass, cardinality = (lambda epoch: source.as_numpy_iterator()), source.cardinality()
         elif isinstance(source, PyDataset):
             count = source.num_batches
             make_pass = self._py_pass

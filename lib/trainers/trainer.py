@@ -285,7 +285,7 @@ class Trainer:
     # ------------------------------------------------------------------ steps
     def _check_compiled(self, method: str) -> None:
         if not self._compiled:
-            raise RuntimeError(f"{method}: call model.compile(optimizer, loss) first")
+            raise ValueError(f"{method}: call model.compile(optimizer, loss) first")
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training: bool = True) -> Tensor:
         """The total loss of one batch, as Keras 3's `Model.compute_loss`: the compiled
@@ -341,7 +341,8 @@ class Trainer:
         an overridden `compute_loss` runs as the model's own (its metrics may update there)."""
         step = getattr(self, name)
         builtin = getattr(type(self), name) is getattr(Trainer, name)
-        if builtin and (name == "predict_step" or type(self).compute_loss is Trainer.compute_loss):
+        plain_loss = type(self).compute_loss is Trainer.compute_loss
+        if builtin and (name == "predict_step" or (plain_loss and not self._metrics_beyond_compiled())):
             return step
         if self._custom_steps is None:
             self._custom_steps = {}
@@ -359,6 +360,15 @@ class Trainer:
             return step(batch)
 
         return run
+
+    def _metrics_beyond_compiled(self) -> bool:
+        """Whether the model or its layers hold metrics of their own (a layer's call may
+        update them, which a frozen built-in step defers to the host as a custom step's)."""
+        compiled = set()
+        if self._compiled:
+            own = (self._loss_tracker, *self._output_metrics.metrics, *self._output_losses.trackers)
+            compiled = {id(m) for m in own}
+        return any(id(m) not in compiled for m in _tracked_metrics(self))
 
     def _frozen(self):
         """(train step, test step) as tp.functions, made on first use."""
@@ -535,6 +545,8 @@ class Trainer:
                         cbs.on_train_batch_begin(step)
                         logs = _floats(step_function(pack_x_y_sample_weight(xb, yb, swb)))
                         cbs.on_train_batch_end(step, logs)
+                        if self.stop_training:  # a callback stops training after this batch, as in Keras
+                            break
                     if logs is None:  # a generator that ran out before this epoch
                         self.stop_training = True
                         break
@@ -546,6 +558,8 @@ class Trainer:
                 cbs.on_epoch_end(epoch, logs)
                 if self.stop_training or train.ran_out:
                     break
+            if epochs > 0 and session is None:  # an optimizer with use_ema leaves its averages in the weights
+                self.optimizer.finalize_variable_values(self.trainable_weights)
             cbs.on_train_end()
         finally:
             if session is not None:

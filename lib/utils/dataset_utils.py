@@ -40,7 +40,7 @@ def split_dataset(dataset, left_size=None, right_size=None, shuffle: bool = Fals
 
 def _samples(dataset) -> list:
     if isinstance(dataset, Dataset):
-        return list(dataset)
+        return list(dataset.as_numpy_iterator())
     if isinstance(dataset, np.ndarray):
         return list(dataset)
     if isinstance(dataset, list | tuple):

@@ -27,11 +27,15 @@ def xy(rng):
 
 
 # ----- from_tensor_slices -----
-def test_slices_of_tuple_yield_numpy_rows(xy):
+def test_slices_of_tuple_yield_tensor_rows_and_numpy_rows_on_request(xy):
     x, y = xy
     elements = list(Dataset.from_tensor_slices((x, y)))
     assert len(elements) == 23
     for i, (xi, yi) in enumerate(elements):
+        assert isinstance(xi, tp.Tensor) and isinstance(yi, tp.Tensor)
+        np.testing.assert_array_equal(xi.numpy(), x[i])
+        assert int(yi) == y[i]
+    for i, (xi, yi) in enumerate(Dataset.from_tensor_slices((x, y)).as_numpy_iterator()):
         assert isinstance(xi, np.ndarray) and isinstance(yi, np.generic)
         np.testing.assert_array_equal(xi, x[i])
         assert yi == y[i]
@@ -70,10 +74,10 @@ def test_pipeline_never_writes_to_the_source(xy):
     x, y = xy
     before = x.copy()
     ds = Dataset.from_tensor_slices((x, y))
-    row, _ = next(iter(ds))
+    row, _ = next(ds.as_numpy_iterator())
     with pytest.raises(ValueError, match="read-only"):
         row += 1
-    xb, _ = next(iter(ds.batch(4)))
+    xb, _ = next(ds.batch(4).as_numpy_iterator())
     xb += 1  # batches are fresh arrays
     np.testing.assert_array_equal(x, before)
 
@@ -189,7 +193,7 @@ def test_batch_of_ragged_elements_names_the_component():
 def test_map_unpacks_tuples_and_converts_results(xy):
     x, y = xy
     ds = Dataset.from_tensor_slices((x, y)).map(lambda a, b: (tp.tensor(a) * 2.0, int(b) + 1))
-    for (a, b), xi, yi in zip(ds, x, y, strict=True):
+    for (a, b), xi, yi in zip(ds.as_numpy_iterator(), x, y, strict=True):
         assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
         np.testing.assert_allclose(a, xi * 2.0)
         assert b == yi + 1

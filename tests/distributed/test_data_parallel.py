@@ -328,6 +328,9 @@ def test_unsupported_inputs_are_clear_errors(cluster):
     model.compile(optimizer=tp.optimizers.SGD(0.1, global_clipnorm=1.0), loss="mse")
     with pytest.raises(ValueError, match="global_clipnorm"):
         model.fit(x, np.zeros((N, 5), np.float32), batch_size=BATCH, distribute=strategy, verbose=0)
+    model.compile(optimizer=tp.optimizers.SGD(0.1, use_ema=True), loss="mse")
+    with pytest.raises(ValueError, match="use_ema=True"):
+        model.fit(x, np.zeros((N, 5), np.float32), batch_size=BATCH, distribute=strategy, verbose=0)
 
 
 def test_a_replica_that_does_not_answer_ends_fit_with_a_timeout_naming_the_step(cluster):

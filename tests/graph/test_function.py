@@ -4,6 +4,7 @@ and the switch that runs functions eagerly."""
 from __future__ import annotations
 
 import logging
+import threading
 
 import numpy as np
 import pytest
@@ -106,3 +107,20 @@ def test_nested_structures_and_keyword_arguments():
     out = combine((tp.ones((2,)), tp.zeros((2,))), 3.0, offset=tp.ones((2,)))
     np.testing.assert_array_equal(out["sum"].numpy(), [4.0, 4.0])
     np.testing.assert_array_equal(out["diff"].numpy(), [1.0, 1.0])
+
+
+@pytest.mark.timeout(60)
+def test_a_function_that_calls_itself_inlines_the_inner_calls_instead_of_hanging():
+    @tp.function
+    def power(x, n):
+        return x if n == 1 else x * power(x, n - 1)
+
+    x = tp.constant([2.0, 3.0])
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("y", power(x, 3)), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "the recursive call deadlocked"
+    assert out["y"].numpy().tolist() == [8.0, 27.0]
+    assert power.trace_count == 1
+    assert power(x, 3).numpy().tolist() == [8.0, 27.0] and power.trace_count == 1

@@ -24,17 +24,7 @@ TIMEOUT_S = 240
 RESULT_TAG = "KERAS_SCRIPT_RESULT"
 
 # Scripts that fail on tapeflow today, with what they are missing.
-EXPECTED_FAILURES = {
-    "endpoint_layer_pattern": (
-        "a Metric's update_state on symbolic/traced tensors inside a layer's call (a metric tracked on a layer)"
-    ),
-    "image_classification_from_scratch": (
-        "layers.RandomFlip, RandomRotation, Rescaling, SeparableConv2D (catalogue issue)"
-    ),
-    "training_custom_losses_metrics": (
-        "Metric.__init__ calls reset_state() before a subclass has made its variables (Keras does not)"
-    ),
-}
+EXPECTED_FAILURES: dict[str, str] = {}
 
 
 def as_keras(source: str) -> str:

@@ -3,6 +3,8 @@
 from functools import partial
 
 import pytest
+from cases_conv import CASES as CONV_CASES
+from cases_keras_layers import CASES as KERAS_LAYER_CASES
 from layer_check import check_layer
 
 import tapeflow as tp
@@ -52,7 +54,7 @@ CASES = [
     ("conv1d_transpose", partial(L.Conv1DTranspose, 2, 3, strides=2, padding="same"), (2, 4, 3), {}),
     ("conv1d_transpose_valid", partial(L.Conv1DTranspose, 2, 3, strides=2, output_padding=1), (1, 3, 2), {}),
     ("max_pooling1d", partial(L.MaxPooling1D, 3, strides=2, padding="same"), (2, 7, 3), {}),
-    ("average_pooling1d", L.AveragePooling1D, (2, 5, 3), {}),
+    ("average_pooling1d", partial(L.AveragePooling1D, 2), (2, 5, 3), {}),
     ("global_average_pooling1d", L.GlobalAveragePooling1D, (2, 4, 3), {}),
     ("global_average_pooling1d_first", partial(L.GlobalAveragePooling1D, "channels_first", True), (2, 4, 3), {}),
     ("global_max_pooling1d", L.GlobalMaxPooling1D, (2, 4, 3), {}),
@@ -148,6 +150,8 @@ CASES = [
     ("concatenate", L.Concatenate, [(2, 3), (2, 4)], {}),
     ("input_layer", lambda dtype: L.InputLayer(shape=(5,), dtype=dtype), (3, 5), {}),
     ("concatenate_axis1", partial(L.Concatenate, axis=1), [(2, 1, 3), (2, 2, 3)], {}),
+    *CONV_CASES,
+    *KERAS_LAYER_CASES,
 ]
 
 
@@ -163,8 +167,11 @@ def test_every_public_layer_is_checked():
         checked.add(type(layer).__name__)
         checked.update(type(sub).__name__ for sub in layer._flatten_layers())
     public = {
-        name
+        getattr(L, name).__name__  # an alias (MaxPool2D) counts as its class (MaxPooling2D)
         for name in dir(L)
-        if isinstance(getattr(L, name), type) and issubclass(getattr(L, name), L.Layer) and name != "Layer"
+        if isinstance(getattr(L, name), type)
+        and issubclass(getattr(L, name), L.Layer)
+        and name != "Layer"
+        and getattr(L, name).__module__ != "tapeflow.layers.left_out"  # these raise when made, saying why
     }
     assert public - checked == set()

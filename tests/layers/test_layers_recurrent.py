@@ -144,3 +144,85 @@ def test_lstm_weights_and_config_are_keras_shaped():
     config = layer.get_config()
     assert config["units"] == 4 and config["recurrent_activation"] == "sigmoid" and "cell" not in config
     assert L.GRU(2).get_config()["reset_after"] is True
+
+
+def _numpy_gru(x, kernel, recurrent, bias, input_mask, recurrent_mask):
+    """Keras's GRU (reset_after) with one input mask and one recurrent mask per sequence."""
+    u = recurrent.shape[0]
+    h = np.zeros((x.shape[0], u))
+    for t in range(x.shape[1]):
+        xp = (x[:, t] * input_mask) @ kernel + bias[0]
+        rec = (h * recurrent_mask) @ recurrent + bias[1]
+        z = _sigmoid(xp[:, :u] + rec[:, :u])
+        r = _sigmoid(xp[:, u : 2 * u] + rec[:, u : 2 * u])
+        candidate = np.tanh(xp[:, 2 * u :] + r * rec[:, 2 * u :])
+        h = z * h + (1 - z) * candidate
+    return h
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU", "SimpleRNN"])
+def test_recurrent_dropout_masks_hold_for_the_whole_sequence(name, rng):
+    x = rng.normal(size=(3, 6, 5))
+    layer = getattr(L, name)(4, dropout=0.4, recurrent_dropout=0.3, seed=7, dtype="float64")
+    inference = layer(tp.tensor(x)).numpy()
+    plain = getattr(L, name)(4, dtype="float64")
+    plain(tp.tensor(x))
+    plain.set_weights(layer.get_weights())
+    np.testing.assert_allclose(inference, plain(tp.tensor(x)).numpy(), rtol=1e-12)  # no dropout at inference
+
+    cell = layer.cell
+    cell.begin_sequence(True)
+    try:
+        input_mask = cell._dropout_mask("inputs", tp.tensor(x[:, 0]), 0.4).numpy()
+        recurrent_mask = cell._dropout_mask("recurrent", tp.zeros((3, 4), "float64"), 0.3).numpy()
+        trained = layer._run(tp.tensor(x), None, layer._initial_states(3, None, tp.tensor(x))).numpy()
+    finally:
+        cell.end_sequence()
+    assert set(np.unique(input_mask)) <= {0.0, 1 / 0.6} and set(np.unique(recurrent_mask)) <= {0.0, 1 / 0.7}
+    assert 0 < (input_mask == 0).sum() < input_mask.size
+    if name == "GRU":
+        kernel, recurrent, bias = layer.get_weights()
+        np.testing.assert_allclose(
+            trained, _numpy_gru(x, kernel, recurrent, bias, input_mask, recurrent_mask), rtol=1e-10
+        )
+    # the same masks on a dropout-free copy, applied by hand to the inputs: equal when only input dropout acts
+    if name == "SimpleRNN":
+        kernel, recurrent, bias = layer.get_weights()
+        h = np.zeros((3, 4))
+        for t in range(6):
+            h = np.tanh((x[:, t] * input_mask) @ kernel + (h * recurrent_mask) @ recurrent + bias)
+        np.testing.assert_allclose(trained, h, rtol=1e-10)
+
+    training = layer(tp.tensor(x), training=True).numpy()
+    assert not np.allclose(training, inference)
+
+
+def test_recurrent_dropout_trains_frozen_and_eagerly_and_configs_follow_keras():
+    keras = pytest.importorskip("keras")
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(16, 5, 3)).astype("float32"), rng.normal(size=(16, 2)).astype("float32")
+    for jit in (True, False):
+        model = tp.Sequential([tp.Input((5, 3)), L.LSTM(4, dropout=0.2, recurrent_dropout=0.2, seed=1), L.Dense(2)])
+        model.compile("sgd", "mse", jit=jit)
+        history = model.fit(x, y, batch_size=8, epochs=2, verbose=0).history["loss"]
+        assert np.isfinite(history).all()
+    for name in ("LSTM", "GRU", "SimpleRNN"):
+        kwargs = {"units": 3, "dropout": 0.25, "recurrent_dropout": 0.5, "seed": 4, "zero_output_for_mask": True}
+        ours = getattr(L, name)(**kwargs).get_config()
+        theirs = getattr(keras.layers, name)(**kwargs).get_config()
+        for key in ("dropout", "recurrent_dropout", "seed", "zero_output_for_mask", "unroll", "stateful"):
+            assert ours[key] == theirs.get(key, ours[key]), (name, key)  # Keras's SimpleRNN config has no seed
+    with pytest.raises(ValueError, match="dropout must be a number in"):
+        L.LSTM(2, dropout=1.5)
+    with pytest.raises(NotImplementedError, match="stateful"):
+        L.GRU(2, stateful=True)
+
+
+def test_zero_output_for_mask_outputs_zeros_at_masked_steps():
+    x = np.ones((2, 4, 3), "float32")
+    mask = np.array([[True, True, False, False], [True, False, True, True]])
+    for zero in (False, True):
+        layer = L.SimpleRNN(2, return_sequences=True, zero_output_for_mask=zero)
+        out = layer(tp.tensor(x), mask=tp.tensor(mask)).numpy()
+        masked = out[~mask]
+        assert (np.abs(masked).sum(axis=-1) == 0).all() == zero

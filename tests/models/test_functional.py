@@ -60,5 +60,5 @@ def test_errors_name_the_problem():
     model = tp.Model(x, tp.layers.Dense(1)(x))
     with pytest.raises(ValueError, match="expected 1 inputs, got 2"):
         model([np.ones((1, 3)), np.ones((1, 3))])
-    with pytest.raises(TypeError, match="symbolic"):
+    with pytest.raises(ValueError, match="symbolic"):
         tp.Model(np.ones(3), tp.layers.Dense(1)(x))

@@ -163,7 +163,7 @@ def test_add_weight_takes_keras_arguments_and_names_unnamed_weights():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"shape": (2,), "constraint": "non_neg"}, "constraint"),
+        ({"shape": (2,), "constraint": "no_such_constraint"}, "no_such_constraint"),
         ({"shape": (2,), "aggregation": "sum"}, "aggregation"),
         ({"shape": (2,), "overwrite_with_gradient": True}, "overwrite_with_gradient"),
         ({"shape": (2,), "name": "a/b"}, "name"),

@@ -66,7 +66,7 @@ def test_an_input_after_a_layer_is_refused():
     model = tp.Sequential([L.Dense(2)])
     with pytest.raises(ValueError, match="only be the first entry"):
         model.add(tp.Input((3,)))
-    with pytest.raises(TypeError, match="expected a tp.layers.Layer or a tp.Input"):
+    with pytest.raises(ValueError, match="expected a tp.layers.Layer or a tp.Input"):
         model.add("dense")
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+import scipy.linalg
 
 import tapeflow as tp
 from tapeflow.ops import registry, skipgram, transfer
@@ -28,6 +29,7 @@ NOT_DIFFERENTIABLE = {
     "adam_update",
     "argmax",
     "argmin",
+    "argsort",
     "candidate_sampler",
     "categorical",
     "equal",
@@ -40,15 +42,23 @@ NOT_DIFFERENTIABLE = {
     "logical_and",
     "logical_not",
     "logical_or",
+    "lu_factor",
     "not_equal",
     "one_hot",
+    "random_beta",
+    "random_binomial",
+    "random_gamma",
+    "random_integers",
     "random_normal",
     "random_permutation",
     "random_uniform",
     "recv",  # no inputs; gradients cross devices by send/recv pairs of their own
+    "searchsorted",
     "send",  # no outputs: partitioning happens after differentiation
     "stop_gradient",
     "truncated_normal",
+    "unravel_index",
+    "view",
     "while_loop_grad",
     "word2vec_sgns_train",
 }
@@ -246,6 +256,172 @@ sample(
 )
 
 
+# ------------------------------ keras.ops.numpy primitives (tapeflow.ops.elementwise)
+NOT_DIFFERENTIABLE |= {
+    "bitwise_and",
+    "bitwise_invert",
+    "bitwise_or",
+    "bitwise_xor",
+    "floor_divide",
+    "gcd",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "lcm",
+    "left_shift",
+    "nextafter",
+    "quantile_weights",
+    "right_shift",
+    "signbit",
+}
+
+
+def _uniform(low, high):
+    return lambda *s: _RNG.uniform(low, high, s)
+
+
+def _i1_series(x):
+    """The modified Bessel function I1 by its power series (40 terms)."""
+    half = np.asarray(x, dtype=np.float64) / 2.0
+    return sum(half ** (2 * k + 1) / (math.factorial(k) * math.factorial(k + 1)) for k in range(40))
+
+
+_ELEMENTWISE_UNARY = {
+    "arcsin": (np.arcsin, _uniform(-0.9, 0.9)),
+    "arccos": (np.arccos, _uniform(-0.9, 0.9)),
+    "arctan": (np.arctan, normal),
+    "arcsinh": (np.arcsinh, normal),
+    "arccosh": (np.arccosh, _uniform(1.2, 3.0)),
+    "arctanh": (np.arctanh, _uniform(-0.9, 0.9)),
+    "sinh": (np.sinh, normal),
+    "cosh": (np.cosh, normal),
+    "tan": (np.tan, _uniform(-1.2, 1.2)),
+    "expm1": (np.expm1, normal),
+    "cbrt": (lambda x: np.sign(x) * np.abs(x) ** (1.0 / 3.0), away),
+    "bessel_i0": (np.i0, normal),
+    "bessel_i1": (_i1_series, normal),
+    "floor": (np.floor, lambda *s: grid(*s, offset=0.05)),
+    "ceil": (np.ceil, lambda *s: grid(*s, offset=0.05)),
+    "trunc": (np.trunc, lambda *s: grid(*s, offset=0.05)),
+}
+for _name, (_fn, _make) in _ELEMENTWISE_UNARY.items():
+    sample(_name, "3x4", [_make(3, 4)], {}, _fn)
+    sample(_name, "scalar", [np.asarray(_make())], {}, _fn)
+sample("bessel_i1", "zero", [np.zeros(3)], {}, _i1_series)
+sample("round_half_even", "1-decimal", [grid(3, 4, offset=0.013)], {"decimals": 1}, lambda a: np.round(a, 1))
+sample("round_half_even", "int64-tens", [ints(-50, 50, 6)], {"decimals": -1}, lambda a: np.round(a, -1))
+
+_SPECIALS = np.array([[1.0, np.nan, np.inf], [-np.inf, -0.0, -2.0]])
+for _name, _fn in {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite, "signbit": np.signbit}.items():
+    sample(_name, "specials", [_SPECIALS], {}, _fn)
+    sample(_name, "int64", [ints(-3, 3, 4)], {}, _fn)
+
+sample("arctan2", "broadcast", [normal(3, 4), normal(4)], {}, np.arctan2)
+sample("mod", "floats", [normal(3, 4), away(3, 4)], {}, lambda a, b: a - np.floor(a / b) * b)
+sample("mod", "int64", [ints(-9, 9, 5), ints(1, 4, 5) * np.array([1, -1, 1, -1, 1])], {}, np.mod)
+sample("fmod", "floats", [normal(3, 4), away(4)], {}, lambda a, b: a - np.trunc(a / b) * b)
+sample("fmod", "int64", [ints(-9, 9, 5), ints(1, 4, 5) * np.array([1, -1, 1, -1, 1])], {}, np.fmod)
+sample("floor_divide", "floats", [normal(3, 4), away(3, 4)], {}, lambda a, b: np.floor(a / b))
+sample("floor_divide", "int64", [ints(-9, 9, 5), ints(1, 4, 5)], {}, np.floor_divide)
+sample("nextafter", "floats", [normal(3, 4), normal(3, 4)], {}, np.nextafter)
+sample("gcd", "int64", [ints(-20, 20, 6), ints(1, 30, 6)], {}, np.gcd)
+sample("lcm", "int64", [ints(-20, 20, 6), ints(1, 30, 6)], {}, np.lcm)
+for _name, _fn in {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}.items():
+    sample(_name, "int64", [ints(-20, 20, 6), ints(0, 64, 6)], {}, _fn)
+    sample(_name, "bool", [ints(0, 2, 6) > 0, ints(0, 2, 6) > 0], {}, _fn)
+sample("left_shift", "int64", [ints(-20, 20, 6), ints(0, 5, 6)], {}, lambda a, b: a * 2**b)
+sample("right_shift", "int64", [ints(-20, 20, 6), ints(0, 5, 6)], {}, lambda a, b: np.floor_divide(a, 2**b))
+sample("bitwise_invert", "int64", [ints(-20, 20, 6)], {}, lambda a: -a - 1)
+sample("bitwise_invert", "bool", [ints(0, 2, 6) > 0], {}, np.logical_not)
+
+
+def _cumprod(a, axis):
+    out = np.moveaxis(np.array(a, dtype=np.float64, copy=True), axis, 0)
+    for i in range(1, out.shape[0]):
+        out[i] = out[i - 1] * out[i]
+    return np.moveaxis(out, 0, axis)
+
+
+sample("cumprod", "axis-1", [away(3, 4)], {"axis": 1}, lambda a: _cumprod(a, 1))
+sample("cumprod", "axis-0", [away(4, 2, 3)], {"axis": 0}, lambda a: _cumprod(a, 0))
+_x_cumprod_zeros = away(2, 5)
+_x_cumprod_zeros[0, 1] = _x_cumprod_zeros[1, 2] = _x_cumprod_zeros[1, 4] = 0.0
+sample("cumprod", "zeros", [_x_cumprod_zeros], {"axis": 1}, lambda a: _cumprod(a, 1))
+sample("cumprod", "int64", [ints(-3, 4, 2, 4)], {"axis": 1}, lambda a: np.cumprod(a, axis=1))
+
+
+def _quantile_attrs(qs, axes, keepdims=False, method="linear", scalar_q=None, ignore_nan=False):
+    scalar = len(qs) == 1 if scalar_q is None else scalar_q
+    return {
+        "qs": qs,
+        "scalar_q": scalar,
+        "axes": axes,
+        "keepdims": keepdims,
+        "method": method,
+        "ignore_nan": ignore_nan,
+    }
+
+
+def _np_quantile(attrs):
+    fn = np.nanquantile if attrs["ignore_nan"] else np.quantile
+    q = attrs["qs"][0] if attrs["scalar_q"] else np.asarray(attrs["qs"])
+    return lambda a: fn(a, q, axis=attrs["axes"], method=attrs["method"], keepdims=attrs["keepdims"])
+
+
+def _quantile_jacobian(attrs, eps=1e-3):
+    """d quantile / d x by central differences (exact for these piecewise-linear functions)."""
+    f = _np_quantile({**attrs, "keepdims": True})
+
+    def jac(a):
+        out = np.zeros((len(attrs["qs"]),) + a.shape)
+        for idx in np.ndindex(a.shape):
+            step = np.zeros_like(a)
+            step[idx] = eps
+            d = (np.asarray(f(a + step)) - np.asarray(f(a - step))) / (2 * eps)
+            d = d.reshape(len(attrs["qs"]), -1) if not attrs["scalar_q"] else d.reshape(1, -1)
+            out[(slice(None),) + idx] = np.nansum(d, axis=1)
+        return out[0] if attrs["scalar_q"] else out
+
+    return jac
+
+
+_x_nan = grid(3, 5)
+_x_nan[0, 2] = _x_nan[2, 0] = _x_nan[2, 4] = np.nan
+_QUANTILE_CASES = {
+    "median-axis-1": (grid(3, 5), _quantile_attrs((0.5,), (1,))),
+    "three-qs-all-axes-keepdims": (grid(3, 4), _quantile_attrs((0.1, 0.5, 0.93), (0, 1), keepdims=True)),
+    "lower": (grid(2, 6), _quantile_attrs((0.3,), (1,), method="lower")),
+    "higher": (grid(2, 6), _quantile_attrs((0.3, 0.8), (0,), method="higher")),
+    "midpoint": (grid(2, 6), _quantile_attrs((0.3,), (1,), method="midpoint")),
+    "nearest": (grid(2, 6), _quantile_attrs((0.3, 0.7), (1,), method="nearest")),
+    "vector-q-of-one": (grid(4, 3), _quantile_attrs((0.25,), (0,), scalar_q=False)),
+    "nan-ignored": (_x_nan, _quantile_attrs((0.4,), (1,), ignore_nan=True)),
+}
+for _label, (_x, _attrs) in _QUANTILE_CASES.items():
+    sample("quantile", _label, [_x], _attrs, _np_quantile(_attrs))
+    sample("quantile_weights", _label, [_x], _attrs, _quantile_jacobian(_attrs))
+
+_EINSUM_CASES = {
+    "matmul": (("ij", "jk"), "ik", [normal(2, 3), normal(3, 4)]),
+    "batched": (("bij", "bjk"), "bik", [normal(2, 2, 3), normal(2, 3, 2)]),
+    "sum-all": (("ij",), "", [normal(3, 4)]),
+    "transpose": (("ij",), "ji", [normal(3, 4)]),
+    "outer": (("i", "j"), "ij", [normal(3), normal(4)]),
+    "matvec": (("ij", "j"), "i", [normal(3, 4), normal(4)]),
+    "chain-of-three": (("ij", "jk", "kl"), "il", [normal(2, 3), normal(3, 4), normal(4, 2)]),
+    "unshared-axis": (("ij", "k"), "k", [normal(2, 3), normal(4)]),
+    "int64": (("ij", "jk"), "ik", [ints(-3, 4, 2, 3), ints(-3, 4, 3, 2)]),
+}
+
+
+def _np_einsum(spec):
+    return lambda *a: np.einsum(spec, *a)
+
+
+for _label, (_terms, _out, _xs) in _EINSUM_CASES.items():
+    sample("einsum", _label, _xs, {"terms": _terms, "output": _out}, _np_einsum(",".join(_terms) + "->" + _out))
+
+
 # -------------------------------------------------------------- reductions
 def _reduce_case(op, name, x, axes, keepdims, fn):
     sample(
@@ -327,6 +503,7 @@ for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
 sample("reshape", "minus-one", [normal(2, 3, 5)], {"shape": (5, -1)}, lambda x: x.reshape(5, 6))
 sample("reshape", "to-scalar", [normal(1, 1)], {"shape": ()}, lambda x: x.reshape(()))
 sample("reshape", "add-axes", [normal(6)], {"shape": (1, 2, 1, 3)}, lambda x: x.reshape(1, 2, 1, 3))
+sample("reshape_like", "matrix", [normal(6), normal(2, 3)], {}, lambda x, like: x.reshape(like.shape))
 sample("transpose", "perm-201", [normal(2, 3, 4)], {"perm": (2, 0, 1)}, lambda x: np.moveaxis(x, 2, 0))
 sample("transpose", "2d", [normal(3, 5)], {"perm": (1, 0)}, lambda x: x.T.copy())
 sample("broadcast_to", "3x1-to-2x3x4", [normal(3, 1)], {"shape": (2, 3, 4)}, lambda x: x + np.zeros((2, 3, 4)))
@@ -781,6 +958,170 @@ for _label, (_xs, _k, _s, _p) in _POOLS.items():
     )
 
 
+# --------------------------------------------- 3-D convolution and pooling oracle
+def _geometry3(sizes, ksize, strides, padding, dilations):
+    axes = [_axis_window(n, k, s, d, padding) for n, k, s, d in zip(sizes, ksize, strides, dilations, strict=True)]
+    return tuple(a[0] for a in axes), ((0, 0), *((a[1], a[2]) for a in axes), (0, 0))
+
+
+def _cells3(outs, ksize, strides, dilations):
+    """(output cell, the slices of its window in the padded input) for each output cell."""
+    for cell in np.ndindex(*outs):
+        spans = zip(cell, ksize, strides, dilations, strict=True)
+        yield cell, (slice(None), *(slice(c * s, c * s + (k - 1) * d + 1, d) for c, k, s, d in spans), slice(None))
+
+
+def _crop3(xp, pads, sizes):
+    return xp[(slice(None), *(slice(b, b + n) for (b, _), n in zip(pads[1:4], sizes, strict=True)), slice(None))]
+
+
+def np_conv3d(x, w, strides, padding, dilations):
+    outs, pads = _geometry3(x.shape[1:4], w.shape[:3], strides, padding, dilations)
+    xp = np.pad(x, pads)
+    out = np.zeros((x.shape[0], *outs, w.shape[4]))
+    for cell, win in _cells3(outs, w.shape[:3], strides, dilations):
+        out[(slice(None), *cell)] = np.einsum("nijkc,ijkco->no", xp[win], w)
+    return out
+
+
+def np_conv3d_input_grad(dy, w, input_size, strides, padding, dilations):
+    outs, pads = _geometry3(input_size, w.shape[:3], strides, padding, dilations)
+    dxp = np.zeros(np.add((dy.shape[0], *input_size, w.shape[3]), np.sum(pads, axis=1)))
+    for cell, win in _cells3(outs, w.shape[:3], strides, dilations):
+        dxp[win] += np.einsum("no,ijkco->nijkc", dy[(slice(None), *cell)], w)
+    return _crop3(dxp, pads, input_size)
+
+
+def np_conv3d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    outs, pads = _geometry3(x.shape[1:4], filter_size, strides, padding, dilations)
+    xp = np.pad(x, pads)
+    dw = np.zeros((*filter_size, x.shape[4], dy.shape[4]))
+    for cell, win in _cells3(outs, filter_size, strides, dilations):
+        dw += np.einsum("nijkc,no->ijkco", xp[win], dy[(slice(None), *cell)])
+    return dw
+
+
+def _argmax_cells3(x, ksize, strides, padding):
+    """Per output cell: (cell, index into the padded input of its window's first max)."""
+    n, c = x.shape[0], x.shape[4]
+    outs, pads = _geometry3(x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    xp = np.pad(x, pads, constant_values=-np.inf)
+    nn, cc = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
+    for cell, win in _cells3(outs, ksize, strides, (1, 1, 1)):
+        taps = np.unravel_index(xp[win].reshape(n, -1, c).argmax(axis=1), ksize)
+        yield cell, (nn, *(p * s + t for p, s, t in zip(cell, strides, taps, strict=True)), cc)
+
+
+def np_max_pool3d(x, ksize, strides, padding):
+    outs, pads = _geometry3(x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    xp = np.pad(x, pads, constant_values=-np.inf)
+    out = np.empty((x.shape[0], *outs, x.shape[4]))
+    for cell, win in _cells3(outs, ksize, strides, (1, 1, 1)):
+        out[(slice(None), *cell)] = xp[win].max(axis=(1, 2, 3))
+    return out
+
+
+def np_max_pool3d_grad(x, dy, ksize, strides, padding):
+    _, pads = _geometry3(x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    dxp = np.zeros(np.add(x.shape, np.sum(pads, axis=1)))
+    for cell, index in _argmax_cells3(x, ksize, strides, padding):
+        np.add.at(dxp, index, dy[(slice(None), *cell)])
+    return _crop3(dxp, pads, x.shape[1:4])
+
+
+def np_max_pool3d_grad_grad(x, g, ksize, strides, padding):
+    outs, pads = _geometry3(x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    gp = np.pad(g, pads)
+    out = np.empty((x.shape[0], *outs, x.shape[4]))
+    for cell, index in _argmax_cells3(x, ksize, strides, padding):
+        out[(slice(None), *cell)] = gp[index]
+    return out
+
+
+def _window_counts3(sizes, ksize, strides, padding):
+    outs, pads = _geometry3(sizes, ksize, strides, padding, (1, 1, 1))
+    ones = np.pad(np.ones((1, *sizes, 1)), pads)
+    counts = np.zeros((1, *outs, 1))
+    for cell, win in _cells3(outs, ksize, strides, (1, 1, 1)):
+        counts[(0, *cell)] = ones[win].sum()
+    return counts
+
+
+def np_avg_pool3d(x, ksize, strides, padding):
+    outs, pads = _geometry3(x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    xp = np.pad(x, pads)
+    out = np.empty((x.shape[0], *outs, x.shape[4]))
+    for cell, win in _cells3(outs, ksize, strides, (1, 1, 1)):
+        out[(slice(None), *cell)] = xp[win].sum(axis=(1, 2, 3))
+    return out / _window_counts3(x.shape[1:4], ksize, strides, padding)
+
+
+def np_avg_pool3d_grad(dy, input_size, ksize, strides, padding):
+    outs, pads = _geometry3(input_size, ksize, strides, padding, (1, 1, 1))
+    dxp = np.zeros(np.add((dy.shape[0], *input_size, dy.shape[4]), np.sum(pads, axis=1)))
+    scaled = dy / _window_counts3(input_size, ksize, strides, padding)
+    for cell, win in _cells3(outs, ksize, strides, (1, 1, 1)):
+        dxp[win] += scaled[(slice(None), *cell)][:, None, None, None, :]
+    return _crop3(dxp, pads, input_size)
+
+
+_CONVS3 = {  # name: (x shape, filter shape, strides, padding, dilations)
+    "valid-s1": ((2, 4, 5, 3, 2), (2, 3, 2, 2, 3), (1, 1, 1), "VALID", (1, 1, 1)),
+    "same-s212-d121": ((1, 5, 4, 4, 2), (3, 2, 2, 2, 2), (2, 1, 2), "SAME", (1, 2, 1)),
+}
+for _label, (_xs, _ws, _s, _p, _d) in _CONVS3.items():
+    _attrs = {"strides": _s, "padding": _p, "dilations": _d}
+    sample("conv3d", _label, [normal(*_xs), normal(*_ws)], _attrs, lambda x, w, a=_attrs: np_conv3d(x, w, **a))
+    _outs, _ = _geometry3(_xs[1:4], _ws[:3], _s, _p, _d)
+    _dy = normal(_xs[0], *_outs, _ws[4])
+    sample(
+        "conv3d_input_grad",
+        _label,
+        [_dy, normal(*_ws)],
+        {"input_size": _xs[1:4], **_attrs},
+        lambda dy, w, i=_xs[1:4], a=_attrs: np_conv3d_input_grad(dy, w, i, **a),
+    )
+    sample(
+        "conv3d_filter_grad",
+        _label,
+        [normal(*_xs), _dy],
+        {"filter_size": _ws[:3], **_attrs},
+        lambda x, dy, f=_ws[:3], a=_attrs: np_conv3d_filter_grad(x, dy, f, **a),
+    )
+
+_POOLS3 = {  # name: (x shape, ksize, strides, padding)
+    "valid-k2-s2": ((2, 4, 5, 4, 2), (2, 2, 2), (2, 2, 2), "VALID"),
+    "same-k323-s2": ((1, 5, 4, 5, 2), (3, 2, 3), (2, 2, 2), "SAME"),
+}
+for _label, (_xs, _k, _s, _p) in _POOLS3.items():
+    _attrs = {"ksize": _k, "strides": _s, "padding": _p}
+    _outs, _ = _geometry3(_xs[1:4], _k, _s, _p, (1, 1, 1))
+    _dy_shape = (_xs[0], *_outs, _xs[4])
+    sample("max_pool3d", _label, [grid(*_xs)], _attrs, lambda x, a=_attrs: np_max_pool3d(x, **a))
+    sample("avg_pool3d", _label, [normal(*_xs)], _attrs, lambda x, a=_attrs: np_avg_pool3d(x, **a))
+    sample(
+        "max_pool3d_grad",
+        _label,
+        [grid(*_xs), normal(*_dy_shape)],
+        _attrs,
+        lambda x, dy, a=_attrs: np_max_pool3d_grad(x, dy, **a),
+    )
+    sample(
+        "max_pool3d_grad_grad",
+        _label,
+        [grid(*_xs), normal(*_xs)],
+        _attrs,
+        lambda x, g, a=_attrs: np_max_pool3d_grad_grad(x, g, **a),
+    )
+    sample(
+        "avg_pool3d_grad",
+        _label,
+        [normal(*_dy_shape)],
+        {"input_size": _xs[1:4], **_attrs},
+        lambda dy, i=_xs[1:4], a=_attrs: np_avg_pool3d_grad(dy, i, **a),
+    )
+
+
 # ------------------------------------------------------------------ nn misc
 sample("relu_grad", "3x4", [normal(3, 4), away(3, 4)], {}, lambda g, y: np.where(y > 0, g, 0.0))
 
@@ -920,6 +1261,22 @@ sample(
     lambda logits: {"num_samples": 7, "generator": tp.random.Generator(12)},
     lambda logits: _categorical(12, logits, 7),
     exact=True,
+)
+_random_case("random_gamma", "f32", 13, (3, 4), "float32", {"alpha": 2.5}, lambda: _pcg(13).standard_gamma(2.5, (3, 4)))
+_random_case(
+    "random_beta", "f64", 14, (5,), "float64", {"alpha": 2.0, "beta": 3.0}, lambda: _pcg(14).beta(2.0, 3.0, (5,))
+)
+_random_case(
+    "random_binomial",
+    "f32",
+    15,
+    (2, 3),
+    "float32",
+    {"counts": 7, "probabilities": 0.4},
+    lambda: _pcg(15).binomial(7, 0.4, (2, 3)),
+)
+_random_case(
+    "random_integers", "i32", 16, (6,), "int32", {"minval": -3, "maxval": 4}, lambda: _pcg(16).integers(-3, 4, (6,))
 )
 
 
@@ -1130,6 +1487,111 @@ sample(
 )
 
 
+# ------------------------------------------------------- Keras array ops (array_keras.py)
+sample("sort", "axis-1", [grid(3, 4)], {"axis": 1}, lambda x: np.sort(x, axis=1))
+sample("sort", "axis-0-3d", [grid(3, 2, 2)], {"axis": 0}, lambda x: np.sort(x, axis=0))
+sample("sort", "int64", [ints(-5, 5, 2, 6)], {"axis": 1}, lambda x: np.sort(x, axis=1))
+sample("argsort", "axis-1", [grid(3, 4)], {"axis": 1}, lambda x: np.argsort(x, axis=1).astype(np.int32))
+sample("argsort", "ties-stable", [ints(0, 3, 8)], {"axis": 0}, lambda x: np.argsort(x, kind="stable").astype(np.int32))
+sample(
+    "take_along_axis",
+    "repeats-negative",
+    [normal(3, 4), np.array([[0, 0, -1], [3, 1, 1], [2, -4, 0]])],
+    {"axis": 1},
+    lambda x, i: np.take_along_axis(x, i % 4, axis=1),
+)
+sample(
+    "take_along_axis",
+    "axis-0",
+    [normal(3, 2), np.array([[2, 0]])],
+    {"axis": 0},
+    lambda x, i: np.take_along_axis(x, i, axis=0),
+)
+
+
+def _put_along_axis_add(x, i, u, axis):
+    out = x.copy()
+    np.add.at(out, tuple(i % x.shape[axis] if k == axis else np.indices(i.shape)[k] for k in range(x.ndim)), u)
+    return out
+
+
+sample(
+    "put_along_axis_add",
+    "repeats",
+    [normal(2, 4), np.array([[0, 0, 3], [1, -1, 2]]), normal(2, 3)],
+    {"axis": 1},
+    lambda x, i, u: _put_along_axis_add(x, i, u, 1),
+)
+sample(
+    "searchsorted",
+    "left",
+    [np.array([0.1, 0.5, 0.5, 2.0]), np.array([[0.5, -1.0], [3.0, 0.2]])],
+    {"side": "left"},
+    lambda s, v: np.searchsorted(s, v, side="left").astype(np.int32),
+)
+sample(
+    "searchsorted",
+    "right-int64",
+    [np.array([1, 3, 3, 7]), ints(0, 9, 5)],
+    {"side": "right"},
+    lambda s, v: np.searchsorted(s, v, side="right").astype(np.int32),
+)
+sample(
+    "unravel_index",
+    "2x3x4",
+    [np.array([[0, 23], [5, 13]])],
+    {"shape": (2, 3, 4)},
+    lambda i: tuple(c.astype(np.int32) for c in np.unravel_index(i, (2, 3, 4))),
+)
+sample("view", "float32-as-int32", [normal(2, 3).astype(np.float32)], {"dtype": "int32"}, lambda x: x.view(np.int32))
+sample("view", "float64-as-int32", [normal(2, 3)], {"dtype": "int32"}, lambda x: x.view(np.int32))
+
+
+# ------------------------------------------------------------- linalg (linalg.py)
+def _sym(a):
+    return 0.5 * (a + np.swapaxes(a, -1, -2))
+
+
+def _spd(*batch, n=3):
+    a = normal(*batch, n, n)
+    return a @ np.swapaxes(a, -1, -2) + n * np.eye(n)
+
+
+# cholesky and eigh read the lower triangle and give the gradient of the symmetric part
+sample("cholesky", "batch", [_spd(2)], {}, lambda a: np.linalg.cholesky(_sym(a)))
+sample("eigh", "batch", [_spd(2)], {}, lambda a: np.linalg.eigh(_sym(a)), grad_tol=1e-5)
+sample("qr", "tall", [normal(4, 3)], {"mode": "reduced"}, lambda a: np.linalg.qr(a))
+sample("qr", "square-batch", [normal(2, 3, 3)], {"mode": "reduced"}, lambda a: np.linalg.qr(a))
+for _name, _shape in (("tall", (4, 3)), ("wide", (2, 4))):
+    sample(
+        "svd",
+        _name,
+        [normal(*_shape)],
+        {"full_matrices": False},
+        lambda a: np.linalg.svd(a, full_matrices=False),
+        grad_tol=1e-5,
+    )
+sample("solve", "batch-broadcast", [normal(2, 3, 3) + 3 * np.eye(3), normal(3, 2)], {}, np.linalg.solve)
+for _lower, _tri in ((True, np.tril), (False, np.triu)):
+    sample(
+        "solve_triangular",
+        f"lower-{_lower}",
+        [normal(3, 3) + 3 * np.eye(3), normal(3, 2)],
+        {"lower": _lower},
+        lambda a, b, t=_tri: np.linalg.solve(t(a), b),
+    )
+sample("inv", "batch", [normal(2, 3, 3) + 3 * np.eye(3)], {}, np.linalg.inv)
+sample("det", "batch", [normal(2, 3, 3)], {}, np.linalg.det)
+sample("slogdet", "batch", [normal(2, 3, 3)], {}, np.linalg.slogdet, used=(1,))
+sample(
+    "lu_factor",
+    "square",
+    [normal(4, 4)],
+    {},
+    lambda a: (scipy.linalg.lu_factor(a)[0], scipy.linalg.lu_factor(a)[1].astype(np.int32)),
+)
+
+
 # ===================================================================== helpers
 def _as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, tuple | list) else (value,)
@@ -1218,6 +1680,74 @@ def _finite_difference(f, arrays, i: int, eps: float) -> np.ndarray:
         x[j] = orig
         grad[j] = (up - down) / (2 * eps)
     return grad
+
+
+# ----------------------------------------------- Keras's ops.math (math.py)
+def _segments(kind, x, ids, n):
+    init = {"sum": 0.0, "max": -np.inf, "min": np.inf, "prod": 1.0}[kind]
+    out = np.full((n + 1, *x.shape[1:]), init)
+    ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}[kind]
+    ufunc.at(out, np.where((ids >= 0) & (ids < n), ids, n), x)
+    return out[:-1]
+
+
+sample("erfinv", "3x4", [_RNG.uniform(-0.9, 0.9, (3, 4))], {}, np.vectorize(lambda v: _erfinv(v)))
+sample(
+    "segment_sum",
+    "dropped-and-empty",
+    [normal(5, 3), np.array([0, 3, 0, -1, 5])],
+    {"num_segments": 4},
+    lambda x, i: _segments("sum", x, i, 4),
+)
+for _kind in ("max", "min"):
+    sample(
+        f"segment_{_kind}",
+        "rows",
+        [grid(5, 2), np.array([0, 2, 0, 1, 2])],
+        {"num_segments": 3},
+        lambda x, i, k=_kind: _segments(k, x, i, 3),
+    )
+sample(
+    "segment_prod",
+    "rows",
+    [positive(5, 2), np.array([1, 0, 1, 1, 0])],
+    {"num_segments": 2},
+    lambda x, i: _segments("prod", x, i, 2),
+)
+sample(
+    "top_k",
+    "k2",
+    [grid(3, 5)],
+    {"k": 2, "sorted": True},
+    lambda x: (-np.sort(-x, axis=-1)[..., :2], np.argsort(-x, axis=-1)[..., :2].astype(np.int32)),
+    used=(0,),
+)
+_SPD = normal(2, 3, 3) @ normal(2, 3, 3).transpose(0, 2, 1) + 3 * np.eye(3)
+sample("logdet", "spd-batch", [_SPD], {}, lambda a: np.linalg.slogdet(a)[1])
+sample("logdet_grad", "spd-batch", [_SPD], {}, lambda a: np.linalg.inv(a).transpose(0, 2, 1))
+sample(
+    "dft",
+    "fft-last",
+    [normal(3, 4), normal(3, 4)],
+    {"axes": (-1,), "inverse": False},
+    lambda r, i: (np.fft.fft(r + 1j * i).real, np.fft.fft(r + 1j * i).imag),
+)
+sample(
+    "dft",
+    "ifft2",
+    [normal(2, 3, 4), normal(2, 3, 4)],
+    {"axes": (-2, -1), "inverse": True},
+    lambda r, i: (np.fft.ifft2(r + 1j * i).real, np.fft.ifft2(r + 1j * i).imag),
+)
+
+
+def _erfinv(y, steps=60):
+    """erf^-1 by bisection, independent of scipy's."""
+    lo, hi = -6.0, 6.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if math.erf(mid) < y else (lo, mid)
+    return (lo + hi) / 2
 
 
 # -------------------------------------------------------------- control flow
@@ -1436,6 +1966,9 @@ SECOND_ORDER = {
     "pow": ["broadcast"],
     "divide": ["broadcast"],
     "avg_pool2d": ["same-k3-s2"],
+    "conv3d": ["same-s212-d121"],
+    "max_pool3d": ["same-k323-s2"],
+    "avg_pool3d": ["same-k323-s2"],
     "scatter_add": ["rows-repeats"],
     "erf": ["3x5"],
     "softplus": ["3x5"],

@@ -464,8 +464,8 @@ def test_restoring_needs_a_built_model_when_the_data_is_a_dataset(tmp_path):
 
 def test_each_epoch_shuffle_depends_only_on_seed_and_epoch():
     arrays = ArrayData(np.arange(10, dtype="float32")[:, None], np.zeros(10))
-    first = [b[0].ravel().tolist() for b in shuffled_batches(arrays.dataset(), 10, 10, 3, 2)]
+    first = [np.ravel(b[0]).tolist() for b in shuffled_batches(arrays.dataset(), 10, 10, 3, 2)]
     tp.random.seed(77)
-    again = [b[0].ravel().tolist() for b in shuffled_batches(arrays.dataset(), 10, 10, 3, 2)]
-    other = [b[0].ravel().tolist() for b in shuffled_batches(arrays.dataset(), 10, 10, 3, 1)]
+    again = [np.ravel(b[0]).tolist() for b in shuffled_batches(arrays.dataset(), 10, 10, 3, 2)]
+    other = [np.ravel(b[0]).tolist() for b in shuffled_batches(arrays.dataset(), 10, 10, 3, 1)]
     assert first == again and first != other and sorted(first[0]) == list(range(10))

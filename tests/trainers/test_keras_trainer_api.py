@@ -351,3 +351,100 @@ def test_logs_holding_tensors_reach_callbacks_as_floats():
     model.compile(_sgd(tp), "mse")
     history = model.fit(X, Y, batch_size=20, epochs=1, verbose=2, callbacks=[Record()])
     assert history.history["twice"] == [2.0] and all(type(logs["twice"]) is float for logs in seen)
+
+
+def _endpoint_model(lib):
+    """Keras's endpoint-layer pattern: a layer that adds its loss and updates its own metric."""
+
+    class Endpoint(lib.layers.Layer):
+        def __init__(self, name=None):
+            super().__init__(name=name)
+            self.loss_fn = lib.losses.BinaryCrossentropy(from_logits=True)
+            self.accuracy_fn = lib.metrics.BinaryAccuracy()
+
+        def call(self, logits, targets=None, sample_weight=None):
+            if targets is not None:
+                self.add_loss(self.loss_fn(targets, logits, sample_weight))
+                self.accuracy_fn.update_state(targets, logits, sample_weight)
+            return lib.ops.sigmoid(logits)
+
+    inputs = lib.Input((4,), name="inputs")
+    targets = lib.Input((1,), name="targets")
+    weights = lib.Input((1,), name="sample_weight")
+    logits = lib.layers.Dense(1)(inputs)
+    return lib.Model([inputs, targets, weights], Endpoint()(logits, targets, weights))
+
+
+@pytest.mark.parametrize("jit", ["auto", False])
+def test_a_metric_a_layer_updates_in_its_call_logs_as_on_keras(jit):
+    ours, theirs = _endpoint_model(tp), _endpoint_model(keras)
+    theirs.set_weights(ours.get_weights())
+    ours.compile(_sgd(tp), jit_compile=jit)
+    theirs.compile(_sgd(keras))
+    data = {"inputs": X, "targets": LABELS[:, None].astype("float32"), "sample_weight": np.ones((40, 1), "float32")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # frozen without falling back to the tape
+        ours_history = ours.fit(data, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+    theirs_history = theirs.fit(data, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+    assert set(ours_history) == set(theirs_history) == {"loss", "binary_accuracy"}
+    for key, values in theirs_history.items():
+        np.testing.assert_allclose(ours_history[key], values, rtol=1e-4, err_msg=key)
+    _assert_weights_equal(ours, theirs)
+    assert ours.evaluate(data, verbose=0) == pytest.approx(theirs.evaluate(data, verbose=0), rel=1e-5)
+
+
+def _true_positives(lib):
+    """A Keras-style metric: its state is a variable made with add_variable."""
+
+    class TruePositives(lib.metrics.Metric):
+        def __init__(self, name="true_positives", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.hits = self.add_variable(shape=(), name="hits", initializer="zeros")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            predicted = lib.ops.cast(lib.ops.argmax(y_pred, axis=1), "int32")
+            values = lib.ops.cast(lib.ops.cast(y_true, "int32") == predicted, "float32")
+            self.hits.assign_add(lib.ops.sum(values))
+
+        def result(self):
+            return self.hits
+
+        def reset_state(self):
+            self.hits.assign(0.0)
+
+    return TruePositives()
+
+
+def test_a_metric_with_variables_counts_as_on_keras():
+    ours, theirs = _pair(tp)
+    for lib, model in ((tp, ours), (keras, theirs)):
+        loss = lib.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(_sgd(lib), loss, metrics=[_true_positives(lib)])
+    ours_history = ours.fit(X, LABELS, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+    theirs_history = theirs.fit(X, LABELS, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+    assert set(ours_history) == set(theirs_history) == {"loss", "true_positives"}
+    for key, values in theirs_history.items():
+        np.testing.assert_allclose(ours_history[key], values, rtol=1e-4, err_msg=key)
+    metric = ours.metrics[-1]
+    assert [v.name for v in metric.variables] == ["true_positives/hits"]
+    metric.reset_state()
+    assert float(metric.result()) == 0.0
+
+
+def test_a_frozen_custom_step_retraces_when_a_layer_stops_training():
+    start, trained = None, {}
+    for jit in ("auto", False):
+        model = _OursCustom()
+        model(tp.tensor(X[:1]))
+        start = start or model.get_weights()
+        model.set_weights(start)
+        model.compile(_sgd(tp), "mse", jit_compile=jit)
+        model.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+        model.hidden.trainable = False
+        kept = model.hidden.get_weights()
+        model.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+        for before, after in zip(kept, model.hidden.get_weights(), strict=True):
+            np.testing.assert_array_equal(before, after)
+        trained[jit] = model.get_weights()
+    for a, b in zip(trained["auto"], trained[False], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -112,7 +112,7 @@ def test_history_train_on_batch_and_datasets():
 
 def test_bad_input_gives_clear_errors():
     model = _mlp(4, 2)
-    with pytest.raises(RuntimeError, match="compile"):
+    with pytest.raises(ValueError, match="compile"):
         model.fit(np.zeros((4, 3)), np.zeros(4))
     with pytest.raises(ValueError, match="optimizer|unknown"):
         model.compile("no-such-optimizer", "mse")

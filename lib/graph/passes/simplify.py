@@ -73,6 +73,8 @@ def _merge_with_producer(node) -> bool:
     inner = node.inputs[0].producer
     if inner is None or inner.op != node.op:
         return False
+    if node.op == "reshape" and None in tuple(node.attrs["shape"]):
+        return False  # None keeps the input's size at its position: a different input means another size
     if node.op == "transpose":
         inner_perm, perm = inner.attrs["perm"], node.attrs["perm"]
         node.attrs = {**node.attrs, "perm": tuple(int(inner_perm[p]) for p in perm)}
