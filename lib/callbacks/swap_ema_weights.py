@@ -9,7 +9,10 @@ from tapeflow.callbacks.callback import Callback
 
 __all__ = ["SwapEMAWeights"]
 
-_NO_EMA = "SwapEMAWeights must be used when `use_ema=True` is set on the optimizer. Received: use_ema={}"
+_NO_EMA = (
+    "SwapEMAWeights: the optimizer keeps no weight averages (use_ema={}); "
+    "compile with an optimizer made with use_ema=True"
+)
 
 
 def _ema_optimizers(model) -> list:

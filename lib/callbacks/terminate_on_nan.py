@@ -9,15 +9,15 @@ from tapeflow.callbacks.callback import Callback
 
 class TerminateOnNaN(Callback):
     """After each training batch, stop training if the loss is NaN or infinite: sets
-    `model.stop_training` (fit stops at the end of the epoch), or with `raise_error`
-    raises a RuntimeError at once.
+    `model.stop_training` (fit stops after this batch, as Keras's does), or with
+    `raise_error` raises a RuntimeError at once.
 
     >>> class Model:
     ...     stop_training = False
     >>> cb = TerminateOnNaN()
     >>> cb.set_model(Model())
     >>> cb.on_train_batch_end(3, {"loss": float("nan")})
-    Batch 3: Invalid loss, terminating training
+    TerminateOnNaN: the loss is nan at batch 3; training stops after this batch
     >>> cb.model.stop_training
     True
     """
@@ -31,11 +31,8 @@ class TerminateOnNaN(Callback):
         if loss is None or math.isfinite(float(loss)):
             return
         if self.raise_error:
-            raise RuntimeError(
-                f"TerminateOnNaN: NaN or Inf loss encountered at batch {batch}. Loss value: {loss}. "
-                "Terminating training immediately."
-            )
-        print(f"Batch {batch}: Invalid loss, terminating training")
+            raise RuntimeError(f"TerminateOnNaN: the loss is {loss} (NaN or Inf) at batch {batch}; training stops here")
+        print(f"TerminateOnNaN: the loss is {loss} at batch {batch}; training stops after this batch")
         self.model.stop_training = True
 
     def on_batch_end(self, batch, logs=None):

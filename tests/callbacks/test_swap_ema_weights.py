@@ -154,9 +154,9 @@ def test_an_optimizer_without_ema_raises_as_keras(optimizer):
     ours.compile(optimizer=optimizer, loss="mse")
     theirs.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     kwargs = {"epochs": 1, "verbose": 0, "validation_data": (vx, vy)}
-    with pytest.raises(ValueError, match=r"`use_ema=True` is set on the optimizer. Received: use_ema=False"):
+    with pytest.raises(ValueError, match=r"keeps no weight averages \(use_ema=False\)"):
         ours.fit(x, y, callbacks=[tp.callbacks.SwapEMAWeights()], **kwargs)
-    with pytest.raises(ValueError, match=r"`use_ema=True` is set on the optimizer. Received: use_ema=False"):
+    with pytest.raises(ValueError, match=r"use_ema=False"):
         theirs.fit(x, y, callbacks=[keras.callbacks.SwapEMAWeights()], **kwargs)
 
 
