@@ -222,8 +222,9 @@ class BatchNormalization(_Normalization):
         )
 
     def call(self, inputs, training=None):
-        if training and self.trainable:
-            reduce_axes = tuple(i for i in range(inputs.ndim) if i not in self._axes)
+        reduce_axes = tuple(i for i in range(inputs.ndim) if i not in self._axes)
+        empty = any(inputs.shape[i] == 0 for i in reduce_axes)  # no statistics to learn: the state stays
+        if training and self.trainable and not empty:
             mu = mean(inputs, reduce_axes, keepdims=True)
             variance = var(inputs, reduce_axes, keepdims=True)
             for moving, batch in ((self.moving_mean, mu), (self.moving_variance, variance)):

@@ -268,7 +268,13 @@ def sum(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """
     x = as_tensor(x, name="sum")
     axes = shapes.normalize_axes("sum", axis, x.ndim)
+    if x.dtype.name in HALF_FLOATS:  # accumulate in float32: half precision loses counts past 256 or 2048
+        total = apply(_SUM, (cast(x, "float32"),), {"axes": axes, "keepdims": bool(keepdims)})
+        return cast(total, x.dtype)
     return apply(_SUM, (x,), {"axes": axes, "keepdims": bool(keepdims)})
+
+
+HALF_FLOATS = ("float16", "bfloat16")  # reductions over them accumulate in float32
 
 
 # ------------------------------------------------------------- broadcasting

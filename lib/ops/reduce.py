@@ -16,7 +16,7 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.ops import shapes
-from tapeflow.ops.core import cast, full_like, restore_reduced_axes, sum
+from tapeflow.ops.core import HALF_FLOATS, cast, full_like, restore_reduced_axes, sum
 from tapeflow.ops.math import divide, equal, exp, sqrt, square, subtract, where
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
@@ -193,6 +193,8 @@ def mean(x, axis=None, keepdims: bool = False) -> Tensor:
     x = as_tensor(x, name="mean")
     if x.dtype.kind != "f":
         x = cast(x, dtypes.DEFAULT_FLOAT)
+    if x.dtype.name in HALF_FLOATS:  # the sum and the division in float32, then back
+        return cast(mean(cast(x, "float32"), axis, keepdims), x.dtype)
     axes = shapes.normalize_axes("mean", axis, x.ndim)
     total = sum(x, axes, keepdims)
     if any(x.shape[a] is None for a in axes):  # counted when a frozen graph runs
@@ -211,6 +213,8 @@ def var(x, axis=None, keepdims: bool = False) -> Tensor:
     1.0
     """
     x = as_tensor(x, name="var")
+    if x.dtype.name in HALF_FLOATS:  # statistics in float32, then back
+        return cast(var(cast(x, "float32"), axis, keepdims), x.dtype)
     centered = x - mean(x, axis, keepdims=True)
     return mean(square(centered), axis, keepdims)
 

@@ -310,3 +310,17 @@ def test_regularizer_defaults_get_and_errors():
         tp.regularizers.get("l3")
     with pytest.raises(ValueError, match="l2 must be a number >= 0"):
         tp.regularizers.L2(-1.0)
+
+
+def test_categorical_crossentropy_from_logits_ignores_minus_infinity_on_zero_labels():
+    logits = np.array([[-np.inf, 1.0, 0.0], [2.0, -np.inf, -np.inf]], "float32")
+    one_hot = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]], "float32")
+    dense = tp.losses.CategoricalCrossentropy(from_logits=True, reduction=None)(one_hot, logits).numpy()
+    sparse = tp.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)([1, 0], logits).numpy()
+    np.testing.assert_allclose(dense, sparse, rtol=1e-6)
+    np.testing.assert_allclose(dense, [np.logaddexp(1.0, 0.0) - 1.0, 0.0], rtol=1e-6)
+    x = tp.tensor(logits)
+    with tp.GradientTape() as tape:
+        tape.watch(x)
+        loss = tp.losses.CategoricalCrossentropy(from_logits=True)(one_hot, x)
+    assert np.isfinite(tape.gradient(loss, x).numpy()).all()

@@ -16,7 +16,9 @@ import numpy as np
 from tapeflow.backends.common import check_labels
 from tapeflow.ops import random, shapes
 from tapeflow.ops.array import gather, reshape
+from tapeflow.ops.core import zeros_like
 from tapeflow.ops.math import (
+    equal,
     erf,
     exp,
     greater,
@@ -598,7 +600,9 @@ def softmax_cross_entropy_with_logits(labels, logits, axis: int = -1) -> Tensor:
             f"softmax_cross_entropy_with_logits: labels shape {labels.shape} differs from logits {logits.shape}"
         )
     scale = reduce_sum(labels, axis)
-    return logsumexp(logits, axis) * scale - reduce_sum(labels * logits, axis)
+    # a class with label 0 adds nothing, even where its logit is -inf (0 * -inf would be NaN)
+    read = where(equal(labels, 0.0), zeros_like(logits), logits)
+    return logsumexp(logits, axis) * scale - reduce_sum(labels * read, axis)
 
 
 def sigmoid_cross_entropy_with_logits(labels, logits) -> Tensor:
