@@ -176,6 +176,17 @@ class _Conv(Layer):
             )
         self.input_spec = InputSpec(ndim=self.rank + 2, axes={self._channel_axis: channels})
 
+    def _build_grouped(self, input_shape) -> None:
+        """The weights of a convolution whose `groups` split the input channels: a kernel of
+        (*kernel_size, channels // groups, filters)."""
+        channels = self._channels(input_shape)
+        if channels % self.groups:
+            raise ValueError(
+                f"{self.name}: input channels {channels} (shape {input_shape}) "
+                f"are not divisible by groups={self.groups}"
+            )
+        self._make_weights((*self.kernel_size, channels // self.groups, self.filters), channels)
+
     def _finish(self, y):
         if self.bias is not None:
             y = y + self.bias
@@ -277,13 +288,7 @@ class Conv2D(_Conv):
         self.groups = _check_groups(self.name, groups, self.filters)
 
     def build(self, input_shape):
-        channels = self._channels(input_shape)
-        if channels % self.groups:
-            raise ValueError(
-                f"{self.name}: input channels {channels} (shape {input_shape}) "
-                f"are not divisible by groups={self.groups}"
-            )
-        self._make_weights((*self.kernel_size, channels // self.groups, self.filters), channels)
+        self._build_grouped(input_shape)
 
     def call(self, inputs):
         x = to_channels_last(inputs, self.data_format)
@@ -494,13 +499,7 @@ class Conv1D(_Conv):
         self.groups = _check_groups(self.name, groups, self.filters)
 
     def build(self, input_shape):
-        channels = self._channels(input_shape)
-        if channels % self.groups:
-            raise ValueError(
-                f"{self.name}: input channels {channels} (shape {input_shape}) "
-                f"are not divisible by groups={self.groups}"
-            )
-        self._make_weights((*self.kernel_size, channels // self.groups, self.filters), channels)
+        self._build_grouped(input_shape)
 
     def call(self, inputs):
         x = inputs

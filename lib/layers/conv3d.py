@@ -97,13 +97,7 @@ class Conv3D(_Conv):
         self.groups = _check_groups(self.name, groups, self.filters)
 
     def build(self, input_shape):
-        channels = self._channels(input_shape)
-        if channels % self.groups:
-            raise ValueError(
-                f"{self.name}: input channels {channels} (shape {input_shape}) "
-                f"are not divisible by groups={self.groups}"
-            )
-        self._make_weights((*self.kernel_size, channels // self.groups, self.filters), channels)
+        self._build_grouped(input_shape)
 
     def call(self, inputs):
         x = to_channels_last(inputs, self.data_format)
