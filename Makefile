@@ -18,9 +18,9 @@ XLA_INSTALLED := $(VENV_XLA)/.installed
 XLA_TORCH_INDEX ?=
 XLA_TESTS := tests/backends/test_xla_backend.py tests/ops/test_ops_on_devices.py tests/test_devices.py \
 	tests/graph/test_node_devices.py tests/backends/test_tutorial_on_devices.py tests/word2vec/test_batched.py \
-	tests/layers/test_layers_on_devices.py tests/losses/test_losses_on_devices.py
+	tests/layers/test_layers_on_devices.py tests/losses/test_losses_on_devices.py tests/ops/test_xla_lowerings.py
 
-.PHONY: all build test test-xla xla-env tutorial bench bench-xla lint data graphviz clean
+.PHONY: all build test test-xla xla-env bench-env tutorial bench bench-xla lint data graphviz clean
 
 all: build
 
@@ -57,6 +57,27 @@ $(XLA_INSTALLED): $(INSTALLED) Makefile
 
 xla-env: $(XLA_INSTALLED)
 
+# The benchmarks' reference systems (TensorFlow with Keras 3, JAX, PyTorch, ONNX Runtime) in a
+# venv of their own that only `make bench` builds and no test uses. torch and numpy are pinned
+# to the main environment's; tapeflow comes from lib/ through a .pth file, as in .venv-xla.
+VENV_BENCH := .venv-bench
+BENCH_BIN := $(VENV_BENCH)/bin
+BENCH_INSTALLED := $(VENV_BENCH)/.installed
+
+$(BENCH_INSTALLED): $(INSTALLED) Makefile
+	test -x $(BENCH_BIN)/python || $(PYTHON) -m venv $(VENV_BENCH)
+	$(BENCH_BIN)/python -m pip install --upgrade pip
+	$(BENCH_BIN)/python -m pip install tensorflow-cpu "jax[cpu]" "keras==3.15.1" onnxruntime scipy h5py ml_dtypes \
+		"torch==$$($(BIN)/python -c 'import torch; print(torch.__version__.split("+")[0])')" \
+		"numpy==$$($(BIN)/python -c 'import numpy; print(numpy.__version__)')"
+	mkdir -p $(VENV_BENCH)/src && ln -sfn $(CURDIR)/lib $(VENV_BENCH)/src/tapeflow
+	$(BENCH_BIN)/python -c "import site, sys; open(site.getsitepackages()[0] + '/tapeflow.pth', 'w').write(sys.argv[1] + chr(10))" \
+		$(CURDIR)/$(VENV_BENCH)/src
+	$(BENCH_BIN)/python -c "import tensorflow, jax, keras, torch, onnxruntime, tapeflow; print('bench env: tf', tensorflow.__version__, 'jax', jax.__version__, 'keras', keras.__version__, 'torch', torch.__version__)"
+	touch $@
+
+bench-env: $(BENCH_INSTALLED)
+
 # Fashion-MNIST, the embedded default data set, from Debian's package.
 data:
 	@if [ ! -d $(FASHION) ]; then \
@@ -89,14 +110,17 @@ test-xla: build $(XLA_INSTALLED)
 tutorial: build data
 	$(BIN)/python tutorials/mnist/train.py
 
-bench: build
+bench: build bench-env
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/train.py
+	$(BIN)/python bench/convnets.py
 	$(BIN)/python bench/graph.py
 	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/distributed.py
 	$(BIN)/python bench/word2vec.py
 	$(BIN)/python bench/files.py
+	$(BIN)/python bench/profiler.py
+	$(BIN)/python bench/placement.py
 	$(BIN)/python bench/gpu.py
 
 bench-xla: build $(XLA_INSTALLED)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
 import time
+from pathlib import Path
 
 THREADS = int(os.environ.get("TAPEFLOW_BENCH_THREADS", "2"))
 BLOCK = 5  # calls per alternating block; None times each function in one block
@@ -47,3 +50,35 @@ def print_table(rows, reference: str) -> None:
     print("-" * len(header))
     for name, ours, theirs in rows:
         print(f"{name:44s} {ours * 1e3:9.3f}ms {theirs * 1e3:9.3f}ms {ours / theirs:6.2f}x")
+
+
+# ------------------------------------------------------- subprocess peers
+BENCH_PYTHON = Path(__file__).resolve().parent.parent / ".venv-bench" / "bin" / "python"
+
+
+def bench_python() -> str | None:
+    """The interpreter of the reference systems' environment (`make bench-env`), or None where it is missing."""
+    return str(BENCH_PYTHON) if BENCH_PYTHON.exists() else None
+
+
+def run_json(cmd: list[str]) -> dict:
+    """Run one worker process and return the JSON object on the last line of its output."""
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def alternate(commands: dict[str, list[str]], rounds: int) -> dict[str, list[dict]]:
+    """Each system's worker once per round, one process at a time; every other round runs them in reverse order."""
+    names = list(commands)
+    reports = {name: [] for name in names}
+    for round_ in range(rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            reports[name].append(run_json(commands[name]))
+    return reports
+
+
+def round_ratio(ours: list[float], theirs: list[float]) -> float:
+    """The median over rounds of ours / theirs, each a per-round median time."""
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))

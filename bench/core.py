@@ -78,6 +78,64 @@ def bench_pool():
     return compare(ours, theirs, repeats=50)
 
 
+def bench_conv3d():
+    x, tx = _pair((8, 16, 16, 16, 16))
+    w, tw = _pair((3, 3, 3, 16, 32))
+    tx = tx.permute(0, 4, 1, 2, 3).contiguous().requires_grad_()
+    tw = tw.permute(4, 3, 0, 1, 2).contiguous().requires_grad_()
+
+    def ours():
+        with tp.GradientTape() as tape:
+            tape.watch([x, w])
+            y = tp.nn.conv3d(x, w, 1, "SAME")
+        tape.gradient(y, [x, w])
+
+    def theirs():
+        y = torch.nn.functional.conv3d(tx, tw, padding=1)
+        y.backward(torch.ones_like(y))
+        tx.grad = tw.grad = None
+
+    return compare(ours, theirs, repeats=10)
+
+
+def bench_pool3d():
+    x, tx = _pair((8, 16, 16, 16, 32))
+    tx = tx.permute(0, 4, 1, 2, 3).contiguous().requires_grad_()
+
+    def ours():
+        with tp.GradientTape() as tape:
+            tape.watch(x)
+            y = tp.nn.max_pool3d(x, 2, 2, "SAME")
+        tape.gradient(y, x)
+
+    def theirs():
+        y = torch.nn.functional.max_pool3d(tx, 2, 2)
+        y.backward(torch.ones_like(y))
+        tx.grad = None
+
+    return compare(ours, theirs, repeats=30)
+
+
+def bench_depthwise():
+    x, tx = _pair((16, 32, 32, 64))
+    w, tw = _pair((3, 3, 64, 1))
+    tx = tx.permute(0, 3, 1, 2).contiguous().requires_grad_()
+    tw = tw.reshape(3, 3, 64).permute(2, 0, 1).unsqueeze(1).contiguous().requires_grad_()
+
+    def ours():
+        with tp.GradientTape() as tape:
+            tape.watch([x, w])
+            y = tp.nn.depthwise_conv2d(x, w, 1, "SAME")
+        tape.gradient(y, [x, w])
+
+    def theirs():
+        y = torch.nn.functional.conv2d(tx, tw, padding=1, groups=64)
+        y.backward(torch.ones_like(y))
+        tx.grad = tw.grad = None
+
+    return compare(ours, theirs, repeats=30)
+
+
 def bench_xent():
     logits, tlogits = _pair((128, 10))
     tlogits.requires_grad_()
@@ -151,6 +209,9 @@ def main() -> None:
         ("matmul 128x784 @ 784x256", *bench_matmul()),
         ("conv2d fwd+bwd 50x14x14x32 * 5x5x32x64 SAME", *bench_conv()),
         ("max_pool2d fwd+bwd 50x28x28x32 2x2/2", *bench_pool()),
+        ("conv3d fwd+bwd 8x16x16x16x16 * 3x3x3x16x32 SAME", *bench_conv3d()),
+        ("max_pool3d fwd+bwd 8x16x16x16x32 2x2x2/2", *bench_pool3d()),
+        ("depthwise conv2d fwd+bwd 16x32x32x64 * 3x3x64x1 SAME", *bench_depthwise()),
         ("sparse softmax xent fwd+bwd 128x10", *bench_xent()),
         ("MLP 784-256-256-10 Adam step, batch 128", *bench_mlp()),
     ]

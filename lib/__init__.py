@@ -25,6 +25,8 @@ from tapeflow import (
     mixed_precision,
     ops,
     optimizers,
+    profiler,
+    queue,
     regularizers,
     saving,
     serialization,

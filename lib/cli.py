@@ -1,14 +1,17 @@
-"""The `tapeflow` command: inspect a saved graph file, or run it on .npy inputs.
+"""The `tapeflow` command: inspect a saved graph file, run it on .npy inputs, or measure
+this machine for the placer's cost model.
 
     tapeflow inspect model.tfg [--timeout S]
     tapeflow run model.tfg --input x.npy [--input x2.npy ...] [--output y.npy] [--timeout S]
+    tapeflow calibrate [--output cost.json] [--timeout S]
 
 `run` feeds the inputs in the graph's input order and writes one .npy file per output:
 `y.npy` for a single output, `y_0.npy`, `y_1.npy`, ... for several. Inputs are read
 with `allow_pickle=False`. Errors print one line to stderr, never a traceback, and exit
-with status 1 (2 for bad usage, 130 when interrupted). With `--timeout S`, a command still
-running after S seconds (a graph from elsewhere whose loop never ends, say) is stopped
-with a message and exit status 124, as `timeout(1)` does.
+with status 1 (2 for bad usage, 130 when interrupted). `calibrate` measures this machine's
+constants for the placer's cost model (`tapeflow.graph.cost_model`) and writes them as JSON.
+With `--timeout S`, a command still running after S seconds (a graph from elsewhere whose
+loop never ends, say) is stopped with a message and exit status 124, as `timeout(1)` does.
 
 >>> main(["inspect", "missing.tfg"])
 1
@@ -25,6 +28,8 @@ import threading
 import numpy as np
 
 from tapeflow.files.safe_h5 import check_regular_file
+from tapeflow.graph import cost_model
+from tapeflow.graph.file_format import reader
 from tapeflow.graph.runnable import Graph, load_graph
 
 TIMEOUT_STATUS = 124
@@ -51,7 +56,8 @@ def describe(graph: Graph) -> str:
 
 
 def _inspect(args) -> int:
-    print(describe(load_graph(args.graph)))
+    # the state and constants are never printed, so never read: a graph of any size is described at once
+    print(describe(reader.load_graph(args.graph, graph_class=Graph, read_data=False)))
     return 0
 
 
@@ -92,7 +98,9 @@ def _run(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tapeflow", description="Inspect or run saved tapeflow graphs (.tfg).")
+    parser = argparse.ArgumentParser(
+        prog="tapeflow", description="Inspect or run saved graphs (.tfg), or calibrate the placer's cost model."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     inspect = commands.add_parser("inspect", help="print signatures, op counts, parameters and the graph text")
     inspect.add_argument("graph", help="a graph file written by Graph.save")
@@ -104,7 +112,21 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", default="output.npy", metavar="Y.npy", help="output path (default output.npy)")
     _add_timeout(run)
     run.set_defaults(handler=_run)
+    calibrate = commands.add_parser("calibrate", help="measure this machine's constants for the placer's cost model")
+    calibrate.add_argument("--output", default="cost_model.json", metavar="COST.json", help="where to write them")
+    _add_timeout(calibrate)
+    calibrate.set_defaults(handler=_calibrate)
     return parser
+
+
+def _calibrate(args) -> int:
+    model = cost_model.calibrate()
+    model.save(args.output)
+    print(
+        f"sgemm {model.flops_per_s / 1e9:.2f} GFLOP/s, memory {model.bytes_per_s / 1e9:.2f} GB/s, "
+        f"{model.overhead_s * 1e6:.2f} us per node; wrote {args.output}"
+    )
+    return 0
 
 
 def _seconds(text: str) -> float:

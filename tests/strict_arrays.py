@@ -37,7 +37,8 @@ def wrap(x):
     if isinstance(x, np.ndarray):
         return StrictArray(x)
     if isinstance(x, list | tuple):
-        return type(x)(wrap(v) for v in x)
+        values = [wrap(v) for v in x]
+        return type(x)(*values) if hasattr(x, "_fields") else type(x)(values)  # named results (slogdet, qr...)
     return x
 
 

@@ -388,10 +388,10 @@ def test_run_timeout_stops_an_endless_loop_with_status_124(tmp_path):
 def test_the_command_prints_one_line_for_any_failure(tmp_path, capsys, monkeypatch):
     from tapeflow import cli
 
-    def broken(path):
+    def broken(path, **kwargs):
         raise RuntimeError("a fault deep down\nwith a second line")
 
-    monkeypatch.setattr(cli, "load_graph", broken)
+    monkeypatch.setattr(cli.reader, "load_graph", broken)
     assert cli_main(["inspect", str(tmp_path / "g.tfg")]) == 1
     err = capsys.readouterr().err
     assert err == "tapeflow inspect: error: RuntimeError: a fault deep down with a second line\n"

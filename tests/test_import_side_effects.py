@@ -99,6 +99,11 @@ _USES = {
         "tp.matmul(tp.ones((300, 300)), tp.ones((300, 300))).numpy()"
     ),
     "graph": ("g = tp.freeze(lambda a: tp.tanh(tp.exp(a) * 2.0 + 1.0), tp.TensorSpec((None, 3)))\ng(tp.ones((2, 3)))"),
+    "training": (
+        "m = tp.Sequential([tp.Input((16,)), tp.layers.Dense(64, activation='relu'), tp.layers.Dense(2)])\n"
+        "m.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\n"
+        "m.fit(np.ones((64, 16), 'float32'), np.zeros(64, 'int32'), batch_size=16, epochs=2, verbose=0)"
+    ),
 }
 
 
@@ -109,3 +114,101 @@ def test_tapeflow_leaves_process_state_alone(use):
     assert out.returncode == 0, out.stderr[-3000:]
     changed = json.loads(out.stdout.strip().splitlines()[-1])
     assert changed == {"import": {}, "use": {}}
+
+
+_TRAINING_BESIDE_A_USER_LIMIT = textwrap.dedent(
+    """
+    import json, threading, time
+    import numpy as np
+    import threadpoolctl
+
+    threadpoolctl.threadpool_limits(limits=2, user_api="blas")  # something a pin to 1 would change
+
+    def counts():
+        return {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}
+
+    import tapeflow as tp
+
+    start = counts()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 64)).astype("float32")
+    y = (x.sum(1) > 0).astype("int32")
+    model = tp.Sequential([tp.Input((64,)), tp.layers.Dense(384, activation="relu"), tp.layers.Dense(384),
+                           tp.layers.Dense(2)])
+    model.compile(optimizer="adam", loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True))
+    stop, trained = threading.Event(), threading.Event()
+
+    def train():
+        while not stop.is_set():
+            model.fit(x, y, batch_size=256, epochs=1, verbose=0)
+            trained.set()
+
+    def watch(seconds):
+        seen = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            seen.append(counts())
+            time.sleep(0.005)
+        return seen
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    trained.wait(120)
+    unlimited = watch(1.0)  # what other threads see while training runs
+    limited = []
+    for _ in range(10):  # the user limits BLAS to one thread, again and again, while training runs
+        with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+            limited += watch(0.1)
+    limit = threadpoolctl.threadpool_limits(limits=1, user_api="blas")
+    limited += watch(0.3)
+    stop.set()
+    trainer.join()
+    after_training = counts()
+    limit.restore_original_limits()
+    print(json.dumps({
+        "start": start,
+        "seen while training": [c for c in unlimited if c != start][:3],
+        "seen under the user's limit": [c for c in limited if set(c.values()) != {1}][:3],
+        "after training, under the user's limit": after_training,
+        "after the user's limit": counts(),
+    }))
+    """
+)
+
+
+def test_training_leaves_a_user_blas_limit_in_another_thread_alone():
+    """A fit in one thread neither shows other threads a BLAS thread count of its own nor undoes
+    a threadpool_limits(1) that another thread sets meanwhile; when the user's limit ends, the
+    count is the one from before it (tapeflow sets no BLAS thread count at all)."""
+    pytest.importorskip("threadpoolctl")
+    out = subprocess.run(
+        [sys.executable, "-c", _TRAINING_BESIDE_A_USER_LIMIT], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    start = report["start"]
+    assert start and set(start.values()) == {2}, report
+    assert report["seen while training"] == [], report
+    assert report["seen under the user's limit"] == [], report
+    assert report["after training, under the user's limit"] == dict.fromkeys(start, 1), report
+    assert report["after the user's limit"] == start, report
+
+
+def test_tapeflow_kernels_bring_no_blas_library_a_user_limit_would_reach():
+    """tapeflow's private BLAS copy is invisible to threadpoolctl: the BLAS libraries a user's
+    limits set are the same before and after tapeflow runs its kernels."""
+    pytest.importorskip("threadpoolctl")
+    code = textwrap.dedent(
+        """
+        import threadpoolctl, scipy.linalg
+        def blas():
+            return sorted(i["filepath"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
+        before = blas()
+        import tapeflow as tp
+        tp.matmul(tp.ones((300, 300)), tp.ones((300, 300))).numpy()
+        print(before == blas(), tp._kernels._gemm.BLAS_PRIVATE)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[0] == "True", out.stdout

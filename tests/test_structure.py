@@ -22,7 +22,7 @@ STAGES = [
     {"tensor"},
     {"ops", "dlpack"},
     {"autodiff", "graph"},
-    {"data"},
+    {"data", "queue", "profiler"},
     {
         "initializers",
         "regularizers",

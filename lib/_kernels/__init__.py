@@ -19,7 +19,21 @@ from types import ModuleType
 
 from tapeflow._kernels.source_hash import source_sha256
 
-MODULES = ("conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv", "elementwise", "word2vec")
+MODULES = (
+    "conv",
+    "gemm",
+    "pool",
+    "softmax_xent",
+    "embedding",
+    "fused",
+    "fpenv",
+    "elementwise",
+    "word2vec",
+    "conv3d",
+    "pool3d",
+    "depthwise",
+    "recurrent",
+)
 REBUILD = "run `make build` (or `python setup.py build_ext --inplace`) to rebuild the kernels"
 
 
@@ -129,7 +143,21 @@ def get_num_threads() -> int:
     return _modules["conv"]._get_num_threads()
 
 
-_conv, _gemm, _pool, _xent, _embedding, _fused, _fpenv, _elementwise, _word2vec = (_modules[name] for name in MODULES)
+(
+    _conv,
+    _gemm,
+    _pool,
+    _xent,
+    _embedding,
+    _fused,
+    _fpenv,
+    _elementwise,
+    _word2vec,
+    _conv3d,
+    _pool3d,
+    _depthwise,
+    _recurrent,
+) = (_modules[name] for name in MODULES)
 
 conv2d_forward = _conv.conv2d_forward
 matmul = _gemm.matmul
@@ -151,6 +179,18 @@ flush_denormals_enter = _fpenv.flush_denormals_enter
 flush_denormals_leave = _fpenv.flush_denormals_leave
 sgns_train = _word2vec.sgns_train
 skipgram_pairs = _word2vec.skipgram_pairs
+conv3d_forward = _conv3d.conv3d_forward
+conv3d_backward_input = _conv3d.conv3d_backward_input
+conv3d_backward_filter = _conv3d.conv3d_backward_filter
+max_pool3d_forward = _pool3d.max_pool3d_forward
+max_pool3d_backward = _pool3d.max_pool3d_backward
+avg_pool3d_forward = _pool3d.avg_pool3d_forward
+avg_pool3d_backward = _pool3d.avg_pool3d_backward
+depthwise_conv2d_forward = _depthwise.depthwise_conv2d_forward
+depthwise_conv2d_backward_input = _depthwise.depthwise_conv2d_backward_input
+depthwise_conv2d_backward_filter = _depthwise.depthwise_conv2d_backward_filter
+lstm_forward = _recurrent.lstm_forward
+lstm_backward = _recurrent.lstm_backward
 
 __all__ = [
     "MODULES",
@@ -178,4 +218,16 @@ __all__ = [
     "relu_grad",
     "sgns_train",
     "skipgram_pairs",
+    "conv3d_forward",
+    "conv3d_backward_input",
+    "conv3d_backward_filter",
+    "max_pool3d_forward",
+    "max_pool3d_backward",
+    "avg_pool3d_forward",
+    "avg_pool3d_backward",
+    "depthwise_conv2d_forward",
+    "depthwise_conv2d_backward_input",
+    "depthwise_conv2d_backward_filter",
+    "lstm_forward",
+    "lstm_backward",
 ]

@@ -1,38 +1,70 @@
 # Shared by the modules that call BLAS (`include "_blas.pxi"` after _common.pxi): row-major
-# gemm on scipy's cython_blas, and one thread pool for all of it.
+# gemm, and who threads it.
 #
-# OpenBLAS's worker threads spin for a long while after each threaded call, and on a small
-# machine they take the cores from our OpenMP threads (and ours from them). So while one of
-# our kernels runs, OpenBLAS is single-threaded and our OpenMP threads split every large
-# gemm between them instead; when the last running kernel returns, OpenBLAS gets back the
-# thread count it had, so that SciPy and NumPy code around tapeflow keeps its threads.
-# Behind another BLAS, whose threads cannot be set, each gemm runs alone and that BLAS
-# threads it.
+# OpenBLAS's thread count is process-wide: SciPy, NumPy and threadpoolctl limits set by other
+# threads all share it, so tapeflow never sets it. Its gemms call a private, single-threaded
+# copy of that OpenBLAS (private_blas.py), and our OpenMP threads split every large gemm
+# between them (one single-threaded BLAS call each). Where no private copy can be loaded they
+# call SciPy's shared library and read its thread count afresh at each call: while it is one,
+# our threads split the gemms as above; while OpenBLAS runs threaded, each gemm is one BLAS
+# call that OpenBLAS threads itself, since its spinning worker threads and ours would
+# otherwise take the cores from each other. Behind another BLAS, whose thread count cannot be
+# read, each gemm likewise runs alone and that BLAS threads it.
 
 import ctypes
 
 import scipy.linalg.cython_blas
 
 from tapeflow._kernels.blas_scope import ADDRESS as _SCOPE_ADDRESS
+from tapeflow._kernels.private_blas import private_blas as _private_blas
 
 from cython cimport floating
 from cython.parallel cimport parallel, prange
 from scipy.linalg.cython_blas cimport dgemm, dgemv, sgemm, sgemv
 
+ctypedef void (*sgemm_fn)(char*, char*, int*, int*, int*, float*, float*, int*, float*, int*, float*,
+                          float*, int*) noexcept nogil
+ctypedef void (*dgemm_fn)(char*, char*, int*, int*, int*, double*, double*, int*, double*, int*, double*,
+                          double*, int*) noexcept nogil
+ctypedef void (*sgemv_fn)(char*, int*, int*, float*, float*, int*, float*, int*, float*, float*,
+                          int*) noexcept nogil
+ctypedef void (*dgemv_fn)(char*, int*, int*, double*, double*, int*, double*, int*, double*, double*,
+                          int*) noexcept nogil
 ctypedef int (*get_threads_fn)() noexcept nogil
-ctypedef void (*set_threads_fn)(int) noexcept nogil
+
+# The BLAS the kernels call: SciPy's shared library unless a private copy loads.
+cdef sgemm_fn _sgemm = sgemm
+cdef dgemm_fn _dgemm = dgemm
+cdef sgemv_fn _sgemv = sgemv
+cdef dgemv_fn _dgemv = dgemv
 cdef get_threads_fn _blas_get_threads = NULL
-cdef set_threads_fn _blas_set_threads = NULL
-# [kernel calls running, thread count to restore]: one record for every module (blas_scope.py).
+# [kernel calls running]: one record for every module (blas_scope.py).
 cdef int* _blas_scope = <int*><size_t>_SCOPE_ADDRESS
 
 # Below this many multiply-adds a gemm runs on one thread.
 cdef Py_ssize_t _GEMM_PARALLEL_MIN = 1 << 20
 
 
+def _bind_private_blas():
+    """Point the kernels at the private single-threaded OpenBLAS, where one loads."""
+    global _sgemm, _dgemm, _sgemv, _dgemv
+    found = _private_blas()
+    if found is None:
+        return False
+    _sgemm = <sgemm_fn><size_t>found["sgemm"]
+    _dgemm = <dgemm_fn><size_t>found["dgemm"]
+    _sgemv = <sgemv_fn><size_t>found["sgemv"]
+    _dgemv = <dgemv_fn><size_t>found["dgemv"]
+    return True
+
+
+BLAS_PRIVATE = _bind_private_blas()
+cdef bint _blas_private = BLAS_PRIVATE
+
+
 def _bind_blas_threading():
-    """Find the thread-count functions of the OpenBLAS that scipy's cython_blas calls."""
-    global _blas_get_threads, _blas_set_threads
+    """Find the thread-count getter of the OpenBLAS that scipy's cython_blas calls."""
+    global _blas_get_threads
     try:
         lib = ctypes.CDLL(scipy.linalg.cython_blas.__file__)
     except OSError:
@@ -40,58 +72,54 @@ def _bind_blas_threading():
     for prefix in ("scipy_openblas", "openblas"):
         try:
             get_fn = getattr(lib, prefix + "_get_num_threads")
-            set_fn = getattr(lib, prefix + "_set_num_threads")
         except AttributeError:
             continue
         _blas_get_threads = <get_threads_fn><size_t>ctypes.cast(get_fn, ctypes.c_void_p).value
-        _blas_set_threads = <set_threads_fn><size_t>ctypes.cast(set_fn, ctypes.c_void_p).value
         return True
     return False
 
 
-BLAS_THREAD_CONTROL = _bind_blas_threading()
+BLAS_THREADS_KNOWN = _bind_blas_threading()
 
 
-cdef bint _blas_controlled = BLAS_THREAD_CONTROL
+# Whether the kernels' BLAS is single-threaded or its thread count can be read (not whether
+# it is one now: see _blas_single).
+cdef bint _blas_controlled = BLAS_PRIVATE or BLAS_THREADS_KNOWN
+
+
+cdef inline bint _blas_single() noexcept nogil:
+    """Whether the kernels' BLAS runs each call on the calling thread alone now, so that our
+    OpenMP threads may run gemms side by side."""
+    return _blas_private or (_blas_get_threads != NULL and _blas_get_threads() == 1)
 
 
 def _blas_num_threads():
-    """OpenBLAS's current thread count, or None when it cannot be controlled."""
-    return _blas_get_threads() if _blas_controlled else None
+    """The thread count of SciPy's shared OpenBLAS, or None when it cannot be read."""
+    return _blas_get_threads() if _blas_get_threads != NULL else None
 
 
 cdef void _blas_enter() noexcept:
-    """Pin OpenBLAS to one thread while one of our kernels runs (called with the GIL held).
+    """Count one kernel call that uses BLAS as running (called with the GIL held).
 
-    Calls nest and overlap (several Python threads, a kernel calling another): the first
-    saves OpenBLAS's thread count, the last to leave restores it.
+    Only the count changes: OpenBLAS's own settings stay as the process set them.
     """
-    if not _blas_controlled:
-        return
-    if _blas_scope[0] == 0:
-        _blas_scope[1] = _blas_get_threads()
-        if _blas_scope[1] != 1:
-            _blas_set_threads(1)
     _blas_scope[0] += 1
 
 
 cdef void _blas_leave() noexcept:
     """End what _blas_enter began (called with the GIL held)."""
-    if not _blas_controlled or _blas_scope[0] == 0:
-        return
-    _blas_scope[0] -= 1
-    if _blas_scope[0] == 0 and _blas_scope[1] != 1:
-        _blas_set_threads(_blas_scope[1])
+    if _blas_scope[0] > 0:
+        _blas_scope[0] -= 1
 
 
 def _blas_calls_running():
-    """How many kernel calls hold OpenBLAS single-threaded now (0 between calls)."""
+    """How many kernel calls that use BLAS are running now (0 between calls)."""
     return _blas_scope[0]
 
 
 cdef int _gemm_threads(Py_ssize_t work) noexcept:
     """How many of our threads to give `work` multiply-adds of gemm (1: one plain BLAS call)."""
-    if _num_threads < 2 or work < _GEMM_PARALLEL_MIN or not _blas_controlled:
+    if _num_threads < 2 or work < _GEMM_PARALLEL_MIN or not _blas_single():
         return 1
     return _num_threads
 
@@ -103,10 +131,10 @@ cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_
     cdef int m_ = <int>m, n_ = <int>n, k_ = <int>k, lda_ = <int>lda, ldb_ = <int>ldb
     cdef int ldc_ = <int>ldc
     if floating is float:
-        sgemm(&transb, &transa, &n_, &m_, &k_, &alpha, <float*>b, &ldb_, <float*>a, &lda_,
+        _sgemm(&transb, &transa, &n_, &m_, &k_, &alpha, <float*>b, &ldb_, <float*>a, &lda_,
               &beta, c, &ldc_)
     else:
-        dgemm(&transb, &transa, &n_, &m_, &k_, &alpha, <double*>b, &ldb_, <double*>a, &lda_,
+        _dgemm(&transb, &transa, &n_, &m_, &k_, &alpha, <double*>b, &ldb_, <double*>a, &lda_,
               &beta, c, &ldc_)
 
 
@@ -159,9 +187,9 @@ cdef inline void _gemv_part(bint trans_b, Py_ssize_t lo, Py_ssize_t hi, Py_ssize
     cdef const floating* block = b + (lo * ldb if trans_b else lo)
     cdef int rows = k_ if trans_b else part, cols = part if trans_b else k_
     if floating is float:
-        sgemv(&t, &rows, &cols, &alpha, <float*>block, &ldb_, <float*>a, &one, &beta, c + lo, &one)
+        _sgemv(&t, &rows, &cols, &alpha, <float*>block, &ldb_, <float*>a, &one, &beta, c + lo, &one)
     else:
-        dgemv(&t, &rows, &cols, &alpha, <double*>block, &ldb_, <double*>a, &one, &beta, c + lo, &one)
+        _dgemv(&t, &rows, &cols, &alpha, <double*>block, &ldb_, <double*>a, &one, &beta, c + lo, &one)
 
 
 cdef inline void _vec_mat(bint trans_b, Py_ssize_t n, Py_ssize_t k, const floating* a, const floating* b,

@@ -5,11 +5,11 @@ the bottom/right padding follows from the output size. Every input read is bound
 so any combination of pads and output size is memory-safe.
 
 The output rows (n, oh) are cut into chunks whose im2col matrix fits a small per-thread
-scratch buffer. Each OpenMP thread takes whole chunks and runs im2col and a
-*single-threaded* gemm on them (see _blas.pxi for why OpenBLAS never threads itself here).
-When chunks of conv2d_backward_input would write to the same image they run one after
-another, and each gemm is split over the threads instead. Behind a BLAS whose thread count
-cannot be controlled, the chunks run one after another and that BLAS threads each gemm.
+scratch buffer. While OpenBLAS is single-threaded, each OpenMP thread takes whole chunks
+and runs im2col and a gemm on them; when chunks of conv2d_backward_input would write to the
+same image they run one after another, and each gemm is split over the threads instead.
+While OpenBLAS runs threaded, or behind a BLAS whose thread count cannot be read, the chunks
+run one after another and that BLAS threads each gemm (see _blas.pxi).
 """
 
 include "_common.pxi"
@@ -82,7 +82,7 @@ cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize, bint whole_images) noexc
     """
     cdef Plan p
     cdef Py_ssize_t fit = max(1, _col_buffer_bytes // max(1, g.ow * g.kh * g.kw * g.c * itemsize))
-    cdef int nt = _num_threads if _num_threads > 1 and _blas_controlled else 1
+    cdef int nt = _num_threads if _num_threads > 1 and _blas_single() else 1
     cdef bint by_image = fit >= g.oh and (whole_images or g.n >= nt)
     cdef bint in_parallel = nt > 1 and (by_image or not whole_images)
     cdef Py_ssize_t unit = g.oh if by_image else 1

@@ -29,7 +29,7 @@ def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::
         return
     cdef int threads
     if m == 1:
-        threads = _num_threads if _blas_controlled else 1
+        threads = _num_threads if _blas_single() else 1
         with nogil:
             _vec_mat(trans_b, n, k, &a[0, 0], &b[0, 0], b.shape[1], &c[0, 0], threads)
         return

@@ -33,23 +33,13 @@ HOLDS_NUMPY = False
 RUNS_ON_HOST = frozenset(
     {"random_normal", "random_uniform", "truncated_normal", "random_permutation", "candidate_sampler"}
 )
-# Ops whose only kernels are host LAPACK calls (NumPy/SciPy) or host bookkeeping: on a GPU they
-# are an UnsupportedOpError naming the op, never a silent copy to the host and back.
+# Ops this backend cannot run as they are: on a GPU they are an UnsupportedOpError naming the
+# op, never a silent copy to the host and back. (The linear algebra references reach
+# cupy.linalg through NumPy's protocols.)
 UNSUPPORTED: frozenset = frozenset(
     {
-        "cholesky",
-        "eigh",
-        "logdet",
-        "logdet_grad",
-        "lu_factor",
-        "qr",
-        "segment_max",
-        "segment_min",
-        "segment_prod",
-        "segment_sum",
-        "slogdet",
-        "solve_triangular",
-        "svd",
+        "lu_factor",  # the reference keeps its pivots in a host array; CuPy has no batched getrf
+        "segment_prod",  # CuPy's ufunc.at has no multiply
     }
 )
 _RAW_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -209,3 +199,20 @@ def conv2d(x, w, strides, padding, dilations):
 
 def fused_conv2d(x, w, b, activation, **conv):
     return _bias_activation(conv2d(x, w, **conv), b, activation)
+
+
+def _segment(ufunc: str, init: float):
+    def kernel(data, ids, num_segments):
+        """The reference with its accumulator on the device: rows reduced in float64 into
+        num_segments + 1 slots, the last one taking (and dropping) ids out of range."""
+        out = xp.full((num_segments + 1, *data.shape[1:]), init, dtype=np.float64)
+        ids = xp.where((ids >= 0) & (ids < num_segments), ids, num_segments)
+        getattr(xp, ufunc).at(out, ids, data.astype(np.float64))
+        return out[:-1].astype(data.dtype)
+
+    return kernel
+
+
+segment_sum = _segment("add", 0.0)
+segment_max = _segment("maximum", -np.inf)
+segment_min = _segment("minimum", np.inf)

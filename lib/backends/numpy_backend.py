@@ -13,6 +13,7 @@ fix an op's attrs once, for graphs (see tapeflow.backends).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -20,7 +21,8 @@ from tapeflow import _kernels
 from tapeflow._kernels import elementwise as _elementwise
 from tapeflow.backends.common import check_index_range, check_labels
 from tapeflow.backends.geometry import MAX_EXTENT as MAX_DIM
-from tapeflow.backends.geometry import conv_geometry
+from tapeflow.backends.geometry import axis_geometry, conv_geometry
+from tapeflow.backends.numpy_recurrent import lstm_sequence, lstm_sequence_grad  # noqa: F401 (kernels by op name)
 
 _FAST = (np.float32, np.float64)
 
@@ -142,6 +144,91 @@ def avg_pool2d_grad(dy, input_size, ksize, strides, padding):
     return dx.astype(dy.dtype, copy=False)
 
 
+def _volume_geometry(name, sizes, ksize, strides, padding, dilations):
+    """(output sizes, front/top/left padding) of a 3-D window op with 'SAME' or 'VALID' padding."""
+    outs, befores = [], []
+    for size, k, s, d in zip(sizes, ksize, strides, dilations, strict=True):
+        out, before = axis_geometry(name, size, k, s, d, padding, (0, 0))
+        outs.append(out)
+        befores.append(before)
+    return tuple(outs), tuple(befores)
+
+
+def conv3d(x, w, strides, padding, dilations):
+    xc, wc = _ready(x, w)
+    outs, pads = _volume_geometry("conv3d", x.shape[1:4], w.shape[:3], strides, padding, dilations)
+    return _kernels.conv3d_forward(xc, wc, tuple(strides), pads, tuple(dilations), outs).astype(x.dtype, copy=False)
+
+
+def conv3d_input_grad(dy, w, input_size, strides, padding, dilations):
+    dyc, wc = _ready(dy, w)
+    size = tuple(input_size)
+    _, pads = _volume_geometry("conv3d_transpose", size, w.shape[:3], strides, padding, dilations)
+    dx = _kernels.conv3d_backward_input(dyc, wc, size, tuple(strides), pads, tuple(dilations))
+    return dx.astype(dy.dtype, copy=False)
+
+
+def conv3d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    xc, dyc = _ready(x, dy)
+    ksize = tuple(filter_size)
+    _, pads = _volume_geometry("conv3d_filter_grad", x.shape[1:4], ksize, strides, padding, dilations)
+    dw = _kernels.conv3d_backward_filter(xc, dyc, ksize, tuple(strides), pads, tuple(dilations))
+    return dw.astype(x.dtype, copy=False)
+
+
+def max_pool3d(x, ksize, strides, padding):
+    (xc,) = _ready(x)
+    outs, pads = _volume_geometry("max_pool3d", x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    return _kernels.max_pool3d_forward(xc, tuple(ksize), tuple(strides), pads, outs).astype(x.dtype, copy=False)
+
+
+def max_pool3d_grad(x, dy, ksize, strides, padding):
+    xc, dyc = _ready(x, dy)
+    _, pads = _volume_geometry("max_pool3d", x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    return _kernels.max_pool3d_backward(xc, dyc, tuple(ksize), tuple(strides), pads).astype(x.dtype, copy=False)
+
+
+def avg_pool3d(x, ksize, strides, padding):
+    (xc,) = _ready(x)
+    outs, pads = _volume_geometry("avg_pool3d", x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    return _kernels.avg_pool3d_forward(xc, tuple(ksize), tuple(strides), pads, outs).astype(x.dtype, copy=False)
+
+
+def avg_pool3d_grad(dy, input_size, ksize, strides, padding):
+    (dyc,) = _ready(dy)
+    size = tuple(input_size)
+    _, pads = _volume_geometry("avg_pool3d", size, ksize, strides, padding, (1, 1, 1))
+    dx = _kernels.avg_pool3d_backward(dyc, size, tuple(ksize), tuple(strides), pads)
+    return dx.astype(dy.dtype, copy=False)
+
+
+def depthwise_conv2d(x, w, strides, padding, dilations):
+    xc, wc = _ready(x, w)
+    sh, sw, top, left, dh, dw, oh, ow = _geometry(
+        "depthwise_conv2d", x.shape[1], x.shape[2], w.shape[0], w.shape[1], strides, padding, dilations
+    )
+    y = _kernels.depthwise_conv2d_forward(xc, wc, sh, sw, top, left, dh, dw, oh, ow)
+    return y.astype(x.dtype, copy=False)
+
+
+def depthwise_conv2d_input_grad(dy, w, input_size, strides, padding, dilations):
+    dyc, wc = _ready(dy, w)
+    sh, sw, top, left, dh, dw, _, _ = _geometry(
+        "depthwise_conv2d_input_grad", *input_size, w.shape[0], w.shape[1], strides, padding, dilations
+    )
+    dx = _kernels.depthwise_conv2d_backward_input(dyc, wc, input_size[0], input_size[1], sh, sw, top, left, dh, dw)
+    return dx.astype(dy.dtype, copy=False)
+
+
+def depthwise_conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    xc, dyc = _ready(x, dy)
+    sh, sw, top, left, dh, dw, _, _ = _geometry(
+        "depthwise_conv2d_filter_grad", x.shape[1], x.shape[2], *filter_size, strides, padding, dilations
+    )
+    dw_ = _kernels.depthwise_conv2d_backward_filter(xc, dyc, filter_size[0], filter_size[1], sh, sw, top, left, dh, dw)
+    return dw_.astype(x.dtype, copy=False)
+
+
 def sparse_softmax_cross_entropy_with_logits(logits, labels):
     check_labels("sparse_softmax_cross_entropy_with_logits", labels, logits.shape[1])
     (lc,) = _ready(logits)
@@ -255,7 +342,7 @@ def matmul(a, b):
         if a.ndim == b.ndim == 2 or (a.ndim == b.ndim == 3 and a.shape[0] == b.shape[0]):
             return _kernels.matmul(a, b)
         if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:  # a dense layer over a sequence
-            rows = _kernels.matmul(a.reshape(-1, a.shape[-1]), b)
+            rows = _kernels.matmul(a.reshape(math.prod(a.shape[:-1]), a.shape[-1]), b)
             return rows.reshape(a.shape[:-1] + (b.shape[1],))
     return np.matmul(a, b)
 
@@ -312,4 +399,4 @@ def bind_fused_elementwise(reference, program):
     the last axis (made contiguous first if need be); the reference for other broadcasts."""
     encoded = _encode(program)
     contiguous = _elementwise.Program(*encoded, reference)
-    return _elementwise.Program(*encoded, lambda *arrays: contiguous(*map(np.ascontiguousarray, arrays)))
+    return _elementwise.Program(*encoded, lambda *arrays: contiguous(*(np.asarray(a, order="C") for a in arrays)))

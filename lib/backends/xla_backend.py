@@ -17,12 +17,14 @@ True
 
 from __future__ import annotations
 
+import builtins
 import threading
+import warnings
 
 import numpy as np
 
 from tapeflow import _compat
-from tapeflow.backends.geometry import conv_geometry, padded_extent
+from tapeflow.backends.geometry import axis_geometry, conv_geometry, padded_extent
 
 _XLA = _compat.require_xla()
 torch, F = _XLA.torch, _XLA.torch.nn.functional
@@ -53,44 +55,9 @@ UNSUPPORTED = frozenset(
         "while_loop",
         "while_loop_grad",
         "word2vec_sgns_train",  # the fused CPU kernel, Hogwild threads over host memory
-        # Keras's linear algebra, sorting, segment, spectral and 3-D window ops: no lowering yet
-        "argsort",
-        "avg_pool3d",
-        "avg_pool3d_grad",
-        "cholesky",
-        "conv3d",
-        "conv3d_filter_grad",
-        "conv3d_input_grad",
-        "cumprod",
-        "det",
-        "dft",
-        "eigh",
-        "einsum",
-        "inv",
-        "logdet",
-        "logdet_grad",
-        "lu_factor",
-        "max_pool3d",
-        "max_pool3d_grad",
-        "max_pool3d_grad_grad",
-        "put_along_axis_add",
-        "qr",
-        "quantile",
-        "quantile_weights",
-        "searchsorted",
-        "segment_max",
-        "segment_min",
-        "segment_prod",
-        "segment_sum",
-        "slogdet",
-        "solve",
-        "solve_triangular",
-        "sort",
-        "svd",
-        "take_along_axis",
-        "top_k",
-        "unravel_index",
-        "view",
+        "eigh",  # XLA's eigensolver picks other eigenvector signs than LAPACK's (NumPy's)
+        "svd",  # XLA's SVD picks other singular vector signs than LAPACK's (NumPy's)
+        "view",  # a bitcast: torch_xla runs aten::view.dtype on the CPU
     }
 )
 
@@ -514,6 +481,30 @@ def conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations):
     return _vjp(lambda w: conv2d(x, w, strides, padding, dilations), zeros, dy)
 
 
+def depthwise_conv2d(x, w, strides, padding, dilations):
+    """A grouped convolution, one group per input channel; output channel c * M + j is
+    filter j of channel c."""
+    x, w = _t(x), _t(w)
+    kh, kw, c, m = w.shape
+    oh, ow, pads = _padding("depthwise_conv2d", x.shape, kh, kw, strides, padding, dilations)
+    filters = w.reshape(kh, kw, c * m).permute(2, 0, 1)[:, None]
+    y = F.conv2d(F.pad(_nchw(x), pads), filters, stride=tuple(strides), dilation=tuple(dilations), groups=c)
+    return _nhwc(y)[:, :oh, :ow, :]
+
+
+def depthwise_conv2d_input_grad(dy, w, input_size, strides, padding, dilations):
+    dy, w = _t(dy), _t(w)
+    zeros = torch.zeros((dy.shape[0], *input_size, w.shape[2]), dtype=dy.dtype, device=dy.device)
+    return _vjp(lambda x: depthwise_conv2d(x, w, strides, padding, dilations), zeros, dy)
+
+
+def depthwise_conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    x, dy = _t(x), _t(dy)
+    c = x.shape[3]
+    zeros = torch.zeros((*filter_size, c, dy.shape[3] // c), dtype=x.dtype, device=x.device)
+    return _vjp(lambda w: depthwise_conv2d(x, w, strides, padding, dilations), zeros, dy)
+
+
 def _bias_activation(y, b, activation):
     y = y + _t(b)
     return torch.relu(y) if activation == "relu" else y
@@ -591,3 +582,383 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     v_new = beta2 * v + (1.0 - beta2) * grad * grad
     p_new = param - (lr * (m_new / bias1) / (torch.sqrt(v_new / bias2) + epsilon)).to(param.dtype)
     return p_new, m_new, v_new
+
+
+# ------------------------------------------------------------ volumes (NDHWC, filters DHWIO)
+def _volume_padding(name, sizes, ksize, strides, padding, dilations):
+    """Output sizes and F.pad's flat padding (last spatial axis first) for a 3-D window op."""
+    outs, flat = [], []
+    for size, k, s, d in zip(sizes, ksize, strides, dilations, strict=True):
+        out, before = axis_geometry(name, size, k, s, d, padding, (0, 0))
+        outs.append(out)
+        flat = [before, padded_extent(size, out, k, s, d, before) - size - before, *flat]
+    return tuple(outs), flat
+
+
+def _ncdhw(x):
+    return x.permute(0, 4, 1, 2, 3)
+
+
+def _ndhwc(x, outs):
+    return x.permute(0, 2, 3, 4, 1)[:, : outs[0], : outs[1], : outs[2], :]
+
+
+def conv3d(x, w, strides, padding, dilations):
+    x, w = _t(x), _t(w)
+    outs, pads = _volume_padding("conv3d", x.shape[1:4], w.shape[:3], strides, padding, dilations)
+    y = F.conv3d(F.pad(_ncdhw(x), pads), w.permute(4, 3, 0, 1, 2), stride=tuple(strides), dilation=tuple(dilations))
+    return _ndhwc(y, outs)
+
+
+def conv3d_input_grad(dy, w, input_size, strides, padding, dilations):
+    dy, w = _t(dy), _t(w)
+    zeros = torch.zeros((dy.shape[0], *input_size, w.shape[3]), dtype=dy.dtype, device=dy.device)
+    return _vjp(lambda x: conv3d(x, w, strides, padding, dilations), zeros, dy)
+
+
+def conv3d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    x, dy = _t(x), _t(dy)
+    zeros = torch.zeros((*filter_size, x.shape[4], dy.shape[4]), dtype=x.dtype, device=x.device)
+    return _vjp(lambda w: conv3d(x, w, strides, padding, dilations), zeros, dy)
+
+
+def _max_pool3d(x, ksize, strides, padding, return_indices=False):
+    outs, pads = _volume_padding("max_pool3d", x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    padded = F.pad(_ncdhw(x), pads, value=float("-inf"))
+    out = F.max_pool3d(padded, tuple(ksize), tuple(strides), return_indices=return_indices)
+    return (out, pads, outs) if return_indices else _ndhwc(out, outs)
+
+
+def max_pool3d(x, ksize, strides, padding):
+    return _max_pool3d(_t(x), ksize, strides, padding)
+
+
+def max_pool3d_grad(x, dy, ksize, strides, padding):
+    """`dy` routed to each window's first maximum (XLA's select-and-scatter keeps the first)."""
+    return _vjp(lambda z: _max_pool3d(z, ksize, strides, padding), _t(x), _t(dy))
+
+
+def max_pool3d_grad_grad(x, g, ksize, strides, padding):
+    """`g` read at each window's first maximum."""
+    (_, indices), pads, outs = _max_pool3d(_t(x), ksize, strides, padding, return_indices=True)
+    gp = F.pad(_ncdhw(_t(g)), pads)
+    picked = torch.gather(gp.flatten(2), 2, indices.flatten(2)).reshape(indices.shape)
+    return _ndhwc(picked, outs)
+
+
+def _volume_sums(x, ksize, strides, padding):
+    outs, pads = _volume_padding("avg_pool3d", x.shape[1:4], ksize, strides, padding, (1, 1, 1))
+    k = ksize[0] * ksize[1] * ksize[2]
+    return _ndhwc(F.avg_pool3d(F.pad(_ncdhw(x), pads), tuple(ksize), tuple(strides)) * k, outs)
+
+
+def avg_pool3d(x, ksize, strides, padding):
+    """The mean over each window's cells inside the volume (padding is not counted)."""
+    x = _t(x)
+    ones = torch.ones((1, *x.shape[1:4], 1), dtype=x.dtype, device=x.device)
+    return _volume_sums(x, ksize, strides, padding) / _volume_sums(ones, ksize, strides, padding)
+
+
+def avg_pool3d_grad(dy, input_size, ksize, strides, padding):
+    dy = _t(dy)
+    zeros = torch.zeros((dy.shape[0], *input_size, dy.shape[4]), dtype=dy.dtype, device=dy.device)
+    return _vjp(lambda z: avg_pool3d(z, ksize, strides, padding), zeros, dy)
+
+
+# ------------------------------------------------------------ sorting and searching
+def _order(x, axis):
+    """The stable ascending order as NumPy sorts: XLA's sort compares floats in total order,
+    so -0.0 is made 0.0 (equal values keep their order) and every NaN a positive one (last)."""
+    if x.is_floating_point():
+        nan = torch.full((), float("nan"), dtype=x.dtype, device=x.device)
+        x = torch.where(torch.isnan(x), nan, torch.where(x == 0, torch.zeros_like(nan), x))
+    return torch.sort(x, dim=axis, stable=True).indices
+
+
+def sort(x, axis):
+    x = _t(x)
+    return torch.gather(x, axis, _order(x, axis))
+
+
+def argsort(x, axis):
+    return _order(_t(x), axis).to(torch.int32)
+
+
+def top_k(x, k, sorted):  # noqa: A002 - the op's attribute
+    """The first k of the stable order of -x, as the reference: ties keep their order, NaNs go last."""
+    x = _t(x)
+    order = _order(-x, x.dim() - 1)[..., :k]
+    return torch.gather(x, -1, order), order.to(torch.int32)
+
+
+def searchsorted(sorted_sequence, values, side):
+    """How many entries go before each value, NaN ordered after every number (as NumPy sorts)."""
+    seq, values = _t(sorted_sequence), _t(values)
+    s, v = seq.reshape((1,) * values.dim() + (-1,)), values[..., None]
+    before = s < v if side == "left" else s <= v
+    if seq.is_floating_point():
+        nan_v = torch.isnan(v)
+        before = before | (nan_v & ~torch.isnan(s)) if side == "left" else before | nan_v
+    return before.sum(-1).to(torch.int32)
+
+
+def _along(indices, size):
+    indices = _t(indices)
+    return torch.where(indices < 0, indices + size, indices).to(torch.int64)
+
+
+def take_along_axis(x, indices, axis):
+    x = _t(x)
+    return torch.gather(x, axis, _along(indices, x.shape[axis]))
+
+
+def put_along_axis_add(x, indices, updates, axis):
+    x = _t(x)
+    return x.scatter_add(axis, _along(indices, x.shape[axis]), _t(updates).to(x.dtype))
+
+
+def unravel_index(indices, shape):
+    indices = _t(indices).to(torch.int64)
+    total = int(np.prod(shape, dtype=np.int64))
+    if total == 0:  # no index is in range: only an empty `indices` gets here
+        return tuple(torch.zeros(indices.shape, dtype=torch.int32, device=indices.device) for _ in shape)
+    out, stride = [], total
+    for size in shape:
+        stride //= size
+        out.append(torch.remainder(torch.div(indices, stride, rounding_mode="floor"), size).to(torch.int32))
+    return tuple(out)
+
+
+# ------------------------------------------------------------ scans, contractions, segments
+def cumprod(x, axis):
+    x = _t(x)
+    if x.is_floating_point():
+        return torch.cumprod(x, dim=axis)
+    # integers: a doubling scan (torch_xla has no integer cumprod); products are exact modulo 2**bits
+    n, shift = x.shape[axis], 1
+    while shift < n:
+        x = x * torch.cat([torch.ones_like(x.narrow(axis, 0, shift)), x.narrow(axis, 0, n - shift)], dim=axis)
+        shift *= 2
+    return x
+
+
+def einsum(*xs, terms, output):
+    return torch.einsum(",".join(terms) + "->" + output, *(_t(x) for x in xs))
+
+
+def _segment(reduce, init):
+    def kernel(data, ids, num_segments):
+        """Rows reduced into num_segments + 1 slots, the last one taking the ids out of range
+        (dropped), integers computed in float64 as the reference does."""
+        data, ids = _t(data), _t(ids).to(torch.int64)
+        work = data.dtype if data.dtype in (torch.float32, torch.float64) else torch.float64
+        ids = torch.where((ids >= 0) & (ids < num_segments), ids, num_segments)
+        out = torch.full((num_segments + 1, *data.shape[1:]), init, dtype=work, device=data.device)
+        index = ids.reshape((-1,) + (1,) * (data.dim() - 1)).expand(data.shape)
+        return out.scatter_reduce(0, index, data.to(work), reduce, include_self=True)[:-1].to(data.dtype)
+
+    return kernel
+
+
+segment_sum = _segment("sum", 0.0)
+segment_max = _segment("amax", float("-inf"))
+segment_min = _segment("amin", float("inf"))
+segment_prod = _segment("prod", 1.0)
+
+
+def _dft_matrix(n, inverse, like):
+    """exp(-+2 pi i jk / n) (over n for the inverse) as real and imaginary parts."""
+    k = np.arange(n)
+    angle = 2.0 * np.pi * (np.outer(k, k) % builtins.max(n, 1)) / builtins.max(n, 1)
+    real, imag = np.cos(angle), (1.0 if inverse else -1.0) * np.sin(angle)
+    if inverse:
+        real, imag = real / n, imag / n
+    npdtype = _NUMPY[like.dtype]
+    return from_host(real.astype(npdtype)), from_host(imag.astype(npdtype))
+
+
+def dft(real, imag, axes, inverse):
+    """The DFT as a complex matrix product along each axis (torch_xla has no complex FFT)."""
+    real, imag = _t(real), _t(imag)
+    dtype = real.dtype
+    if dtype not in (torch.float32, torch.float64):
+        real, imag = real.to(torch.float32), imag.to(torch.float32)
+    for axis in axes:
+        wr, wi = _dft_matrix(real.shape[axis], inverse, real)
+        r, i = torch.movedim(real, axis, -1), torch.movedim(imag, axis, -1)  # the matrices are symmetric
+        real, imag = torch.movedim(r @ wr - i @ wi, -1, axis), torch.movedim(r @ wi + i @ wr, -1, axis)
+    return real.to(dtype), imag.to(dtype)
+
+
+# ------------------------------------------------------------ quantiles
+def _rows(x, axes):
+    """x with the kept axes first and the reduced ones flattened into the last."""
+    kept = tuple(a for a in range(x.dim()) if a not in axes)
+    moved = x.permute(*kept, *axes)
+    return kept, moved, moved.reshape(*moved.shape[: len(kept)], -1)
+
+
+def quantile(x, qs, scalar_q, axes, keepdims, method, ignore_nan):
+    x = _t(x)
+    kept, _, rows = _rows(x, axes)
+    shape = (len(qs), *(1 if a in axes else n for a, n in enumerate(x.shape))) if keepdims else None
+    if x.numel() == 0:
+        full = (len(qs), *(x.shape[a] for a in kept)) if shape is None else shape
+        out = torch.full(full, float("nan"), dtype=x.dtype, device=x.device)
+    else:
+        work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+        q = torch.tensor(qs, dtype=work, device=x.device)
+        out = (torch.nanquantile if ignore_nan else torch.quantile)(rows.to(work), q, dim=-1, interpolation=method)
+        out = (out if shape is None else out.reshape(shape)).to(x.dtype)
+    return out[0] if scalar_q else out
+
+
+def quantile_weights(x, qs, scalar_q, axes, keepdims, method, ignore_nan):
+    """d quantile / d x: the reference's weights on the one or two order statistics of each row."""
+    x = _t(x)
+    kept, moved, rows = _rows(x, axes)
+    rows = rows.reshape(-1, rows.shape[-1])
+    m, n = rows.shape
+    if n == 0 or m == 0:
+        out = torch.zeros((len(qs), *moved.shape), dtype=x.dtype, device=x.device)
+    else:
+        order = _order(rows, 1)  # NaNs sort last
+        valid = (~torch.isnan(rows)).sum(1) if ignore_nan else torch.full((m,), n, device=x.device)
+        live = (valid > 0).to(torch.float64)
+        parts = []
+        for q in qs:
+            pos = q * torch.clamp(valid - 1, min=0).to(torch.float64)
+            lo, hi = torch.floor(pos), torch.ceil(pos)
+            ones, zeros = torch.ones_like(pos), torch.zeros_like(pos)
+            w_lo, w_hi = {
+                "linear": (1.0 - (pos - lo), pos - lo),
+                "lower": (ones, zeros),
+                "higher": (zeros, ones),
+                "midpoint": (ones * 0.5, ones * 0.5),
+                "nearest": (ones, zeros),
+            }[method]
+            if method == "nearest":  # halves to the even index, as NumPy rounds
+                lo = hi = torch.round(pos)
+            out = torch.zeros((m, n), dtype=torch.float64, device=x.device)
+            for at, w in ((lo, w_lo), (hi, w_hi)):
+                cols = torch.gather(order, 1, torch.clamp(at.to(torch.int64), max=n - 1)[:, None])
+                out = out.scatter_add(1, cols, (w * live)[:, None])
+            parts.append(out.to(x.dtype))
+        out = torch.stack(parts).reshape(len(qs), *moved.shape)
+    out = out.permute(0, *(int(i) + 1 for i in np.argsort(kept + tuple(axes))))
+    return out[0] if scalar_q else out
+
+
+# ------------------------------------------------------------ linear algebra
+def _lu(x):
+    """LU with partial pivoting as LAPACK's getrf (the reference's column steps, one matrix
+    product each): the packed factors (b, n, n), the pivot of each step, and the row
+    permutation they make."""
+    n = x.shape[-1]
+    lu = x.reshape(-1, n, n)
+    at = torch.arange(n, device=lu.device)
+    perm = at.expand(lu.shape[0], n)
+    pivots = []
+    for k in range(n):
+        p = k + torch.argmax(torch.abs(lu[:, k:, k]), dim=1)
+        pivots.append(p)
+        swap = torch.where(at == k, p[:, None], torch.where(at == p[:, None], k, at))
+        lu = torch.gather(lu, 1, swap[:, :, None].expand(-1, -1, n))
+        perm = torch.gather(perm, 1, swap)
+        pivot = lu[:, k, k]
+        column = lu[:, :, k] / torch.where(pivot == 0, torch.ones_like(pivot), pivot)[:, None]
+        below = (at > k)[None, :, None]
+        trailing = below & (at > k)[None, None, :]
+        lu = torch.where(trailing, lu - column[:, :, None] * lu[:, k, None, :], lu)
+        lu = torch.where(below & (at == k)[None, None, :], column[:, :, None], lu)
+    return lu, pivots, perm
+
+
+def lu_factor(x):
+    x = _t(x)
+    lu, pivots, _ = _lu(x)
+    piv = torch.stack(pivots, -1) if pivots else torch.zeros(lu.shape[:2], dtype=torch.int64, device=x.device)
+    return lu.reshape(x.shape), piv.to(torch.int32).reshape(x.shape[:-1])
+
+
+def _triangular_solve(a, b, upper, unit=False):
+    with warnings.catch_warnings():  # torch_xla lowers the older spelling, not linalg.solve_triangular
+        warnings.simplefilter("ignore")
+        return torch.triangular_solve(b, a, upper=upper, unitriangular=unit).solution
+
+
+def solve_triangular(a, b, lower):
+    return _triangular_solve(_t(a), _t(b), upper=not lower)
+
+
+def solve(a, b):
+    """getrf then getrs, as LAPACK's gesv that NumPy calls."""
+    a, b = _t(a), _t(b)
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    n, k = b.shape[-2:]
+    lu, _, perm = _lu(a.expand(*batch, n, n))
+    rows = torch.gather(b.expand(*batch, n, k).reshape(-1, n, k), 1, perm[:, :, None].expand(-1, -1, k))
+    lower = _triangular_solve(lu, rows, upper=False, unit=True)
+    return _triangular_solve(lu, lower, upper=True).reshape(*batch, n, k)
+
+
+def inv(x):
+    return torch.linalg.inv_ex(_t(x))[0]
+
+
+def slogdet(x):
+    x = _t(x)
+    sign, logabs = torch.linalg.slogdet(x)
+    return sign.to(x.dtype), logabs
+
+
+def det(x):
+    """sign * exp(log|det|), as NumPy computes it."""
+    sign, logabs = slogdet(x)
+    return sign * torch.exp(logabs)
+
+
+def logdet(x):
+    sign, logabs = slogdet(x)
+    nan = torch.full_like(logabs, float("nan"))
+    return torch.where(sign > 0, logabs, torch.where(sign == 0, torch.full_like(logabs, float("-inf")), nan))
+
+
+def logdet_grad(x):
+    return inv(x).mT
+
+
+def cholesky(x):
+    with warnings.catch_warnings():  # torch_xla lowers the older spelling, not linalg.cholesky
+        warnings.simplefilter("ignore")
+        return torch.cholesky(_t(x))
+
+
+def qr(x, mode):
+    """Householder QR as LAPACK's geqrf and orgqr (dlarfg's reflector signs, so R's diagonal
+    has the signs NumPy gives)."""
+    x = _t(x)
+    *batch, m, n = x.shape
+    r = x.reshape(-1, m, n)
+    q = torch.eye(m, dtype=x.dtype, device=x.device).expand(r.shape[0], m, m)
+    rows, cols = torch.arange(m, device=x.device), torch.arange(n, device=x.device)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    for j in range(builtins.min(m, n)):
+        col = r[:, :, j]
+        alpha = col[:, j]
+        tail = torch.where(rows > j, col, zero)
+        tail_norm = torch.sqrt(torch.sum(tail * tail, dim=1))
+        norm = torch.sqrt(alpha * alpha + tail_norm * tail_norm)
+        reflect = tail_norm != 0
+        beta = torch.where(reflect, torch.where(alpha >= 0, -norm, norm), alpha)
+        safe_beta = torch.where(reflect, beta, torch.ones_like(beta))
+        tau = torch.where(reflect, (beta - alpha) / safe_beta, zero)
+        scale = 1.0 / torch.where(reflect, alpha - beta, torch.ones_like(alpha))
+        v = torch.where(rows == j, torch.ones_like(col), tail * scale[:, None])
+        r = r - tau[:, None, None] * v[:, :, None] * (v[:, None, :] @ r)
+        q = q - tau[:, None, None] * (q @ v[:, :, None]) * v[:, None, :]
+        fixed = torch.where(rows == j, beta[:, None], torch.where(rows > j, zero, col))
+        r = torch.where(cols[None, None, :] == j, fixed[:, :, None], r)
+    r = torch.triu(r)
+    k = m if mode == "complete" else builtins.min(m, n)
+    return q[:, :, :k].reshape(*batch, m, k), r[:, :k, :].reshape(*batch, k, n)

@@ -34,10 +34,15 @@ class Callback:
 
 
 class CallbackList:
-    """Calls each hook on every callback, in order."""
+    """Calls each hook on every callback, in order. `callbacks` is None, one callback, or a
+    list or tuple of them (nested lists are flattened, as Keras does).
+
+    >>> [type(cb).__name__ for cb in CallbackList([Callback(), [Callback()]], None, {}).callbacks]
+    ['Callback', 'Callback']
+    """
 
     def __init__(self, callbacks, model, params: dict):
-        self.callbacks = list(callbacks)
+        self.callbacks = _flatten_callbacks(callbacks)
         for cb in self.callbacks:
             cb.set_model(model)
             cb.set_params(params)
@@ -51,3 +56,24 @@ class CallbackList:
                 getattr(cb, hook)(*args, **kwargs)
 
         return call_all
+
+
+def _flatten_callbacks(callbacks) -> list:
+    """The callbacks of None, one callback, or nested lists/tuples of them, in order."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, CallbackList):
+        return list(callbacks.callbacks)
+    if not isinstance(callbacks, list | tuple):
+        callbacks = [callbacks]
+    out = []
+    for cb in callbacks:
+        if isinstance(cb, list | tuple | CallbackList):
+            out.extend(_flatten_callbacks(cb))
+        elif callable(getattr(cb, "set_model", None)) and callable(getattr(cb, "set_params", None)):
+            out.append(cb)
+        else:
+            raise TypeError(
+                f"callbacks: expected a Callback or a list of Callbacks, got {type(cb).__name__} {cb!r:.80}"
+            )
+    return out

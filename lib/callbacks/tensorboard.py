@@ -6,6 +6,7 @@ import math
 import os
 import time
 
+from tapeflow import profiler
 from tapeflow.callbacks.callback import Callback
 from tapeflow.io import tensorboard
 
@@ -26,6 +27,10 @@ class TensorBoard(Callback):
     name. `write_graph` writes the model's frozen inference graph (ops, weights and shapes), or,
     for a model that cannot be frozen, one node per layer (op = layer class).
 
+    `profile_batch=(start, stop)` (or one batch number, or "start,stop"; batches count from 1
+    over the whole fit; 0 never) records a timeline of those training batches with
+    `tapeflow.profiler` and writes its Chrome trace under `<log_dir>/train/plugins/profile/`.
+
     Writing needs no TensorFlow: see `tapeflow.io.tensorboard`. View with
     `tensorboard --logdir <log_dir>`.
 
@@ -40,6 +45,7 @@ class TensorBoard(Callback):
         write_graph: bool = True,
         update_freq="epoch",
         min_interval_s: float = 1.0,
+        profile_batch=0,
     ):
         super().__init__()
         if update_freq != "epoch" and (
@@ -58,6 +64,10 @@ class TensorBoard(Callback):
         self._writers: dict = {}  # run name -> tapeflow.io.tensorboard.EventFileWriter
         self._train_step = 0
         self._last_batch_write = -math.inf
+        self.profile_batch = profile_batch
+        self._profile_range = _profile_range(profile_batch)
+        self._profiling = False
+        self._batches_begun = 0
 
     def _writer(self, run: str):
         if run not in self._writers:
@@ -70,7 +80,16 @@ class TensorBoard(Callback):
             self._writer("train").add_graph(tensorboard.model_graph_def(self.model, _layer_nodes(self.model)))
             self._writer("train").flush()
 
+    def on_train_batch_begin(self, batch, logs=None):
+        self._batches_begun += 1
+        if self._profile_range is not None and self._batches_begun == self._profile_range[0]:
+            if profiler.active() is None:  # a profile the user records already holds these batches
+                profiler.start()
+                self._profiling = True
+
     def on_train_batch_end(self, batch, logs=None):
+        if self._profiling and self._batches_begun >= self._profile_range[1]:
+            self._stop_profiling()
         self._train_step += 1
         if self.update_freq == "epoch" or self._train_step % self.update_freq:
             return
@@ -96,10 +115,41 @@ class TensorBoard(Callback):
         for writer in self._writers.values():
             writer.flush()
 
+    def _stop_profiling(self) -> None:
+        self._profiling = False
+        profile = profiler.stop()
+        stamp = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime(profile.wall_started))
+        profiler.write_chrome_trace(profile, os.path.join(self.log_dir, "train", "plugins", "profile", stamp))
+
     def on_train_end(self, logs=None):
+        if self._profiling:  # training stopped inside the range
+            self._stop_profiling()
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()
+
+
+def _profile_range(profile_batch) -> tuple[int, int] | None:
+    """(first, last) training batch to profile, counted from 1, or None for no profiling."""
+    value = profile_batch
+    if isinstance(value, str):
+        try:
+            value = tuple(int(part) for part in value.split(","))
+        except ValueError:
+            value = profile_batch
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return None if value == 0 else (value, value)
+    if (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and 0 < value[0] <= value[1]
+    ):
+        return (value[0], value[1])
+    raise ValueError(
+        "TensorBoard: profile_batch must be a batch number >= 0 or a pair (start, stop) of batch numbers "
+        f"with 0 < start <= stop, got {profile_batch!r}"
+    )
 
 
 def _layer_nodes(model) -> list[tuple[str, str, list[str]]]:

@@ -16,7 +16,6 @@ the whole design.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,7 @@ from tapeflow.distributed.epoch_data import EpochStream, first_batch
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
 from tapeflow.distributed.inference import evaluate_on_cluster, predict_on_cluster
 from tapeflow.distributed.parameters import master_copy
-from tapeflow.distributed.runtime.liveness import WorkerLost, find_lost, lost_workers
+from tapeflow.distributed.runtime.liveness import WorkerLost, find_lost, lost_workers, wait_for_workers
 
 MAX_RECOVERIES = 3  # failures in a row restarting from the same checkpoint before fit gives up
 POLL_INTERVAL = 0.02  # seconds between the client's looks at a log of steps
@@ -100,18 +99,17 @@ class Strategy:
         raise NotImplementedError
 
     def predict(self, model, x, batch_size: int):
-        """`model.predict(x, distribute=self)`: the inference graph runs on each replica's
-        worker over its part of the rows."""
-        return predict_on_cluster(model, x, batch_size, self.cluster.client, self._replica_workers(), self.timeout)
+        """`model.predict(x, distribute=self)`: the inference graph runs over `replicas`
+        parts of the rows, one per worker; a part whose worker dies runs again on a worker
+        alive once the cluster has `needed_workers` again (waiting up to `timeout`, as `fit`)."""
+        return predict_on_cluster(model, x, batch_size, self.cluster, self.replicas, self.needed_workers, self.timeout)
 
     def evaluate(self, model, x, y, batch_size: int) -> dict:
-        """`model.evaluate(x, y, distribute=self)`: each replica's worker computes the loss
-        and predictions of its batches, and the metrics are updated here in batch order."""
-        client = self.cluster.client
-        return evaluate_on_cluster(model, x, y, batch_size, client, self._replica_workers(), self.timeout)
-
-    def _replica_workers(self) -> list[str]:
-        return self.workers()[: self.replicas]
+        """`model.evaluate(x, y, distribute=self)`: the workers compute the loss and predictions
+        of their parts' batches (as `predict` runs its parts), and the metrics are updated here
+        in batch order."""
+        parts, need = self.replicas, self.needed_workers
+        return evaluate_on_cluster(model, x, y, batch_size, self.cluster, parts, need, self.timeout)
 
 
 class PlaceAnew(Exception):
@@ -278,18 +276,7 @@ class TrainingSession:
 
     def _enough_workers(self) -> list[str]:
         """The workers alive, once there are `min_workers` of them (waiting up to `timeout`)."""
-        need, timeout = self.min_workers, self.strategy.timeout
-        deadline = time.monotonic() + timeout
-        while True:
-            workers = self.strategy.cluster.workers
-            if len(workers) >= need:
-                return workers
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"fit: training needs {need} workers but {len(workers)} are alive "
-                    f"({', '.join(workers) or 'none'}), and no more joined within {timeout:g}s"
-                )
-            time.sleep(0.1)
+        return wait_for_workers(self.strategy.cluster, self.min_workers, self.strategy.timeout, "fit", "training")
 
     def watch(self) -> None:
         """Raise WorkerLost if a worker in use left the cluster."""

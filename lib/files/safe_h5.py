@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import math
 import mmap
 import os
 import stat
@@ -40,6 +41,10 @@ CRC_ATTR = "crc32"
 MANIFEST = "manifest"  # the dataset listing every other dataset's path
 _NUMERIC_KINDS = "biuf"
 _TEXT_LIMIT = 1 << 28  # bytes of one string read from a file
+# A compressed dataset may inflate to at most this many times its stored bytes, plus the
+# slack (real weights compress far less; a chunk of zeros compresses about 1000 times).
+_INFLATE_RATIO = 64
+_INFLATE_SLACK = 1 << 24
 _BUILTIN_FILTERS = frozenset(
     {
         h5py.h5z.FILTER_DEFLATE,
@@ -214,8 +219,9 @@ class H5Reader:
         self.where = where
         self._heaps_checked = False
         self._walked: dict = {}  # (group, prefix) -> the datasets found under it
+        self._inflated: dict = {}  # path -> bytes a compressed dataset decompresses to
         if hasattr(path, "read") or hasattr(path, "write"):
-            self.path, self._size, self._object = f"<{type(path).__name__}>", None, path
+            self.path, self._size, self._object = f"<{type(path).__name__}>", _object_size(path), path
             opener = path
             try:
                 self.file = h5py.File(opener, "r")
@@ -318,6 +324,7 @@ class H5Reader:
     def _check_manifest(self) -> None:
         listed = self.json(self.file, MANIFEST, checked=True)
         numeric, texts = self._walk(self.file)
+        self._walked[(self.file.name, "")] = numeric  # every group's datasets are found in this walk
         found = (set(numeric) | texts) - {MANIFEST}
         if not isinstance(listed, list) or found != set(listed):
             lost = sorted(set(listed) - found) if isinstance(listed, list) else []
@@ -414,6 +421,10 @@ class H5Reader:
         wholly in the file). Anything but a tree of plain groups, such datasets and scalar
         fixed-length strings (read only by `text`) is refused. A group is walked once."""
         key = (group.name, prefix)
+        whole = self._walked.get((self.file.name, ""))
+        if key not in self._walked and whole is not None and group.file == self.file:
+            base = group.name.strip("/") + "/"
+            self._walked[key] = {path[len(base) :]: ds for path, ds in whole.items() if path.startswith(base)}
         if key not in self._walked:
             self._walked[key] = self._walk(group, prefix)[0]
         return dict(self._walked[key])
@@ -464,13 +475,36 @@ class H5Reader:
         for f in filters:
             if f not in _BUILTIN_FILTERS:
                 raise self.fail(f"dataset '{path}' needs a filter plugin (id {f}); refused")
-        nbytes = ds.size * ds.dtype.itemsize
+        size = math.prod(ds.shape)
+        nbytes = size * ds.dtype.itemsize
+        stored = ds.id.get_storage_size()
+        if self._size is not None and stored > self._size:
+            raise self.fail(f"dataset '{path}' claims {stored} stored bytes, more than the file's {self._size}")
         if filters:
-            chunks = int(np.prod([-(-n // c) for n, c in zip(ds.shape, ds.chunks, strict=True)]))
-            if ds.size and ds.id.get_num_chunks() < chunks:
+            chunks = math.prod(-(-n // c) for n, c in zip(ds.shape, ds.chunks, strict=True))
+            if size and ds.id.get_num_chunks() < chunks:
                 raise self.fail(f"dataset '{path}' has chunks that were never written")
-        elif ds.size and (ds.id.get_storage_size() < nbytes or (self._size is not None and nbytes > self._size)):
+            self._check_inflation(path, max(nbytes, math.prod(ds.chunks) * ds.dtype.itemsize), stored)
+        elif size and (stored < nbytes or (self._size is not None and nbytes > self._size)):
             raise self.fail(f"dataset '{path}' holds less data than its shape {ds.shape} needs (unwritten or cut off)")
+
+    def _check_inflation(self, path: str, nbytes: int, stored: int) -> None:
+        """Refuse a compressed (filtered) dataset that would inflate past `_INFLATE_RATIO` times
+        its stored bytes (plus `_INFLATE_SLACK`), or make the file's compressed datasets
+        together inflate past that bound on the whole file's size: a small file never
+        decompresses into gigabytes. tapeflow itself writes no compressed datasets."""
+        if nbytes > _INFLATE_RATIO * stored + _INFLATE_SLACK:
+            raise self.fail(
+                f"dataset '{path}' would decompress to {nbytes} bytes from {stored} stored bytes "
+                f"(over {_INFLATE_RATIO} times); refused"
+            )
+        self._inflated[path] = nbytes
+        total = sum(self._inflated.values())
+        if self._size is not None and total > _INFLATE_RATIO * self._size + _INFLATE_SLACK:
+            raise self.fail(
+                f"its compressed datasets would decompress to {total} bytes in all (at '{path}'), over "
+                f"{_INFLATE_RATIO} times the file's {self._size} bytes; refused"
+            )
 
     # -------------------------------------------------------------- data
     def array(self, ds: h5py.Dataset, checked: bool, dtype: np.dtype | None = None) -> np.ndarray:
@@ -543,7 +577,7 @@ class H5Reader:
         if not isinstance(text, str):
             raise self.fail(f"{what} must be JSON text, got {type(text).__name__}")
         try:
-            return json.loads(text, parse_constant=_reject_constant)
+            return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=unique_object)
         except (ValueError, RecursionError) as err:
             raise self.fail(f"{what} is not valid JSON: {err}") from None
 
@@ -571,10 +605,38 @@ def _read_with_crc(ds: h5py.Dataset) -> tuple[np.ndarray, int]:
         return out, pending.result()
 
 
+def _object_size(file) -> int | None:
+    """The size of a seekable binary file object (None if it cannot tell)."""
+    try:
+        position = file.tell()
+        size = file.seek(0, os.SEEK_END)
+        file.seek(position)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return size if isinstance(size, int) else None
+
+
 def _is_text(ds: h5py.Dataset) -> bool:
     """Whether a dataset is a scalar fixed-length string (what `write_text` writes)."""
     kind = ds.id.get_type()
     return isinstance(kind, h5py.h5t.TypeStringID) and not kind.is_variable_str() and ds.shape == ()
+
+
+def unique_object(pairs: list) -> dict:
+    """A JSON object's pairs as a dict, refusing a key given twice (which value was meant
+    is ambiguous); pass as `json.loads`'s `object_pairs_hook`.
+
+    >>> json.loads('{"units": 2, "units": 3}', object_pairs_hook=unique_object)
+    Traceback (most recent call last):
+    ...
+    ValueError: key 'units' appears twice in one object
+    """
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"key {twice!r:.80} appears twice in one object")
+    return out
 
 
 def _reject_constant(name: str):

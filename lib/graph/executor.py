@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import functools
 import operator
+import time
 
 import numpy as np
 
 from tapeflow.backends import backend, numerics
 from tapeflow.devices import Device, parse_device
-from tapeflow.graph.ir import ASSIGN, READ, SIDE_EFFECT_OPS, GraphError, GraphIR, Value
+from tapeflow.graph.ir import ASSIGN, QUEUE_OPS, READ, SIDE_EFFECT_OPS, GraphError, GraphIR, Value
+from tapeflow.ops.profiling import HOOKS
 from tapeflow.ops.registry import get_op
 from tapeflow.ops.sparse import in_place_rows, sole_owner
 
@@ -95,7 +97,7 @@ class Executor:
                 steps.append((_ASSIGN, variable, ins, None, None, node, _conform_on(variable._device)))
                 continue
             op = get_op(node.op)
-            fn = op.bound_kernel(device.family, node.public_attrs)
+            fn = op.bound_kernel(device.family, _kernel_attrs(graph, node))
             if device != entered[device.family]:
                 fn = _switched_to(device, fn)
             outs = tuple(slot_of(v) for v in node.outputs)
@@ -145,10 +147,13 @@ class Executor:
             env[s] = data
         for s, var in self._reads:
             env[s] = var._value
+        observer = HOOKS.node
         with numerics(*self._numerics_devices):
             for kind, fn, args, out, dtype, node, conform, frees in self._steps:
                 if cancelled is not None and cancelled():
                     raise RunCancelled(f"graph {self.graph.name!r}: run cancelled before node {node.name!r}")
+                if observer is not None:
+                    start = time.perf_counter_ns()
                 if kind == _KERNEL:
                     try:
                         r = fn(*args(env))
@@ -158,16 +163,18 @@ class Executor:
                         r = conform(r, dtype)
                     env[out] = r
                 elif kind == _ROWS:
-                    env[out] = _write_owned_rows(env, args, fn, node)
+                    r = env[out] = _write_owned_rows(env, args, fn, node)
                 elif kind == _MULTI:
                     try:
-                        results = fn(*args(env))
+                        r = fn(*args(env))
                     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
                         raise _node_error(node, list(args(env)), exc) from exc
-                    for s, r, d in zip(out, results, dtype, strict=True):
-                        env[s] = r if type(r) is np.ndarray and r.dtype == d else conform(r, d)
+                    for s, one, d in zip(out, r, dtype, strict=True):
+                        env[s] = one if type(one) is np.ndarray and one.dtype == d else conform(one, d)
                 else:
-                    fn._value = conform(env[args[0]], fn.dtype.np)
+                    r = fn._value = conform(env[args[0]], fn.dtype.np)
+                if observer is not None:
+                    observer(self.graph, node, args(env) if kind != _ASSIGN else (env[args[0]],), r, start)
                 for i in frees:
                     env[i] = None
         return [env[s] for s in self._fetch_slots]
@@ -195,6 +202,22 @@ class Executor:
         [1.0, 1.0]
         """
         return kernel(*arrays)
+
+
+def _kernel_attrs(graph: GraphIR, node) -> dict:
+    """The attrs a node's kernel is bound to: its public attrs, except that a queue op's
+    `queue` (a name) becomes the queue the graph binds to that name."""
+    attrs = node.public_attrs
+    if node.op not in QUEUE_OPS:
+        return attrs
+    name = attrs["queue"]
+    queue = graph.queues.get(name)
+    if queue is None:
+        raise GraphError(
+            f"{graph.name}: node '{node.name}' ({node.op}) uses queue {name!r}, which is bound to no queue; "
+            f"load the graph with tp.load_graph(path, queues={{{name!r}: queue}})"
+        )
+    return {**attrs, "queue": queue}
 
 
 def _node_devices(graph: GraphIR, nodes) -> dict[int, Device]:
@@ -276,8 +299,12 @@ def _arguments(slots: tuple):
     return operator.itemgetter(*slots) if slots else lambda env: ()
 
 
-def _node_error(node, arrays, exc) -> NodeError:
+def _node_error(node, arrays, exc) -> Exception:
+    """A NodeError naming the node; an error whose class sets `keeps_type_in_graphs` (a
+    queue's OutOfRangeError, which ends a loop) is raised as its own type, the node named."""
     shapes = ", ".join(f"{a.dtype}{list(np.shape(a))}" if hasattr(a, "dtype") else type(a).__name__ for a in arrays)
+    if getattr(exc, "keeps_type_in_graphs", False):
+        return type(exc)(f"node '{node.name}' ({node.op}): {exc}")
     return NodeError(f"node '{node.name}' ({node.op}) with inputs ({shapes}) failed: {type(exc).__name__}: {exc}")
 
 

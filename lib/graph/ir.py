@@ -30,7 +30,19 @@ from tapeflow.devices import Device, current_device, is_local_name
 READ = "read_variable"
 ASSIGN = "assign_variable"
 COPY = "copy_to_device"  # the one op whose output lives on another device than its input
-SIDE_EFFECT_OPS = frozenset({ASSIGN, "send"})  # run for their effect: never pruned
+# a queue op names its queue by the `queue` attr; the graph's `queues` binds that name to a queue
+QUEUE_OPS = frozenset(
+    {
+        "queue_enqueue",
+        "queue_enqueue_many",
+        "queue_dequeue",
+        "queue_dequeue_many",
+        "queue_dequeue_up_to",
+        "queue_close",
+        "queue_size",
+    }
+)
+SIDE_EFFECT_OPS = frozenset({ASSIGN, "send"}) | QUEUE_OPS  # run for their effect: never pruned
 
 
 class GraphError(ValueError):
@@ -114,9 +126,10 @@ class GraphIR:
     """A dataflow graph: inputs, nodes in a topological order, outputs and state.
 
     `state` maps each state name to its Variable (or, for a loaded graph, to a
-    Variable created from the file). `output_structure` rebuilds the traced
-    function's return value from the flat outputs. `device` is where the graph runs
-    (the current device when it was made).
+    Variable created from the file). `queues` binds the queue names of queue ops to
+    queues: the live queues a traced function used, or those given to `tp.load_graph`.
+    `output_structure` rebuilds the traced function's return value from the flat outputs.
+    `device` is where the graph runs (the current device when it was made).
     """
 
     def __init__(self, name: str = "graph", device: Device | None = None):
@@ -127,6 +140,7 @@ class GraphIR:
         self.nodes: list[Node] = []
         self.constants: list[Value] = []
         self.state: dict = {}
+        self.queues: dict = {}  # queue name -> the queue its queue ops use when the graph runs
         self.output_structure = None
         self._names: dict[str, int] = {}
 

@@ -2,15 +2,17 @@
 
 State (read_variable nodes) and captured constants become initializers, graph
 inputs become ONNX inputs (a dynamic first dimension is named "batch"), and
-each op is lowered by one converter below. NHWC convolutions and pools are
-wrapped in Transposes to ONNX's NCHW, with their filters transposed at export.
+each op is lowered by one converter below. Channels-last convolutions and pools
+(2-D and 3-D) are wrapped in Transposes to ONNX's channels-first layout, with their
+filters transposed at export. Ops that ONNX has no exact form for (cbrt, expm1,
+arctan2, the matrix factorizations, ...) are not exported.
 Graphs that write state (training steps) or draw random numbers are refused,
 and an op without a converter raises an ExportError naming it and its node.
 
 >>> import tapeflow as tp
 >>> g = tp.freeze(lambda x: tp.nn.relu(x) * 2.0, tp.TensorSpec((None, 3)))
->>> sorted(exportable_ops())[:3]
-['abs', 'add', 'argmax']
+>>> {"conv3d", "einsum", "top_k"} <= set(exportable_ops())
+True
 >>> from tapeflow import _compat
 >>> model = to_onnx(g) if _compat.has_onnx else None
 >>> [n.op_type for n in model.graph.node] if model is not None else ['Relu', 'Mul']
@@ -28,12 +30,11 @@ from tapeflow import _compat
 from tapeflow.graph.ir import ASSIGN, READ, GraphIR, Node, Value
 from tapeflow.ops.fused import PRIMITIVES
 from tapeflow.ops.registry import get_op
-from tapeflow.ops.shapes import conv_geometry, padded_extent
+from tapeflow.ops.shapes import axis_geometry, padded_extent
 
 MIN_OPSET = 13
 _INT64_MAX = np.iinfo(np.int64).max
 _INT64_MIN = np.iinfo(np.int64).min
-_TO_NCHW, _TO_NHWC, _HWIO_TO_OIHW = (0, 3, 1, 2), (0, 2, 3, 1), (3, 2, 0, 1)
 
 
 class ExportError(ValueError):
@@ -236,7 +237,7 @@ class _Exporter:
             outputs.append(helper.make_tensor_value_info(name, _elem_type(helper, v), list(v.shape)))
         used = {i for n in self.nodes for i in n.input} | seen
         tensors = [
-            self.onnx.numpy_helper.from_array(np.ascontiguousarray(a), name)
+            self.onnx.numpy_helper.from_array(np.ascontiguousarray(a).reshape(np.shape(a)), name)  # scalars stay 0-D
             for name, a in self.initializers.items()
             if name in used
         ]
@@ -333,6 +334,18 @@ _ONE_TO_ONE = {  # ops with no attrs whose ONNX op computes the same thing
     "where": "Where",
     "matmul": "MatMul",
     "gather_nd": "GatherND",
+    "arcsin": "Asin",
+    "arccos": "Acos",
+    "arctan": "Atan",
+    "arcsinh": "Asinh",
+    "arccosh": "Acosh",
+    "arctanh": "Atanh",
+    "sinh": "Sinh",
+    "cosh": "Cosh",
+    "tan": "Tan",
+    "floor": "Floor",
+    "ceil": "Ceil",
+    "det": "Det",
 }
 
 
@@ -582,6 +595,34 @@ def _getitem(ex, node, outs, x):
     ex.finish(x, outs[0])
 
 
+@_converts("getitem_grad")
+def _getitem_grad(ex, node, outs, g, *like):
+    """`g` scattered into zeros at the flat positions that the same index picks from an
+    iota of the indexed shape (converted as getitem); repeated array indices add up."""
+    shape, index = node.attrs["shape"], node.attrs["index"]
+    if like:  # the shape is known when the graph runs
+        count = ex.emit("Range", [ex.scalar(0, np.int64), ex.emit("Size", [like[0]]), ex.scalar(1, np.int64)])
+        iota = ex.emit("Reshape", [count, ex.emit("Shape", [like[0]])])
+    else:
+        iota = ex.const(np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape), "iota")
+    indexed = Value(f"{node.name}/indexed", node.inputs[1].shape if like else shape, "int64")
+    picked = Value(f"{node.name}/positions", node.inputs[0].shape, "int64")
+    positions = ex.claim(picked.name)
+    _getitem(ex, Node(picked.name, "getitem", [indexed], {"index": index}, [picked]), [positions], iota)
+    adds = _has_array(index)
+    if adds:
+        _needs_opset(ex, node, 16, "ScatterElements with reduction='add', for repeated indices")
+    flat = ex.ints([-1])
+    zeros = _full_of(ex, node, ex.emit("Reshape", [iota, flat]), 0)
+    updates = [ex.emit("Reshape", [positions, flat]), ex.emit("Reshape", [g, flat])]
+    dx = ex.emit("ScatterElements", [zeros, *updates], axis=0, **({"reduction": "add"} if adds else {}))
+    ex.emit("Reshape", [dx, ex.emit("Shape", [iota])], outs[0])
+
+
+def _has_array(index) -> bool:
+    return any(isinstance(i, np.ndarray) and i.ndim > 0 for i in index)
+
+
 def _expand_ellipsis(node, index: tuple, rank: int) -> list:
     consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
     out: list = []
@@ -596,30 +637,79 @@ def _expand_ellipsis(node, index: tuple, rank: int) -> list:
 
 
 # ------------------------------------------------------- convolution, pooling
-def _window_pads(node, in_shape, kernel, strides, padding, dilations) -> dict:
-    """ONNX pads for a tapeflow window op on an NHWC input."""
-    if padding == "VALID":
-        return {"pads": [0, 0, 0, 0]}
-    if padding == "SAME":  # the odd padding cell goes last, as in TensorFlow
-        h, w = in_shape[1:3]
-        oh, ow, top, left = conv_geometry(node.op, h, w, *kernel, strides, padding, dilations)
-        bottom = padded_extent(h, oh, kernel[0], strides[0], dilations[0], top) - h - top
-        right = padded_extent(w, ow, kernel[1], strides[1], dilations[1], left) - w - left
-        return {"pads": [top, left, bottom, right]}
-    (top, bottom), (left, right) = padding
-    return {"pads": [top, left, bottom, right]}
+def _channels_first(rank: int) -> list[int]:
+    return [0, rank - 1, *range(1, rank - 1)]
 
 
-@_converts("conv2d", "fused_conv2d")
-def _conv2d(ex, node, outs, x, w, bias=None):
-    """NHWC conv2d (with the bias and relu of fused_conv2d) as NCHW Conv between Transposes."""
-    a = node.attrs
-    kernel = node.inputs[1].shape[:2]
-    pads = _window_pads(node, node.inputs[0].shape, kernel, a["strides"], a["padding"], a["dilations"])
-    operands = [ex.emit("Transpose", [x], perm=list(_TO_NCHW)), ex.transposed(w, _HWIO_TO_OIHW)]
-    conv = dict(kernel_shape=list(kernel), strides=list(a["strides"]), dilations=list(a["dilations"]), **pads)
-    y = _activate(ex, node, ex.emit("Conv", operands + ([bias] if bias is not None else []), **conv))
-    ex.emit("Transpose", [y], outs[0], perm=list(_TO_NHWC))
+def _channels_last(rank: int) -> list[int]:
+    return [0, *range(2, rank), 1]
+
+
+def _filter_to_onnx(rank: int) -> list[int]:
+    """Spatial..., in, out (HWIO, DHWIO) to out, in, spatial... (OIHW, OIDHW)."""
+    return [rank - 1, rank - 2, *range(rank - 2)]
+
+
+def _window_geometry(node, sizes, kernel, strides, padding, dilations) -> tuple[list, list, list]:
+    """(pads before, pads after, tail) per spatial axis of a tapeflow window op: the
+    padding the windows reach (the odd 'SAME' cell goes last, as in TensorFlow) and the
+    input cells past the last window, which a transposed convolution gives back as zeros."""
+    pairs = [(0, 0)] * len(sizes) if isinstance(padding, str) else [tuple(p) for p in padding]
+    before, after, tail = [], [], []
+    for size, k, s, d, pair in zip(sizes, kernel, strides, dilations, pairs, strict=True):
+        if size is None:
+            raise _unsupported(node, "has a spatial size unknown at export, which its padding depends on")
+        out, first = axis_geometry(node.op, size, k, s, d, padding, pair)
+        reach = (out - 1) * s + (k - 1) * d + 1
+        before.append(first)
+        after.append(padded_extent(size, out, k, s, d, first) - size - first)
+        tail.append(max(size + first - reach, 0))
+    return before, after, tail
+
+
+@_converts("conv2d", "fused_conv2d", "conv3d", "depthwise_conv2d")
+def _conv(ex, node, outs, x, w, bias=None):
+    """Channels-last conv2d/conv3d (with the bias and relu of fused_conv2d) and depthwise
+    conv2d as ONNX's channels-first Conv between Transposes."""
+    a, rank = node.attrs, node.inputs[0].ndim
+    kernel = node.inputs[1].shape[: rank - 2]
+    before, after, _ = _window_geometry(
+        node, node.inputs[0].shape[1:-1], kernel, a["strides"], a["padding"], a["dilations"]
+    )
+    w, group = _filter(ex, node, w)
+    operands = [ex.emit("Transpose", [x], perm=_channels_first(rank)), w] + ([bias] if bias is not None else [])
+    conv = dict(kernel_shape=list(kernel), strides=list(a["strides"]), dilations=list(a["dilations"]), group=group)
+    y = _activate(ex, node, ex.emit("Conv", operands, pads=before + after, **conv))
+    ex.emit("Transpose", [y], outs[0], perm=_channels_last(rank))
+
+
+def _filter(ex, node, w: str) -> tuple[str, int]:
+    """The ONNX weight of a convolution's filter, and its group count. A depthwise filter
+    (kh, kw, C, multiplier) is one group per input channel: (C * multiplier, 1, kh, kw)."""
+    rank = node.inputs[1].ndim
+    if not node.op.startswith("depthwise"):
+        return ex.transposed(w, _filter_to_onnx(rank)), 1
+    kh, kw, channels, multiplier = node.inputs[1].shape
+    grouped = (kh, kw, 1, channels * multiplier)
+    if w in ex.initializers:
+        w = ex.const(ex.initializers[w].reshape(grouped), f"{w}/grouped")
+    else:
+        w = ex.emit("Reshape", [w, ex.ints(grouped)])
+    return ex.transposed(w, _filter_to_onnx(rank)), channels
+
+
+@_converts("conv2d_input_grad", "conv3d_input_grad", "depthwise_conv2d_input_grad")
+def _conv_transpose(ex, node, outs, dy, w):
+    """The gradient of a convolution for its input (conv2d_transpose) as ONNX ConvTranspose:
+    the padding cropped, and the input cells no window reached padded back as zeros."""
+    a, rank = node.attrs, node.inputs[0].ndim
+    kernel = node.inputs[1].shape[: rank - 2]
+    before, after, tail = _window_geometry(node, a["input_size"], kernel, a["strides"], a["padding"], a["dilations"])
+    w, group = _filter(ex, node, w)
+    operands = [ex.emit("Transpose", [dy], perm=_channels_first(rank)), w]
+    conv = dict(kernel_shape=list(kernel), strides=list(a["strides"]), dilations=list(a["dilations"]), group=group)
+    y = ex.emit("ConvTranspose", operands, pads=before + after, output_padding=tail, **conv)
+    ex.emit("Transpose", [y], outs[0], perm=_channels_last(rank))
 
 
 @_converts("fused_matmul")
@@ -637,12 +727,471 @@ def _activate(ex, node, y: str) -> str:
     raise _unsupported(node, f"applies the activation {activation!r}, which has no ONNX conversion")
 
 
-@_converts("max_pool2d", "avg_pool2d")
+@_converts("max_pool2d", "avg_pool2d", "max_pool3d", "avg_pool3d")
 def _pool(ex, node, outs, x):
-    a = node.attrs
-    pads = _window_pads(node, node.inputs[0].shape, a["ksize"], a["strides"], a["padding"], (1, 1))
-    extra = {"count_include_pad": 0} if node.op == "avg_pool2d" else {}  # padded cells are not counted
-    op_type = "MaxPool" if node.op == "max_pool2d" else "AveragePool"
-    nchw = ex.emit("Transpose", [x], perm=list(_TO_NCHW))
-    y = ex.emit(op_type, [nchw], kernel_shape=list(a["ksize"]), strides=list(a["strides"]), **pads, **extra)
-    ex.emit("Transpose", [y], outs[0], perm=list(_TO_NHWC))
+    a, rank = node.attrs, node.inputs[0].ndim
+    ones = (1,) * (rank - 2)
+    before, after, _ = _window_geometry(node, node.inputs[0].shape[1:-1], a["ksize"], a["strides"], a["padding"], ones)
+    average = node.op.startswith("avg")
+    extra = {"count_include_pad": 0} if average else {}  # padded cells are not counted
+    nchw = ex.emit("Transpose", [x], perm=_channels_first(rank))
+    window = dict(kernel_shape=list(a["ksize"]), strides=list(a["strides"]), pads=before + after, **extra)
+    y = ex.emit("AveragePool" if average else "MaxPool", [nchw], **window)
+    ex.emit("Transpose", [y], outs[0], perm=_channels_last(rank))
+
+
+# ------------------------------------------------- elementwise beyond one-to-one
+def _needs_opset(ex, node, opset: int, why: str) -> None:
+    if ex.opset < opset:
+        raise _unsupported(node, f"needs opset {opset} or newer ({why}); export with opset={opset}")
+
+
+def _full_of(ex, node, like: str, value) -> str:
+    """A tensor shaped as `like` holding `value` in the node's output dtype."""
+    fill = ex.onnx.numpy_helper.from_array(np.asarray([value], dtype=node.outputs[0].dtype.np))
+    return ex.emit("ConstantOfShape", [ex.emit("Shape", [like])], value=fill)
+
+
+@_converts("isnan", "isinf", "isfinite")
+def _predicate(ex, node, outs, x):
+    dtype = node.inputs[0].dtype
+    if dtype.kind != "f":  # integers and bools are always finite numbers
+        ex.finish(_full_of(ex, node, x, node.op == "isfinite"), outs[0])
+        return
+    if dtype.bits < 32:  # IsInf takes 16-bit floats from opset 20 only; widening is exact
+        x = ex.emit("Cast", [x], to=ex.onnx.TensorProto.FLOAT)
+    if node.op == "isnan":
+        ex.emit("IsNaN", [x], outs[0])
+    elif node.op == "isinf":
+        ex.emit("IsInf", [x], outs[0])
+    else:
+        ex.emit("Not", [ex.emit("Or", [ex.emit("IsNaN", [x]), ex.emit("IsInf", [x])])], outs[0])
+
+
+@_converts("signbit")
+def _signbit(ex, node, outs, x):
+    if node.inputs[0].dtype.kind == "f":  # -0.0 and a negative NaN have no ONNX test
+        raise _unsupported(node, "reads the sign bit of floats, which ONNX cannot (-0.0 and negative NaNs)")
+    if node.inputs[0].dtype.kind == "b":
+        ex.finish(_full_of(ex, node, x, False), outs[0])
+    else:
+        ex.emit("Less", [x, ex.scalar(0, node.inputs[0].dtype.np)], outs[0])
+
+
+@_converts("trunc")
+def _trunc(ex, node, outs, x):
+    # s * floor(s * x) with s = -1 where x < 0: no Where, which may drop the sign of a zero
+    dtype = node.inputs[0].dtype.np
+    sign = _unit_sign(ex, dtype, ex.emit("Less", [x, ex.scalar(0, dtype)]))
+    ex.emit("Mul", [sign, ex.emit("Floor", [ex.emit("Mul", [sign, x])])], outs[0])
+
+
+def _unit_sign(ex, dtype, negative: str) -> str:
+    """-1.0 where `negative`, else 1.0."""
+    return ex.emit("Where", [negative, ex.scalar(-1, dtype), ex.scalar(1, dtype)])
+
+
+@_converts("round_half_even")
+def _round_half_even(ex, node, outs, x):
+    """NumPy's round: x * 10**d rounded half to even (ONNX Round), then / 10**d; for a
+    negative d, / 10**-d then * 10**-d. Integers go through float64 as in NumPy, and 16-bit
+    floats through float32, rounded back to 16 bits after each step as NumPy's half ops do."""
+    decimals, dtype = node.attrs["decimals"], node.inputs[0].dtype
+    if dtype.kind != "f" and decimals >= 0:
+        ex.emit("Identity", [x], outs[0])
+        return
+    if decimals == 0:
+        ex.emit("Round", [x], outs[0])
+        return
+    to_type = ex.onnx.helper.np_dtype_to_tensor_dtype
+    work = np.dtype(np.float64) if dtype.kind != "f" else np.dtype(np.float32) if dtype.bits < 32 else dtype.np
+    scale = ex.scalar(np.asarray(10.0 ** abs(decimals), dtype.np if dtype.kind == "f" else work), work)
+    if work != dtype.np:
+        x = ex.emit("Cast", [x], to=to_type(work))
+    into, back = ("Mul", "Div") if decimals > 0 else ("Div", "Mul")
+    y = ex.emit(into, [x, scale])
+    if dtype.kind == "f" and work != dtype.np:
+        y = ex.emit("Cast", [ex.emit("Cast", [y], to=to_type(dtype.np))], to=to_type(work))
+    y = ex.emit(back, [ex.emit("Round", [y]), scale])
+    if work != dtype.np:
+        y = ex.emit("Cast", [y], to=_elem_type(ex.onnx.helper, node.outputs[0]))
+    ex.finish(y, outs[0])
+
+
+def _is_negative(ex, dtype, x: str) -> str:
+    """x < 0, counting -0.0 (whose reciprocal is -inf) as negative."""
+    zero = ex.scalar(0, dtype)
+    return ex.emit("Or", [ex.emit("Less", [x, zero]), ex.emit("Less", [ex.emit("Reciprocal", [x]), zero])])
+
+
+def _float_floor_mod_div(ex, node, a: str, b: str, out: str) -> None:
+    """NumPy's float modulo and floor division (npy_divmod), step by step: the C fmod,
+    moved to the divisor's side, and the quotient of what remains rounded to the nearest
+    integer (so that 1 // 0.1 is 9.0, as in NumPy). Both results carry the sign NumPy
+    gives them (also on zeros: set by multiplying |result| by +-1, as ONNX has no copysign);
+    a zero divisor gives NaN for modulo and a / b for floor division."""
+    dtype = node.inputs[0].dtype.np
+    zero, one, half = (ex.scalar(v, dtype) for v in (0.0, 1.0, 0.5))
+    rest = ex.emit("Mod", [a, b], fmod=1)
+    b_negative = ex.emit("Less", [b, zero])
+    other_side = ex.emit("Xor", [b_negative, ex.emit("Less", [rest, zero])])
+    moved = ex.emit("And", [ex.emit("Not", [ex.emit("Equal", [rest, zero])]), other_side])
+    if node.op == "mod":  # the result has the divisor's sign
+        mod = ex.emit("Where", [moved, ex.emit("Add", [rest, b]), rest])
+        ex.emit("Mul", [ex.emit("Abs", [mod]), _unit_sign(ex, dtype, b_negative)], out)
+        return
+    div = ex.emit("Div", [ex.emit("Sub", [a, rest]), b])
+    div = ex.emit("Sub", [div, ex.emit("Cast", [moved], to=ex.onnx.helper.np_dtype_to_tensor_dtype(dtype))])
+    floor = ex.emit("Floor", [div])
+    up = ex.emit("Greater", [ex.emit("Sub", [div, floor]), half])
+    floor = ex.emit("Add", [floor, ex.emit("Where", [up, one, zero])])
+    quotient = ex.emit("Div", [a, b])  # the result has the sign of a / b
+    signed = ex.emit("Mul", [ex.emit("Abs", [floor]), _unit_sign(ex, dtype, _is_negative(ex, dtype, quotient))])
+    ex.emit("Where", [ex.emit("Equal", [b, zero]), quotient, signed], out)
+
+
+@_converts("mod", "floor_divide")
+def _floor_mod_div(ex, node, outs, a, b):
+    if node.inputs[0].dtype.kind == "f":
+        _float_floor_mod_div(ex, node, a, b, outs[0])
+        return
+    if node.op == "mod":  # ONNX's integer Mod takes the divisor's sign, as NumPy's does
+        ex.emit("Mod", [a, b], outs[0], fmod=0)
+        return
+    zero = ex.scalar(0, node.inputs[0].dtype.np)  # the truncated quotient, less one where the remainder
+    rest = ex.emit("Mod", [a, b], fmod=1)  # is not zero and has the other sign than b
+    other_side = ex.emit("Xor", [ex.emit("Less", [rest, zero]), ex.emit("Less", [b, zero])])
+    late = ex.emit("And", [ex.emit("Not", [ex.emit("Equal", [rest, zero])]), other_side])
+    late = ex.emit("Cast", [late], to=_elem_type(ex.onnx.helper, node.outputs[0]))
+    ex.emit("Sub", [ex.emit("Div", [a, b]), late], outs[0])
+
+
+@_converts("fmod")
+def _fmod(ex, node, outs, a, b):
+    ex.emit("Mod", [a, b], outs[0], fmod=1)
+
+
+_BITWISE = {
+    "bitwise_and": ("And", "BitwiseAnd"),
+    "bitwise_or": ("Or", "BitwiseOr"),
+    "bitwise_xor": ("Xor", "BitwiseXor"),
+}
+
+
+@_converts(*_BITWISE, "bitwise_invert")
+def _bitwise(ex, node, outs, *ins):
+    logical, bitwise = _BITWISE.get(node.op, ("Not", "BitwiseNot"))
+    if node.inputs[0].dtype.kind == "b":
+        ex.emit(logical, ins, outs[0])
+        return
+    _needs_opset(ex, node, 18, f"{bitwise} on integers")
+    ex.emit(bitwise, ins, outs[0])
+
+
+@_converts("relu_grad")
+def _relu_grad(ex, node, outs, g, y):
+    positive = ex.emit("Greater", [y, ex.scalar(0, node.inputs[1].dtype.np)])
+    ex.emit("Where", [positive, g, ex.scalar(0, node.inputs[0].dtype.np)], outs[0])
+
+
+@_converts("reshape_like")
+def _reshape_like(ex, node, outs, x, like):
+    ex.emit("Reshape", [x, ex.emit("Shape", [like])], outs[0])
+
+
+# -------------------------------------------------- scans, sorting, gathering
+@_converts("cumsum")
+def _cumsum(ex, node, outs, x):
+    axis = ex.const(np.asarray(node.attrs["axis"], dtype=np.int64), "axis")
+    ex.emit("CumSum", [x, axis], outs[0], exclusive=0, reverse=int(node.attrs["reverse"]))
+
+
+@_converts("cumprod")
+def _cumprod(ex, node, outs, x):
+    """Running products one step at a time along the axis, as NumPy multiplies (ONNX has no
+    CumProd): a Mul per entry, so the axis length must be known at export."""
+    axis = node.attrs["axis"]
+    n = node.inputs[0].shape[axis]
+    if n is None:
+        raise _unsupported(node, "runs along an axis of a length unknown at export")
+    if n <= 1:
+        ex.emit("Identity", [x], outs[0])
+        return
+    parts = ex.emit("Split", [x, ex.ints([1] * n)], [ex.claim(f"{node.name}/part") for _ in range(n)], axis=axis)
+    running = [parts[0]]
+    for part in parts[1:]:
+        running.append(ex.emit("Mul", [running[-1], part]))
+    ex.emit("Concat", running, outs[0], axis=axis)
+
+
+@_converts("einsum")
+def _einsum(ex, node, outs, *xs):
+    ex.emit("Einsum", xs, outs[0], equation=",".join(node.attrs["terms"]) + "->" + node.attrs["output"])
+
+
+def _axis_length(ex, node, x: str, axis: int) -> str:
+    """The length of `axis` of input 0 as a 1-D int64 tensor (read at run time if dynamic)."""
+    n = node.inputs[0].shape[axis]
+    return ex.ints([n]) if n is not None else ex.emit("Gather", [ex.emit("Shape", [x]), ex.ints([axis])])
+
+
+@_converts("top_k")
+def _top_k(ex, node, outs, x):
+    """The op's order: the stable ascending sort of -x (so NaNs come last and ties by
+    index), which sorted=False keeps too; the values are read back from x."""
+    names = [ex.claim(f"{node.name}/negated"), ex.claim(f"{node.name}/indices")]
+    _, indices = ex.emit("TopK", [ex.emit("Neg", [x]), ex.ints([node.attrs["k"]])], names, axis=-1, largest=0, sorted=1)
+    ex.emit("GatherElements", [x, indices], outs[0], axis=-1)
+    ex.emit("Cast", [indices], outs[1], to=ex.onnx.TensorProto.INT32)
+
+
+@_converts("sort", "argsort")
+def _sort(ex, node, outs, x):
+    axis = node.attrs["axis"]
+    names = [outs[0] if node.op == "sort" else ex.claim(f"{node.name}/values"), ex.claim(f"{node.name}/indices")]
+    _, indices = ex.emit("TopK", [x, _axis_length(ex, node, x, axis)], names, axis=axis, largest=0, sorted=1)
+    if node.op == "argsort":
+        ex.emit("Cast", [indices], outs[0], to=ex.onnx.TensorProto.INT32)
+
+
+@_converts("take_along_axis")
+def _take_along_axis(ex, node, outs, x, indices):
+    ex.emit("GatherElements", [x, indices], outs[0], axis=node.attrs["axis"])
+
+
+@_converts("put_along_axis_add")
+def _put_along_axis_add(ex, node, outs, x, indices, updates):
+    _needs_opset(ex, node, 16, "ScatterElements with reduction='add'")
+    ex.emit("ScatterElements", [x, indices, updates], outs[0], axis=node.attrs["axis"], reduction="add")
+
+
+@_converts("scatter_nd_add")
+def _scatter_nd_add(ex, node, outs, x, indices, updates):
+    _needs_opset(ex, node, 16, "ScatterND with reduction='add'")
+    coords = ex.emit("Cast", [indices], to=ex.onnx.TensorProto.INT64)
+    ex.emit("ScatterND", [x, coords, updates], outs[0], reduction="add")
+
+
+@_converts("scatter_add")
+def _scatter_add(ex, node, outs, x, indices, updates):
+    """Along `axis` as ScatterND on the tensor with that axis moved first: the updates'
+    index axes lead, each index one coordinate."""
+    _needs_opset(ex, node, 16, "ScatterND with reduction='add'")
+    axis, rank, k = node.attrs["axis"], node.inputs[0].ndim, node.inputs[1].ndim
+    to_front = [axis, *range(axis), *range(axis + 1, rank)]
+    rows = [*range(axis, axis + k), *range(axis), *range(axis + k, rank - 1 + k)]
+    coords = ex.emit("Unsqueeze", [ex.emit("Cast", [indices], to=ex.onnx.TensorProto.INT64), ex.ints([-1])])
+    moved = ex.emit("Transpose", [x], perm=to_front)
+    y = ex.emit("ScatterND", [moved, coords, ex.emit("Transpose", [updates], perm=rows)], reduction="add")
+    ex.emit("Transpose", [y], outs[0], perm=[int(i) for i in np.argsort(to_front)])
+
+
+@_converts("scatter_update")
+def _scatter_update(ex, node, outs, x, indices, updates):
+    # The op takes distinct indices, so the order ScatterND writes them in does not matter.
+    coords = ex.emit("Unsqueeze", [ex.emit("Cast", [indices], to=ex.onnx.TensorProto.INT64), ex.ints([-1])])
+    ex.emit("ScatterND", [x, coords, updates], outs[0])
+
+
+@_converts("searchsorted")
+def _searchsorted(ex, node, outs, sequence, values):
+    """Counts of the entries before each value (ascending input, so this is the binary
+    search's answer), with NumPy's order for NaN: after every number."""
+    v = ex.emit("Unsqueeze", [values, ex.ints([-1])])
+    if node.attrs["side"] == "left":  # entries < v
+        before = ex.emit("Less", [sequence, v])
+        nan_first, nan_second = v, sequence
+    else:  # entries a with not v < a
+        before, nan_first, nan_second = ex.emit("Less", [v, sequence]), sequence, v
+    if node.inputs[0].dtype.kind == "f":  # x < NaN holds for every number x
+        number_below_nan = ex.emit(
+            "And", [ex.emit("IsNaN", [nan_first]), ex.emit("Not", [ex.emit("IsNaN", [nan_second])])]
+        )
+        before = ex.emit("Or", [before, number_below_nan])
+    if node.attrs["side"] == "right":
+        before = ex.emit("Not", [before])
+    count = ex.reduce("ReduceSum", ex.emit("Cast", [before], to=ex.onnx.TensorProto.INT64), [-1], False, None)
+    ex.emit("Cast", [count], outs[0], to=ex.onnx.TensorProto.INT32)
+
+
+@_converts("unravel_index")
+def _unravel_index(ex, node, outs, indices):
+    shape = node.attrs["shape"]
+    flat = ex.emit("Cast", [indices], to=ex.onnx.TensorProto.INT64)
+    for axis, out in enumerate(outs):  # (i // stride) % size; the op refuses indices out of range
+        stride = int(np.prod(shape[axis + 1 :], dtype=np.int64))
+        coord = ex.emit("Div", [flat, ex.scalar(stride, np.int64)]) if stride != 1 else flat
+        coord = ex.emit("Mod", [coord, ex.scalar(shape[axis], np.int64)]) if axis else coord
+        ex.emit("Cast", [coord], out, to=ex.onnx.TensorProto.INT32)
+
+
+@_converts("sparse_softmax_cross_entropy_with_logits")
+def _sparse_xent(ex, node, outs, logits, labels):
+    """The loss and its gradient (softmax - one hot), computed as the op's reference does."""
+    shifted = ex.emit("Sub", [logits, ex.reduce("ReduceMax", logits, [1], True, None)])
+    lse = ex.emit("Log", [ex.reduce("ReduceSum", ex.emit("Exp", [shifted]), [1], True, None)])
+    rows = ex.emit("Unsqueeze", [ex.emit("Cast", [labels], to=ex.onnx.TensorProto.INT64), ex.ints([1])])
+    picked = ex.emit("GatherElements", [shifted, rows], axis=1)
+    ex.emit("Squeeze", [ex.emit("Sub", [lse, picked]), ex.ints([1])], outs[0])
+    classes = ex.const(np.arange(node.inputs[0].shape[1], dtype=np.int64), "range")
+    hot = ex.emit("Cast", [ex.emit("Equal", [rows, classes])], to=_elem_type(ex.onnx.helper, node.outputs[1]))
+    ex.emit("Sub", [ex.emit("Exp", [ex.emit("Sub", [shifted, lse])]), hot], outs[1])
+
+
+_SEGMENT_REDUCTIONS = {"segment_sum": "add", "segment_prod": "mul", "segment_max": "max", "segment_min": "min"}
+_SEGMENT_START = {"segment_sum": 0.0, "segment_prod": 1.0, "segment_max": -np.inf, "segment_min": np.inf}
+
+
+@_converts(*_SEGMENT_REDUCTIONS)
+def _segment(ex, node, outs, data, ids):
+    """ScatterND with a reduction into one row per segment plus one for the ids out of
+    range, in float64 as the op's reference accumulates."""
+    reduction = _SEGMENT_REDUCTIONS[node.op]
+    _needs_opset(ex, node, 18 if reduction in ("max", "min") else 16, f"ScatterND with reduction='{reduction}'")
+    n = node.attrs["num_segments"]
+    ids = ex.emit("Cast", [ids], to=ex.onnx.TensorProto.INT64)
+    inside = ex.emit(
+        "And",
+        [ex.emit("GreaterOrEqual", [ids, ex.scalar(0, np.int64)]), ex.emit("Less", [ids, ex.scalar(n, np.int64)])],
+    )
+    rows = ex.emit("Unsqueeze", [ex.emit("Where", [inside, ids, ex.scalar(n, np.int64)]), ex.ints([-1])])
+    rest = ex.emit("Slice", [ex.emit("Shape", [data]), ex.ints([1]), ex.ints([_INT64_MAX])])
+    start = ex.onnx.numpy_helper.from_array(np.asarray([_SEGMENT_START[node.op]], np.float64))
+    table = ex.emit("ConstantOfShape", [ex.emit("Concat", [ex.ints([n + 1]), rest], axis=0)], value=start)
+    wide = ex.emit("Cast", [data], to=ex.onnx.TensorProto.DOUBLE)
+    table = ex.emit("ScatterND", [table, rows, wide], reduction=reduction)
+    table = ex.emit("Slice", [table, ex.ints([0]), ex.ints([n]), ex.ints([0])])
+    ex.emit("Cast", [table], outs[0], to=_elem_type(ex.onnx.helper, node.outputs[0]))
+
+
+@_converts("dft")
+def _dft(ex, node, outs, real, imag):
+    """A DFT over several axes as one ONNX DFT per axis, on [..., 2] pairs in float64 (as
+    the op's reference computes); the inverse scales each axis by 1/n, together 1/N."""
+    _needs_opset(ex, node, 17, "DFT")
+    rank = node.inputs[0].ndim
+    pairs = ex.emit("Concat", [ex.emit("Unsqueeze", [part, ex.ints([-1])]) for part in (real, imag)], axis=-1)
+    pairs = ex.emit("Cast", [pairs], to=ex.onnx.TensorProto.DOUBLE)
+    for axis in sorted({a % rank for a in node.attrs["axes"]}):
+        if ex.opset >= 20:  # the axis became an input
+            pairs = ex.emit(
+                "DFT", [pairs, "", ex.const(np.asarray(axis, np.int64), "axis")], inverse=int(node.attrs["inverse"])
+            )
+        else:
+            pairs = ex.emit("DFT", [pairs], axis=axis, inverse=int(node.attrs["inverse"]))
+    to = _elem_type(ex.onnx.helper, node.outputs[0])
+    for i, out in enumerate(outs):
+        part = ex.emit("Gather", [pairs, ex.scalar(i, np.int64)], axis=-1)
+        ex.emit("Cast", [part], out, to=to)
+
+
+def _quantile_points(n: int, q: float, method: str) -> tuple:
+    """(index,) of a discrete method, or (previous, next, gamma) of an interpolating one,
+    worked out in float64 by NumPy's formulas for n values (numpy.quantile)."""
+    where = (n - 1) * np.float64(q)
+    if method in ("lower", "higher", "nearest"):
+        return (int({"lower": np.floor, "higher": np.ceil, "nearest": np.around}[method](where)),)
+    if method == "midpoint":
+        where = 0.5 * (np.floor(where) + np.ceil(where))
+    previous = -1 if where >= n - 1 else int(np.floor(where))
+    gamma = where - previous
+    if method == "midpoint":
+        gamma = np.float64(0.0 if where % 1 == 0 else 0.5)
+    return previous, -1 if previous == -1 else previous + 1, float(gamma)
+
+
+@_converts("quantile")
+def _quantile(ex, node, outs, x):
+    """numpy.quantile step by step: the reduced axes sorted (NaNs last) as one, the values
+    at the points each q falls between, and NumPy's two-sided lerp, in float32 for a single
+    q (NumPy's weak scalar) and in float64 for several; a NaN in a row gives NaN."""
+    a, dtype = node.attrs, node.inputs[0].dtype
+    if a["ignore_nan"]:
+        raise _unsupported(node, "ignores NaNs: where its points fall depends on the NaN count, known only at run time")
+    if dtype.bits < 32:
+        raise _unsupported(node, "interpolates 16-bit floats, which NumPy rounds after each step; cast to float32")
+    axes, rank = a["axes"], node.inputs[0].ndim
+    sizes = [node.inputs[0].shape[i] for i in axes]
+    if None in sizes or 0 in sizes:
+        raise _unsupported(node, "reduces axes of a size unknown at export or empty")
+    n = int(np.prod(sizes))
+    kept = [i for i in range(rank) if i not in axes]
+    rows = ex.emit("Reshape", [ex.emit("Transpose", [x], perm=kept + list(axes)), ex.ints([0] * len(kept) + [n])])
+    names = [ex.claim(f"{node.name}/sorted"), ex.claim(f"{node.name}/order")]
+    ordered, _ = ex.emit("TopK", [rows, ex.ints([n])], names, axis=-1, largest=0, sorted=1)
+
+    def at(index: int) -> str:
+        return ex.emit("Gather", [ordered, ex.scalar(index, np.int64)], axis=-1)
+
+    last = at(-1)
+    wide = ex.onnx.TensorProto.DOUBLE
+    results = []
+    for q in a["qs"]:
+        points = _quantile_points(n, q, a["method"])
+        if len(points) == 1:
+            value = at(points[0])
+        else:
+            low, high = at(points[0]), at(points[1])
+            gamma, weak = points[2], a["scalar_q"]
+            diff = ex.emit("Sub", [high, low])
+            if not weak and dtype.np != np.float64:  # a float64 gamma widens the lerp
+                low, high, diff = (ex.emit("Cast", [t], to=wide) for t in (low, high, diff))
+            work = dtype.np if weak else np.float64
+            if gamma >= 0.5:
+                value = ex.emit("Sub", [high, ex.emit("Mul", [diff, ex.scalar(1 - gamma, work)])])
+            else:
+                value = ex.emit("Add", [low, ex.emit("Mul", [diff, ex.scalar(gamma, work)])])
+            if not weak and dtype.np != np.float64:
+                value = ex.emit("Cast", [value], to=_elem_type(ex.onnx.helper, node.outputs[0]))
+        results.append(ex.emit("Where", [ex.emit("IsNaN", [last]), last, value]))
+    y = (
+        results[0]
+        if a["scalar_q"]
+        else ex.emit("Concat", [ex.emit("Unsqueeze", [r, ex.ints([0])]) for r in results], axis=0)
+    )
+    if a["keepdims"]:
+        y = ex.emit("Unsqueeze", [y, ex.ints([i + (0 if a["scalar_q"] else 1) for i in axes])])
+    ex.finish(y, outs[0])
+
+
+# ------------------------------------------------ gradients of pools (saliency)
+@_converts("avg_pool2d_grad", "avg_pool3d_grad")
+def _avg_pool_grad(ex, node, outs, dy):
+    """dy over each window's count of real cells, spread back over the window by a
+    transposed convolution of ones, one group per channel."""
+    a, rank = node.attrs, node.inputs[0].ndim
+    sizes, channels = a["input_size"], node.inputs[0].shape[-1]
+    if channels is None:
+        raise _unsupported(node, "has a channel count unknown at export")
+    ones = (1,) * (rank - 2)
+    before, after, tail = _window_geometry(node, sizes, a["ksize"], a["strides"], a["padding"], ones)
+    counts = np.ones((1,), dtype=node.inputs[0].dtype.np)
+    for size, k, s, first, out in zip(sizes, a["ksize"], a["strides"], before, node.inputs[0].shape[1:-1], strict=True):
+        start = np.arange(out) * s - first  # the real cells of each window along this axis
+        counts = np.multiply.outer(counts, np.minimum(start + k, size) - np.maximum(start, 0))
+    counts = counts.astype(node.inputs[0].dtype.np)[..., None]
+    scaled = ex.emit("Transpose", [ex.emit("Div", [dy, ex.const(counts, "counts")])], perm=_channels_first(rank))
+    window = ex.const(np.ones((channels, 1, *a["ksize"]), dtype=node.inputs[0].dtype.np), "window")
+    conv = dict(kernel_shape=list(a["ksize"]), strides=list(a["strides"]), group=channels)
+    y = ex.emit("ConvTranspose", [scaled, window], pads=before + after, output_padding=tail, **conv)
+    ex.emit("Transpose", [y], outs[0], perm=_channels_last(rank))
+
+
+@_converts("max_pool2d_grad", "max_pool3d_grad")
+def _max_pool_grad(ex, node, outs, x, dy):
+    """dy added at the first maximum of each window: MaxPool's Indices (flat positions in
+    the channels-first input, the first of equal maxima) as a ScatterElements."""
+    _needs_opset(ex, node, 16, "ScatterElements with reduction='add'")
+    a, rank = node.attrs, node.inputs[0].ndim
+    ones = (1,) * (rank - 2)
+    before, after, _ = _window_geometry(node, node.inputs[0].shape[1:-1], a["ksize"], a["strides"], a["padding"], ones)
+    nchw = ex.emit("Transpose", [x], perm=_channels_first(rank))
+    window = dict(kernel_shape=list(a["ksize"]), strides=list(a["strides"]), pads=before + after)
+    names = [ex.claim(f"{node.name}/pooled"), ex.claim(f"{node.name}/argmax")]
+    _, where = ex.emit("MaxPool", [nchw], names, **window)
+    flat = ex.ints([-1])
+    grads = ex.emit("Reshape", [ex.emit("Transpose", [dy], perm=_channels_first(rank)), flat])
+    zeros = _full_of(ex, node, ex.emit("Reshape", [nchw, flat]), 0)
+    dx = ex.emit("ScatterElements", [zeros, ex.emit("Reshape", [where, flat]), grads], axis=0, reduction="add")
+    dx = ex.emit("Reshape", [dx, ex.emit("Shape", [nchw])])
+    ex.emit("Transpose", [dx], outs[0], perm=_channels_last(rank))

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 
 from tapeflow.devices import canonical_placement, is_local_name
+from tapeflow.graph.cost_model import Simulator
 from tapeflow.graph.ir import ASSIGN, READ, GraphError, GraphIR
 
 DEFAULT_DEVICE = "/worker:0/cpu:0"
@@ -51,9 +52,18 @@ def value_bytes(v) -> int:
     return math.prod(d or 1 for d in v.shape) * v.dtype.np.itemsize
 
 
-def place(graph: GraphIR, devices=None, default: str | None = None) -> int:
+def place(
+    graph: GraphIR, devices=None, default: str | None = None, cost_model=None, constraints: dict | None = None
+) -> int:
     """Give every unplaced node of `graph` a device (see the module docstring); returns
-    how many nodes it placed. `devices` limits where nodes may go."""
+    how many nodes it placed. `devices` limits where nodes may go.
+
+    With a `cost_model` (`tapeflow.graph.cost_model.CostModel`), unplaced nodes go, in graph
+    order, to the device among `devices` (or, without them, those the graph names and
+    `default`) where the simulated step would finish them first, counting the transfers
+    of their inputs; `constraints` maps node names to a worker ("/worker:1": any device of
+    worker 1) or a device the node must run on. Explicit devices and variables' homes are
+    kept as in the greedy rule."""
     allowed = None if devices is None else [canonical_placement(d) for d in devices]
     default = canonical_placement(default or (allowed[0] if allowed else DEFAULT_DEVICE))
     for node in graph.nodes:
@@ -71,6 +81,13 @@ def place(graph: GraphIR, devices=None, default: str | None = None) -> int:
                 )
     homes = _variable_homes(graph)
     unplaced = [n for n in graph.nodes if n.device is None]
+    if constraints and cost_model is None:
+        raise PlacementError(f"{graph.name}: constraints are honoured by the cost-model placer; pass cost_model=")
+    if cost_model is not None:
+        candidates = allowed or list(dict.fromkeys([*(n.device for n in graph.nodes if n.device), default]))
+        _place_by_cost(graph, candidates, homes, cost_model, _constraint_sets(graph, candidates, constraints or {}))
+        graph.changed()
+        return len(unplaced)
     for node in unplaced:
         if node.op in (READ, ASSIGN) and node.attrs["variable"] in homes:
             node.device = homes[node.attrs["variable"]]
@@ -95,6 +112,41 @@ def place(graph: GraphIR, devices=None, default: str | None = None) -> int:
             node.device = homes[node.attrs["variable"]]
     graph.changed()
     return len(unplaced)
+
+
+def _constraint_sets(graph: GraphIR, candidates: list[str], constraints: dict) -> dict[str, list[str]]:
+    """node name -> the candidates it may run on."""
+    names = {n.name for n in graph.nodes}
+    out = {}
+    for name, spec in constraints.items():
+        if name not in names:
+            raise PlacementError(f"{graph.name}: a constraint names node '{name}', which the graph does not have")
+        text = str(spec).strip().lower().rstrip("/")
+        if text.count("/") >= 2:
+            text = canonical_placement(text)
+        fits = [d for d in candidates if d == text or d.startswith(text + "/")]
+        if not fits:
+            raise PlacementError(f"{graph.name}: node '{name}' must run on {spec!r}, which none of {candidates} is")
+        out[name] = fits
+    return out
+
+
+def _place_by_cost(graph: GraphIR, candidates: list[str], homes: dict, cost_model, constraints: dict) -> None:
+    """The cost-model rule: in graph order, each unplaced node goes where the simulated step
+    finishes it first (the earlier candidate on a tie); a variable's reads and writes
+    follow the first of them placed."""
+    simulator = Simulator(graph, cost_model)
+    for node in graph.nodes:
+        variable = node.attrs.get("variable") if node.op in (READ, ASSIGN) else None
+        if node.device is None:
+            if variable is not None and variable in homes:
+                node.device = homes[variable]
+            else:
+                options = constraints.get(node.name, candidates)
+                node.device = min(options, key=lambda d: (simulator.finish_on(node, d), options.index(d)))
+        if variable is not None:
+            homes.setdefault(variable, node.device)
+        simulator.run(node, node.device)
 
 
 def _variable_homes(graph: GraphIR) -> dict[str, str]:

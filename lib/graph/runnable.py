@@ -105,9 +105,14 @@ class Graph(ir.GraphIR):
         onnx.export_onnx(self, path, opset=opset)
 
 
-def load_graph(path) -> Graph:
+def load_graph(path, queues: dict | None = None) -> Graph:
     """Read a graph written by `Graph.save` from a path or a binary file object;
     loading never runs code from the file.
+
+    A file names the queues its queue ops use, and holds nothing else of them: `queues`
+    maps each of those names to a queue of this process (`tp.queue.FIFOQueue`, ...) that
+    the graph then uses. A name it leaves out is an error here; a graph loaded without
+    `queues` loads, and its first run names the queue it lacks.
 
     >>> import os, tempfile
     >>> import tapeflow as tp
@@ -117,4 +122,37 @@ def load_graph(path) -> Graph:
     >>> load_graph(path)(tp.ones((2,))).numpy().tolist()
     [2.0, 2.0]
     """
-    return reader.load_graph(path, graph_class=Graph)
+    graph = reader.load_graph(path, graph_class=Graph)
+    if queues is not None:
+        graph.queues = _bound_queues(graph, queues)
+    return graph
+
+
+def _bound_queues(graph: Graph, queues: dict) -> dict:
+    """`queues` checked against the queue ops of `graph`: every name bound, no other name
+    given, and each queue of the dtypes its dequeues give."""
+    if not isinstance(queues, dict) or not all(isinstance(k, str) for k in queues):
+        raise TypeError(f"load_graph: queues must be a dict from queue names to queues, got {queues!r:.80}")
+    used = {n.attrs["queue"]: n for n in graph.nodes if n.op in ir.QUEUE_OPS}
+    missing = sorted(set(used) - set(queues))
+    if missing:
+        raise GraphError(
+            f"load_graph: graph {graph.name!r} uses queues {missing}, which `queues` does not bind "
+            f"(it binds {sorted(queues)})"
+        )
+    unused = sorted(set(queues) - set(used))
+    if unused:
+        raise GraphError(
+            f"load_graph: queues binds {unused}, which graph {graph.name!r} does not use (it uses {sorted(used)})"
+        )
+    for node in graph.nodes:
+        if node.op not in ir.QUEUE_OPS or "dtypes" not in node.attrs:
+            continue
+        queue = queues[node.attrs["queue"]]
+        have = tuple(getattr(d, "name", str(d)) for d in getattr(queue, "dtypes", ()))
+        if have != tuple(node.attrs["dtypes"]):
+            raise GraphError(
+                f"load_graph: node '{node.name}' ({node.op}) dequeues {list(node.attrs['dtypes'])} from queue "
+                f"{node.attrs['queue']!r}, but the queue bound to it holds {list(have)}"
+            )
+    return dict(queues)

@@ -50,6 +50,7 @@ from tapeflow.layers.augmentation import (
     Solarization,
 )
 from tapeflow.layers.base import Input, InputLayer, InputSpec, Layer, SymbolicTensor, deserialize, serialize
+from tapeflow.layers.clahe import ContrastLimitedAdaptiveHistogramEqualization
 from tapeflow.layers.conv import (
     Conv1D,
     Conv1DTranspose,

@@ -51,7 +51,7 @@ def masked_softmax(scores, mask=None, axes: int = 1, zero_masked: bool = True):
         probs = nn.softmax(scores, axis=-1)
     else:
         shape = scores.shape
-        probs = reshape(nn.softmax(reshape(scores, (*shape[:-axes], -1)), axis=-1), shape)
+        probs = reshape(nn.softmax(reshape(scores, (*shape[:-axes], _product(shape[-axes:]))), axis=-1), shape)
     if mask is not None and zero_masked:
         probs = where(mask, probs, constant(0.0, dtype=probs.dtype))
     return probs
@@ -305,7 +305,7 @@ class MultiHeadAttention(Layer):
         q_dims, k_dims = tuple(q.shape[len(batch) : -1]), tuple(k.shape[len(batch) : -1])
         flat = len(axes) > 1
         if flat:
-            q, k, v = (reshape(t, (*lead, -1, t.shape[-1])) for t in (q, k, v))
+            q, k, v = (reshape(t, (*lead, _product(t.shape[len(batch) : -1]), t.shape[-1])) for t in (q, k, v))
         q = q * constant(1.0 / math.sqrt(self.key_dim), dtype=q.dtype)
         scores = matmul(q, transpose(k, (*range(k.ndim - 2), k.ndim - 1, k.ndim - 2)))
         if flat:
@@ -319,7 +319,7 @@ class MultiHeadAttention(Layer):
         weights = masked_softmax(scores, mask, len(axes), zero_masked=not fused)
         dropped = self._dropout_layer(weights, training=training) if self.dropout > 0.0 else weights
         if flat:
-            dropped = reshape(dropped, (*lead, math.prod(q_dims), -1))
+            dropped = reshape(dropped, (*lead, math.prod(q_dims), _product(k_dims)))
         out = matmul(dropped, v)
         if flat:
             out = reshape(out, (*lead, *q_dims, out.shape[-1]))
@@ -690,3 +690,8 @@ class GroupedQueryAttention(MultiHeadAttention):
 
 
 GroupQueryAttention = GroupedQueryAttention
+
+
+def _product(sizes) -> int:
+    """The number of positions in axes of `sizes`; -1 (inferred) when one is unknown."""
+    return -1 if any(n is None for n in sizes) else math.prod(sizes)

@@ -19,6 +19,7 @@ from tapeflow.layers.base import InputSpec, Layer
 from tapeflow.layers.conv import data_format_of
 from tapeflow.ops.array import concat, pad, reshape
 from tapeflow.ops.core import cast, transpose
+from tapeflow.ops.creation import tensor as constant
 from tapeflow.ops.math import log, maximum, sqrt, square, stft
 from tapeflow.ops.nn import keras_functions
 from tapeflow.ops.numpy import arctan2, tensordot
@@ -315,7 +316,9 @@ class MelSpectrogram(Layer):
         if self.power_to_db:
             floor = 10.0 * math.log10(max(abs(float(self.ref_power)), self.min_power))
             decibels = 10.0 / math.log(10.0) * log(maximum(mel, self.min_power)) - floor
-            mel = maximum(decibels, reduce_max(decibels) - self.top_db)
+            # the loudest value of the whole batch; -inf (no floor) for an empty batch
+            loudest = reduce_max(concat([reshape(decibels, (-1,)), constant([-math.inf], decibels.dtype)], axis=0))
+            mel = maximum(decibels, loudest - self.top_db)
         mel = transpose(mel, (*range(mel.ndim - 2), mel.ndim - 1, mel.ndim - 2))
         return mel if mel.dtype is dtype else cast(mel, dtype)
 

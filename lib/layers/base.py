@@ -371,8 +371,18 @@ class Layer:
                 with autocast_scope(self.compute_dtype):
                     return self.call(inputs, *args, **kwargs)
             return self.call(inputs, *args, **kwargs)
+        except (ValueError, TypeError) as err:
+            raise self._named(err) from err
         finally:
             _CONTEXT.training.pop()
+
+    def _named(self, err: Exception) -> Exception:
+        """`err` (a ValueError or TypeError from `call`) with this layer named in its message,
+        as Keras names the layer whose call failed; other exception types pass unchanged."""
+        message = str(err)
+        if type(err) not in (ValueError, TypeError) or self.name in message:
+            return err
+        return type(err)(f"{self.name} ({type(self).__name__}): {message}")
 
     def _convert_input(self, value):
         """Arrays become tensors; floating inputs take the layer's compute dtype (as Keras autocasts)."""

@@ -21,7 +21,9 @@ from tapeflow.layers.base import (
     serialize_regularizer,
 )
 from tapeflow.ops.array import reshape
-from tapeflow.ops.math import minimum, rsqrt, square, stop_gradient
+from tapeflow.ops.core import ones_like
+from tapeflow.ops.half import in_float32
+from tapeflow.ops.math import minimum, rsqrt, square, stop_gradient, where
 from tapeflow.ops.reduce import mean, var
 from tapeflow.ops.reduce import sum as reduce_sum
 
@@ -221,15 +223,20 @@ class BatchNormalization(_Normalization):
             "moving_variance", param_shape, self.moving_variance_initializer, trainable=False
         )
 
+    @in_float32
     def call(self, inputs, training=None):
         reduce_axes = tuple(i for i in range(inputs.ndim) if i not in self._axes)
         empty = any(inputs.shape[i] == 0 for i in reduce_axes)  # no statistics to learn: the state stays
         if training and self.trainable and not empty:
             mu = mean(inputs, reduce_axes, keepdims=True)
             variance = var(inputs, reduce_axes, keepdims=True)
+            # a size known only when the graph runs may be 0: then the batch's NaN statistics are not taken
+            unknown = any(inputs.shape[i] is None for i in reduce_axes)
+            rows = reduce_sum(ones_like(inputs), reduce_axes, keepdims=True) > 0 if unknown else None
             for moving, batch in ((self.moving_mean, mu), (self.moving_variance, variance)):
                 batch = reshape(stop_gradient(batch), moving.shape)
-                moving.assign(moving * self.momentum + batch * (1.0 - self.momentum))
+                updated = moving * self.momentum + batch * (1.0 - self.momentum)
+                moving.assign(updated if rows is None else where(reshape(rows, moving.shape), updated, moving))
         else:
             mu = reshape(self.moving_mean, self._broadcast_shape)
             variance = reshape(self.moving_variance, self._broadcast_shape)
@@ -316,6 +323,7 @@ class LayerNormalization(_Normalization):
         else:
             self._build_affine(input_shape)
 
+    @in_float32
     def call(self, inputs):
         variance = var(inputs, self._axes, keepdims=True)
         if self.rms_scaling:
@@ -403,6 +411,7 @@ class GroupNormalization(_Normalization):
         self._group_broadcast = tuple(group_shape)
         self._channel_axis = axis
 
+    @in_float32
     def call(self, inputs):
         axis, shape = self._channel_axis, inputs.shape
         grouped_shape = [-1, *shape[1:axis], self.groups, shape[axis] // self.groups, *shape[axis + 1 :]]
@@ -455,6 +464,7 @@ class RMSNormalization(Layer):
         self._broadcast_shape = tuple(input_shape[i] if i in self._axes else 1 for i in range(len(input_shape)))
         self.scale = self.add_weight("scale", shape, "ones")
 
+    @in_float32
     def call(self, inputs):
         inv = rsqrt(mean(square(inputs), self._axes, keepdims=True) + self.epsilon)
         return inputs * inv * reshape(self.scale, self._broadcast_shape)
@@ -489,6 +499,7 @@ class UnitNormalization(Layer):
         else:
             raise TypeError(f"{self.name}: axis must be an int or a list of ints, got {axis!r}")
 
+    @in_float32
     def call(self, inputs):
         axes = _normalize_axes(self.name, self.axis, inputs.ndim)
         inv_norm = minimum(rsqrt(reduce_sum(square(inputs), axes, keepdims=True)), 1e12)

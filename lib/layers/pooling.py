@@ -106,6 +106,14 @@ class AveragePooling2D(_Pooling2D):
         super().__init__(pool_size, strides, padding, data_format, **kwargs)
 
 
+def refuse_empty_pools(layer: str, shape, axes) -> None:
+    """Raise a ValueError naming `layer` when an axis it pools over has size 0: the average
+    or maximum of no values is undefined, and NaN would flow on silently."""
+    empty = [a for a in axes if shape[a] == 0]
+    if empty:
+        raise ValueError(f"{layer}: cannot pool over axis {empty[0]} of size 0 (input shape {tuple(shape)})")
+
+
 class _GlobalPooling2D(Layer):
     _reduce = None
 
@@ -117,6 +125,7 @@ class _GlobalPooling2D(Layer):
 
     def call(self, inputs):
         axes = (1, 2) if self.data_format == "channels_last" else (2, 3)
+        refuse_empty_pools(self.name, inputs.shape, axes)
         return self._reduce(inputs, axes, keepdims=self.keepdims)
 
     def get_config(self):
@@ -280,6 +289,7 @@ class GlobalAveragePooling1D(_GlobalPooling1D):
 
     def call(self, inputs, mask=None):
         axis = self._steps_axis
+        refuse_empty_pools(self.name, inputs.shape, (axis,))
         if mask is None:
             return mean(inputs, axis, keepdims=self.keepdims)
         keep = cast(expand_dims(mask, 2 if axis == 1 else 1), "bool")
@@ -305,6 +315,7 @@ class GlobalMaxPooling1D(_GlobalPooling1D):
     """
 
     def call(self, inputs):
+        refuse_empty_pools(self.name, inputs.shape, (self._steps_axis,))
         return reduce_max(inputs, self._steps_axis, keepdims=self.keepdims)
 
 

@@ -20,7 +20,9 @@ from tapeflow.layers.conv import (
     register_alias,
     to_channels_last,
 )
+from tapeflow.layers.pooling import refuse_empty_pools
 from tapeflow.ops.array import concat
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.nn.conv3d import avg_pool3d, max_pool3d
 from tapeflow.ops.reduce import max as reduce_max
 from tapeflow.ops.reduce import mean
@@ -108,6 +110,7 @@ class _GlobalPooling3D(Layer):
 
     def call(self, inputs):
         axes = (1, 2, 3) if self.data_format == "channels_last" else (2, 3, 4)
+        refuse_empty_pools(self.name, inputs.shape, axes)
         return self._reduce(inputs, axes, keepdims=self.keepdims)
 
     def get_config(self):
@@ -177,12 +180,14 @@ class _AdaptivePooling(Layer):
         self.data_format = data_format_of(self.name, data_format)
         self.input_spec = InputSpec(ndim=self.rank + 2)
 
+    @in_float32  # averages of half floats lose digits axis by axis
     def call(self, inputs):
         x = to_channels_last(inputs, self.data_format)
         for axis, out in enumerate(self.output_size, start=1):
             size = x.shape[axis]
             if size is None:
                 raise ValueError(f"{self.name}: the pooled axes must be known, got shape {tuple(inputs.shape)}")
+            refuse_empty_pools(self.name, x.shape, (axis,))
             head = (slice(None),) * axis
             parts = [self._reduce(x[(*head, slice(a, b))], axis, keepdims=True) for a, b in adaptive_bins(size, out)]
             x = concat(parts, axis=axis) if len(parts) > 1 else parts[0]

@@ -20,6 +20,7 @@ from tapeflow.ops import image as image_ops
 from tapeflow.ops.array import one_hot, reshape
 from tapeflow.ops.core import cast
 from tapeflow.ops.creation import constant
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.math import maximum, sqrt
 from tapeflow.ops.reduce import max as reduce_max
 from tapeflow.ops.reduce import sum as reduce_sum
@@ -339,6 +340,7 @@ class Normalization(Layer):
         self.adapt_mean.assign(total_mean.astype(self.dtype.np))
         self.adapt_variance.assign(total_var.astype(self.dtype.np))
 
+    @in_float32
     def call(self, inputs):
         inputs = _float_images(self, inputs)
         if self.input_mean is not None:

@@ -16,7 +16,7 @@ step) makes masked steps carry the previous state and output forward, as Keras.
 
 from __future__ import annotations
 
-from tapeflow import initializers
+from tapeflow import activations, initializers
 from tapeflow.layers.base import (
     InputSpec,
     Layer,
@@ -32,6 +32,7 @@ from tapeflow.ops import nn
 from tapeflow.ops.array import concat, expand_dims, reshape, split, stack
 from tapeflow.ops.creation import full_like, ones, zeros, zeros_like
 from tapeflow.ops.math import cast, matmul, where
+from tapeflow.ops.nn.recurrent import lstm_sequence
 from tapeflow.ops.random import Generator, global_generator
 from tapeflow.ops.registry import as_tensor
 from tapeflow.ops.shapes import as_int
@@ -687,12 +688,14 @@ class RNN(Layer):
     def _step_masks(self, mask, batch: int, steps: int) -> list:
         if mask is None:
             return []
+        return split(self._checked_mask(mask, batch, steps), steps, axis=1)  # each [batch, 1]: broadcasts over units
+
+    def _checked_mask(self, mask, batch: int, steps: int):
+        """`mask` as a bool [batch, time] tensor, or a ValueError naming its shape."""
         mask = as_tensor(mask, name=self.name)
         if tuple(mask.shape) != (batch, steps):
             raise ValueError(f"{self.name}: mask must have shape {(batch, steps)} (batch, time), got {mask.shape}")
-        if mask.dtype.kind != "b":
-            mask = cast(mask, "bool")
-        return split(mask, steps, axis=1)  # each [batch, 1]: broadcasts over units
+        return mask if mask.dtype.kind == "b" else cast(mask, "bool")
 
     def compute_output_shape(self, input_shape):  # `call` unrolls the steps: an unknown count cannot be traced
         batch, steps = input_shape[0], input_shape[1]
@@ -974,6 +977,35 @@ class LSTM(_CellRNN):
             zero_output_for_mask=zero_output_for_mask,
             **kwargs,
         )
+
+    def _runs_as_one_op(self, mask) -> bool:
+        """Whether the whole sequence can run as one `lstm_sequence` op: while training (an
+        inference graph keeps the steps, which export to ONNX), with Keras's default
+        activations, no dropout, and no zeroed outputs under a mask."""
+        cell = self.cell
+        sequence = cell._sequence
+        return (
+            sequence is not None
+            and sequence["training"]
+            and type(cell) is LSTMCell
+            and cell.activation is activations.tanh
+            and cell.recurrent_activation is activations.sigmoid
+            and not (cell.dropout or cell.recurrent_dropout)
+            and not (mask is not None and self.zero_output_for_mask)
+        )
+
+    def _run(self, inputs, mask, states):
+        if not self._runs_as_one_op(mask):
+            return super()._run(inputs, mask, states)
+        batch, steps = inputs.shape[0], inputs.shape[1]
+        checked = None if mask is None else self._checked_mask(mask, batch, steps)
+        h0, c0 = states
+        ys, h, c = lstm_sequence(
+            self.cell.project(inputs), h0, c0, self.cell.recurrent_kernel, checked, go_backwards=self.go_backwards
+        )
+        # Unmasked, the last output is the final h; masked, it is the last step's output.
+        result = ys if self.return_sequences else (h if mask is None else ys[:, -1, :])
+        return [result, h, c] if self.return_state else result
 
 
 class GRU(_CellRNN):

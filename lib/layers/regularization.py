@@ -261,7 +261,9 @@ class ActivityRegularization(Layer):
 
     def call(self, inputs):
         loss = self.regularizer(inputs)
-        if inputs.ndim > 0:
+        if inputs.ndim > 0 and inputs.shape[0] is not None:
+            loss = loss / float(max(inputs.shape[0], 1))
+        elif inputs.ndim > 0 and 0 not in inputs.shape[1:]:  # a zero-size example has no penalty to share
             first = inputs[(slice(None),) + (0,) * (inputs.ndim - 1)]  # one entry per example
             loss = loss / reduce_sum(stop_gradient(first) * 0.0 + 1.0)
         self.add_loss(loss)

@@ -19,7 +19,6 @@ from tapeflow.layers.base import (
 from tapeflow.layers.conv import (
     data_format_of,
     from_channels_last,
-    grouped_conv2d,
     ints,
     output_sizes,
     padding_mode,
@@ -100,14 +99,13 @@ class _DepthwiseBase(Layer):
         """The depthwise convolution of channels-last `x`, as an image ([N, 1, steps, C] for 1-D)."""
         output_sizes(self.name, x.shape[1:-1], self.kernel_size, self.strides, self.padding, self.dilation_rate)
         lead = (1,) * (2 - self.rank)
-        channels = kernel.shape[-2]
-        kernel = reshape(kernel, (*lead, *self.kernel_size, 1, channels * self.depth_multiplier))
-        attrs = {
-            "strides": (*lead, *self.strides),
-            "padding": self.padding.upper(),
-            "dilations": (*lead, *self.dilation_rate),
-        }
-        return grouped_conv2d(expand_dims(x, 1) if self.rank == 1 else x, kernel, channels, attrs)
+        return nn.depthwise_conv2d(
+            expand_dims(x, 1) if self.rank == 1 else x,
+            expand_dims(kernel, 0) if self.rank == 1 else kernel,
+            strides=(*lead, *self.strides),
+            padding=self.padding.upper(),
+            dilations=(*lead, *self.dilation_rate),
+        )
 
     def _finish(self, y, bias):
         if bias is not None:

@@ -466,6 +466,9 @@ def scatter_nd_add(x, indices, updates) -> Tensor:
 def _one_hot_infer(indices, depth, on_value, off_value, dtype):
     _index_check("one_hot", None, indices)
     depth = shapes.as_int("one_hot", "depth", depth)
+    for what, value in (("on_value", on_value), ("off_value", off_value)):
+        if not isinstance(value, int | float | np.number):
+            raise TypeError(f"one_hot: {what} must be a number, got {value!r:.40}")
     return [(tuple(indices.shape) + (depth,), dtypes.as_dtype(dtype))]
 
 

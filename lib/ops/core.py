@@ -321,6 +321,8 @@ def broadcast_to(x, shape) -> Tensor:
 
 # ------------------------------------------------------------ filled like x
 def _like_infer(x, value, dtype):
+    if not isinstance(value, bool | int | float | np.number):
+        raise TypeError(f"full_like: the fill value must be a number, got {value!r:.40}")
     return [(x.shape, dtypes.as_dtype(dtype) if dtype is not None else x.dtype)]
 
 

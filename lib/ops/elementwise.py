@@ -32,6 +32,7 @@ from tapeflow.ops.core import (
     unbroadcast,
     zeros_like,
 )
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.math import binary_operands, cos, sqrt, square, where
 from tapeflow.ops.registry import apply, as_tensor, defop, wrap_host
 from tapeflow.tensor import Tensor
@@ -273,6 +274,7 @@ def _CUMPROD(x, *, axis):
     return np.cumprod(x, axis=axis, dtype=x.dtype)
 
 
+@in_float32
 def cumprod(x, axis: int) -> Tensor:
     """Running products along `axis`; the gradient is exact with zeros in `x`.
 
@@ -357,6 +359,7 @@ def _QUANTILE_WEIGHTS(x, *, qs, scalar_q, axes, keepdims, method, ignore_nan):
     return out[0] if scalar_q else out
 
 
+@in_float32
 def quantile(x, q, axis=None, method: str = "linear", keepdims: bool = False, ignore_nan: bool = False) -> Tensor:
     """The `q`-th quantiles (q in [0, 1], a number or a 1-D list) of a floating tensor over
     `axis`, as `numpy.quantile`; with `ignore_nan` NaNs are left out (`numpy.nanquantile`).

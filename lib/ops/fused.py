@@ -110,6 +110,11 @@ def FUSED_CONV2D(x, w, b, activation, **conv):
 
 
 # ------------------------------------------------------------ elementwise programs
+def _is_index(value, stop: int) -> bool:
+    """Whether `value` is an int (not a bool) in [0, stop)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < stop
+
+
 def check_program(program, n_inputs: int) -> None:
     """Raise ValueError naming the first malformed instruction of `program`."""
     if not isinstance(program, tuple) or not program:
@@ -117,14 +122,14 @@ def check_program(program, n_inputs: int) -> None:
     for k, ins in enumerate(program):
         ok = isinstance(ins, tuple) and ins and isinstance(ins[0], str)
         if ok and ins[0] == "input":
-            ok = len(ins) == 2 and isinstance(ins[1], int) and 0 <= ins[1] < n_inputs
+            ok = len(ins) == 2 and _is_index(ins[1], n_inputs)
         elif ok and ins[0] == "const":
             c = ins[1] if len(ins) == 2 else None
             # an int like 10**400 fits no float; non-finite floats are kept as they are
             ok = isinstance(c, float) or isinstance(c, int) and not isinstance(c, bool) and abs(c) <= _FLOAT_MAX
         elif ok:
             arity = ARITY.get(ins[0], 0)
-            ok = arity > 0 and len(ins) == arity + 1 and all(isinstance(a, int) and 0 <= a < k for a in ins[1:])
+            ok = arity > 0 and len(ins) == arity + 1 and all(_is_index(a, k) for a in ins[1:])
         if not ok:
             raise ValueError(
                 f"fused_elementwise: instruction {k} {ins!r} is invalid (with {n_inputs} inputs; ops: "
@@ -161,4 +166,4 @@ def FUSED_ELEMENTWISE(*inputs, program):
             args = (registers[a] for a in ins[1:])
             registers.append(_as_dtype(get_op(ins[0]).reference(*args), dtype))
     shape = np.broadcast_shapes(*(a.shape for a in inputs))
-    return np.ascontiguousarray(np.broadcast_to(registers[-1], shape))
+    return np.asarray(np.broadcast_to(registers[-1], shape), order="C")  # ascontiguousarray would make 0-d 1-d

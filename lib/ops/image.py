@@ -285,6 +285,8 @@ def resize(
     _, height, width, channels = x.shape
     if height is None or width is None:
         raise ValueError(f"{op}: the height and width of the images must be known, got shape {images.shape}")
+    if height == 0 or width == 0:
+        raise ValueError(f"{op}: cannot resize images of height {height} and width {width} (shape {images.shape})")
     if crop_to_aspect_ratio:
         crop_h = max(min(height, int(float(width * out_h) / out_w)), 1)
         crop_w = max(min(width, int(float(height * out_w) / out_h)), 1)

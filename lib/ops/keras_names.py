@@ -19,6 +19,7 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.ops import array, creation, math, nn, reduce, shapes, sparse
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.ops.shapes import DynamicDim
 from tapeflow.tensor import Tensor, TracedTensor
@@ -289,6 +290,7 @@ def _CUMSUM(x, *, axis, reverse):
     return np.cumsum(x, axis=axis, dtype=x.dtype)
 
 
+@in_float32
 def cumsum(x, axis=None, dtype=None) -> Tensor:
     """Running sums along `axis` (of the flattened tensor when None), as `keras.ops.cumsum`.
 

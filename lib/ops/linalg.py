@@ -21,6 +21,7 @@ import numpy as np
 from tapeflow import dtypes
 from tapeflow.ops import creation, math, reduce, shapes
 from tapeflow.ops.core import cast, expand_dims, reshape, squeeze, transpose, unbroadcast
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
 
@@ -83,7 +84,7 @@ def _mm(a: Tensor, b: Tensor) -> Tensor:
 
 
 def _eye_like(n: int, like: Tensor) -> Tensor:
-    return creation.eye(n, dtype=like.dtype)
+    return creation.eye(n, dtype=like.dtype, device=like.device)
 
 
 def _band(t: Tensor, lower: bool, strict: bool = False) -> Tensor:
@@ -92,7 +93,7 @@ def _band(t: Tensor, lower: bool, strict: bool = False) -> Tensor:
     mask = np.tri(n, m, -1 if strict else 0, dtype=bool)
     if not lower:
         mask = np.tri(n, m, 0 if strict else -1, dtype=bool) == 0
-    return math.where(creation.tensor(mask), t, creation.zeros((), t.dtype))
+    return math.where(creation.tensor(mask, device=t.device), t, creation.zeros((), t.dtype, device=t.device))
 
 
 def _diag_embed(v: Tensor) -> Tensor:
@@ -107,8 +108,9 @@ def _diag_part(t: Tensor) -> Tensor:
 
 def _off_diagonal_reciprocal(d: Tensor) -> Tensor:
     """1 / d off the diagonal, 0 on it."""
-    eye = creation.tensor(np.eye(d.shape[-1], dtype=bool))
-    return math.where(eye, creation.zeros((), d.dtype), 1.0 / math.where(eye, creation.ones((), d.dtype), d))
+    eye = creation.tensor(np.eye(d.shape[-1], dtype=bool), device=d.device)
+    zero, one = creation.zeros((), d.dtype, device=d.device), creation.ones((), d.dtype, device=d.device)
+    return math.where(eye, zero, 1.0 / math.where(eye, one, d))
 
 
 # ================================================================ cholesky
@@ -327,7 +329,7 @@ def _eigh_infer(x):
 def _eigh_vjp(gs, xs, ys):
     w, v = ys
     gw, gv = gs
-    inner = _diag_embed(gw) if gw is not None else creation.zeros((), v.dtype)
+    inner = _diag_embed(gw) if gw is not None else creation.zeros((), v.dtype, device=v.device)
     if gv is not None:
         gaps = _off_diagonal_reciprocal(expand_dims(w, -2) - expand_dims(w, -1))  # 1 / (w_j - w_i)
         inner = inner + gaps * _mm(_mT(v), gv)
@@ -389,8 +391,8 @@ def _qr_vjp(gs, xs, ys, mode):
         raise NotImplementedError(
             f"qr: the gradient is implemented for mode='reduced' with m >= n, got mode={mode!r} and shape {xs[0].shape}"
         )
-    gq = gs[0] if gs[0] is not None else creation.zeros((), q.dtype) * q
-    gr = gs[1] if gs[1] is not None else creation.zeros((), r.dtype) * r
+    gq = gs[0] if gs[0] is not None else creation.zeros((), q.dtype, device=q.device) * q
+    gr = gs[1] if gs[1] is not None else creation.zeros((), r.dtype, device=r.device) * r
     qgq = _mm(_mT(q), gq)
     rgr = _mm(r, _mT(gr))
     lower = _band(qgq - _mT(qgq) + rgr - _mT(rgr), lower=True)
@@ -443,7 +445,7 @@ def _svd_vjp(gs, xs, ys, full_matrices):
             f"{xs[0].shape}); use full_matrices=False"
         )
     v = _mT(vh)
-    inner = _diag_embed(gs_) if gs_ is not None else creation.zeros((), s.dtype)
+    inner = _diag_embed(gs_) if gs_ is not None else creation.zeros((), s.dtype, device=s.device)
     s_row, s_col = expand_dims(s, -2), expand_dims(s, -1)
     gaps = _off_diagonal_reciprocal(s_row * s_row - s_col * s_col)  # 1 / (s_j^2 - s_i^2)
     extra = None
@@ -492,7 +494,8 @@ def _pinv(name: str, x: Tensor, rcond) -> Tensor:
     m, n = x.shape[-2:]
     rcond = max(m, n) * float(np.finfo(x.dtype.np).eps) if rcond is None else float(rcond)
     keep = s > reduce.max(s, -1, keepdims=True) * rcond
-    inv_s = math.where(keep, 1.0 / math.where(keep, s, creation.ones((), s.dtype)), creation.zeros((), s.dtype))
+    one, zero = creation.ones((), s.dtype, device=s.device), creation.zeros((), s.dtype, device=s.device)
+    inv_s = math.where(keep, 1.0 / math.where(keep, s, one), zero)
     return _mm(_mT(vh) * expand_dims(inv_s, -2), _mT(u))
 
 
@@ -622,6 +625,7 @@ def _matrix_norm(x: Tensor, ord, axis: tuple, keepdims: bool) -> Tensor:
     raise ValueError(f"norm: invalid ord {ord!r} for a matrix norm")
 
 
+@in_float32
 def norm(x, ord=None, axis=None, keepdims=False) -> Tensor:
     """A vector norm (axis an int, or None for a vector) or a matrix norm (axis a pair, or
     None for a matrix), as NumPy's `linalg.norm`: ord None/2, 1, inf, -inf, 0 or p for

@@ -102,7 +102,14 @@ def binary_operands(x, y, name: str) -> tuple[Tensor, Tensor]:
         if isinstance(y, bool | int | float):
             xd = x.dtype
             d = dtypes.weak_scalar_dtype(xd, y)
-            return (x if d is xd else cast(x, d)), Tensor._wrap(np.asarray(y, dtype=d.np), x.device)
+            try:
+                scalar = np.asarray(y, dtype=d.np)
+            except OverflowError:
+                wider = "tapeflow's widest integer" if d is dtypes.int64 else "cast the tensor to int64 first"
+                raise OverflowError(
+                    f"{name}: the Python integer {y} does not fit the {d.name} of the tensor it meets ({wider})"
+                ) from None
+            return (x if d is xd else cast(x, d)), Tensor._wrap(scalar, x.device)
         return binary_operands(x, as_tensor(y, name=name), name)
     if yt:
         b, a = binary_operands(y, x, name)
@@ -223,11 +230,20 @@ def _select_vjp(pick_first):
     return vjp
 
 
+def _power(x, y):
+    if x.dtype.kind in "iu" and y.dtype.kind in "iu" and y.size and (y < 0).any():
+        raise ValueError(
+            f"pow: integers to negative integer powers are not allowed (exponent {int(y.min())} for an "
+            f"{x.dtype} base); cast the base to a float dtype first"
+        )
+    return np.power(x, y)
+
+
 _ADD = defop("add", infer=shapes.binary("add"), vjp=_add_vjp)(np.add)
 _SUBTRACT = defop("subtract", infer=shapes.binary("subtract", kinds="if"), vjp=_sub_vjp)(np.subtract)
 _MULTIPLY = defop("multiply", infer=shapes.binary("multiply"), vjp=_mul_vjp)(np.multiply)
 _DIVIDE = defop("divide", infer=shapes.binary("divide", result="float", kinds="if"), vjp=_div_vjp)(np.true_divide)
-_POW = defop("pow", infer=shapes.binary("pow", kinds="if"), vjp=_pow_vjp)(np.power)
+_POW = defop("pow", infer=shapes.binary("pow", kinds="if"), vjp=_pow_vjp)(_power)
 _MAXIMUM = defop(
     "maximum", infer=shapes.binary("maximum", kinds="if"), vjp=_select_vjp(lambda x, y: greater_equal(x, y))
 )(np.maximum)

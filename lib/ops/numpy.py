@@ -68,6 +68,7 @@ from tapeflow.ops.array_keras import (  # noqa: A004 - NumPy's names, some of th
     vstack,
 )
 from tapeflow.ops.core import broadcast_to, expand_dims, squeeze
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.keras_names import arange, concatenate, reshape, stack, transpose, where
 from tapeflow.ops.linalg import slogdet
 from tapeflow.ops.registry import as_tensor, wrap_host
@@ -1267,7 +1268,8 @@ def _arg(name, reducer, x, axis, keepdims):
     x = _tensor(x, name)
     if x.dtype.kind == "b":
         x = core.cast(x, dtypes.int32)
-    if x.shape and builtins.any(d == 0 for d in x.shape):
+    reduced = x.shape if axis is None else (x.shape[shapes.normalize_axis(name, axis, x.ndim)],)
+    if x.shape and builtins.any(d == 0 for d in reduced):
         raise ValueError(f"{name}: empty input of shape {x.shape}")
     out = reducer(x, axis)
     if not keepdims:
@@ -1329,6 +1331,7 @@ def count_nonzero(x, axis=None) -> Tensor:
     return core.sum(core.cast(_as_bool(x, "count_nonzero"), dtypes.int32), axis)
 
 
+@in_float32
 def average(x, axis=None, weights=None) -> Tensor:
     """The mean over `axis` weighted by `weights` (shaped like `x`, or 1-D along one `axis`).
 
@@ -1431,6 +1434,7 @@ def _nan_filled(x, value, name):
     return tmath.where(nan, value, x), nan
 
 
+@in_float32
 def nansum(x, axis=None, keepdims: bool = False) -> Tensor:
     """The sum over `axis`, NaNs counted as zero.
 
@@ -1441,6 +1445,7 @@ def nansum(x, axis=None, keepdims: bool = False) -> Tensor:
     return core.sum(_nan_filled(x, 0.0, "nansum")[0], axis, keepdims)
 
 
+@in_float32
 def nanprod(x, axis=None, keepdims: bool = False) -> Tensor:
     """The product over `axis`, NaNs counted as one.
 
@@ -1451,6 +1456,7 @@ def nanprod(x, axis=None, keepdims: bool = False) -> Tensor:
     return prod(_nan_filled(x, 1.0, "nanprod")[0], axis, keepdims)
 
 
+@in_float32
 def nanmean(x, axis=None, keepdims: bool = False) -> Tensor:
     """The mean over `axis` of the entries that are not NaN.
 
@@ -1463,6 +1469,7 @@ def nanmean(x, axis=None, keepdims: bool = False) -> Tensor:
     return core.sum(filled, axis, keepdims) / count
 
 
+@in_float32
 def nanvar(x, axis=None, keepdims: bool = False) -> Tensor:
     """The variance over `axis` of the entries that are not NaN.
 
@@ -1477,6 +1484,7 @@ def nanvar(x, axis=None, keepdims: bool = False) -> Tensor:
     return core.sum(tmath.square(centered), axis, keepdims) / core.sum(present, axis, keepdims)
 
 
+@in_float32
 def nanstd(x, axis=None, keepdims: bool = False) -> Tensor:
     """The standard deviation over `axis` of the entries that are not NaN.
 
@@ -1535,6 +1543,7 @@ def nanargmin(x, axis=None, keepdims: bool = False) -> Tensor:
     return argmin(_nan_filled(x, np.inf, "nanargmin")[0], axis, keepdims)
 
 
+@in_float32
 def cumprod(x, axis=None, dtype=None) -> Tensor:
     """Running products along `axis` (of the flattened tensor when None).
 
@@ -1552,6 +1561,7 @@ def cumprod(x, axis=None, dtype=None) -> Tensor:
     return elementwise.cumprod(x, axis)
 
 
+@in_float32
 def nancumsum(x, axis=None, dtype=None) -> Tensor:
     """Running sums along `axis`, NaNs counted as zero.
 
@@ -1565,6 +1575,7 @@ def nancumsum(x, axis=None, dtype=None) -> Tensor:
     return keras_names.cumsum(_nan_filled(x, 0.0, "nancumsum")[0], axis, dtype)
 
 
+@in_float32
 def nancumprod(x, axis=None, dtype=None) -> Tensor:
     """Running products along `axis`, NaNs counted as one.
 
@@ -1620,6 +1631,7 @@ def correlate(x1, x2, mode: str = "valid") -> Tensor:
     return full[builtins.min(n, m) - 1 : builtins.max(n, m)]
 
 
+@in_float32
 def trapezoid(y, x=None, dx=1.0, axis: int = -1) -> Tensor:
     """The integral of `y` along `axis` by the trapezoidal rule, at points `x` (or `dx` apart).
 

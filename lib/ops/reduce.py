@@ -17,6 +17,7 @@ import numpy as np
 from tapeflow import dtypes
 from tapeflow.ops import shapes
 from tapeflow.ops.core import HALF_FLOATS, cast, full_like, restore_reduced_axes, sum
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.math import divide, equal, exp, sqrt, square, subtract, where
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
@@ -56,13 +57,22 @@ def _logsumexp_vjp(gs, xs, ys, axes, keepdims):
     return (restore_reduced_axes(gs[0], x.shape, axes, keepdims) * exp(subtract(x, y)),)
 
 
+def _check_not_empty(name, x, axes):
+    """An extreme of no values is undefined: refuse a reduction over an empty axis."""
+    if x.size == 0 and any(x.shape[a] == 0 for a in (range(x.ndim) if axes is None else axes)):
+        axis = axes[0] if axes is not None and len(axes) == 1 else axes
+        raise ValueError(f"{name}: zero-size reduction over axis {axis} of the empty tensor of shape {x.shape}")
+
+
 @defop("max", infer=shapes.reduction("max"), vjp=_extreme_vjp)
 def _MAX(x, axes, keepdims):
+    _check_not_empty("max", x, axes)
     return np.max(x, axis=axes, keepdims=keepdims)
 
 
 @defop("min", infer=shapes.reduction("min"), vjp=_extreme_vjp)
 def _MIN(x, axes, keepdims):
+    _check_not_empty("min", x, axes)
     return np.min(x, axis=axes, keepdims=keepdims)
 
 
@@ -94,11 +104,13 @@ def _arg_infer(name):
 
 @defop("argmax", infer=_arg_infer("argmax"))
 def _ARGMAX(x, axis):
+    _check_not_empty("argmax", x, None if axis is None else (axis,))
     return np.argmax(x, axis=axis)
 
 
 @defop("argmin", infer=_arg_infer("argmin"))
 def _ARGMIN(x, axis):
+    _check_not_empty("argmin", x, None if axis is None else (axis,))
     return np.argmin(x, axis=axis)
 
 
@@ -150,6 +162,7 @@ logsumexp = _reduction(
     1000.69
     """,
 )
+prod, logsumexp = in_float32(prod), in_float32(logsumexp)  # half floats multiply and exponentiate in float32
 
 
 def _arg(opdef, doc):
@@ -219,6 +232,7 @@ def var(x, axis=None, keepdims: bool = False) -> Tensor:
     return mean(square(centered), axis, keepdims)
 
 
+@in_float32
 def std(x, axis=None, keepdims: bool = False) -> Tensor:
     """Population standard deviation over `axis`.
 

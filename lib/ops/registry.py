@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 
 import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.backends import UnsupportedOpError, backend, numerics
 from tapeflow.devices import check_same_device, current_device, parse_device
+from tapeflow.ops.profiling import HOOKS
 from tapeflow.tensor import TRACING, IndexedSlices, Tensor, Variable
 
 
@@ -235,6 +237,9 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
     specs = op.infer(*inputs, **attrs)
     device = check_same_device(op.name, inputs) if inputs else current_device()
     kernel, binder = op._by_family.get(device.family) or op._resolve(device.family)
+    observer = HOOKS.op
+    if observer is not None:
+        start = time.perf_counter_ns()
     entered = numerics.enter(device)
     try:
         if binder is None:  # what bound_kernel gives, called without fixing attrs for one call
@@ -257,6 +262,8 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
         outputs = tuple(
             Tensor._wrap(kernels.conform(a, s[1].np, device.index), device) for a, s in zip(out, specs, strict=True)
         )
+    if observer is not None:
+        observer(op.name, inputs, outputs, device, start)
     recorders = _STATE.recorders
     if recorders and op.vjp is not None:
         for recorder in tuple(recorders):
@@ -334,9 +341,9 @@ def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
         return value
     if dtype is not None:
         npd = dtypes.as_dtype(dtype).np
-        arr = np.asarray(value, dtype=npd)
+        arr = _host_array(value, npd, name)
     else:
-        arr = np.asarray(value)
+        arr = _host_array(value, None, name)
         if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
             raise ValueError(f"{name}: uint64 value {arr.max()} does not fit int64, tapeflow's widest integer type")
         if not isinstance(value, np.ndarray | np.generic):
@@ -350,6 +357,44 @@ def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
             else:
                 raise TypeError(f"{name}: unsupported dtype {arr.dtype} for an input of type {type(value).__name__}")
     return wrap_host(arr)
+
+
+def _host_array(value, npdtype, name: str) -> np.ndarray:
+    """np.asarray(value, npdtype), with ragged nested lists and integers too wide for `npdtype`
+    reported in `name`'s words."""
+    try:
+        return np.asarray(value) if npdtype is None else np.asarray(value, dtype=npdtype)
+    except OverflowError as exc:
+        raise OverflowError(f"{name}: a value does not fit {np.dtype(npdtype).name} ({exc})") from None
+    except ValueError as exc:
+        ragged = _ragged_lengths(value)
+        if ragged is None:
+            raise
+        depth, lengths = ragged
+        shown = ", ".join(map(str, lengths[:10])) + (", ..." if len(lengths) > 10 else "")
+        raise ValueError(
+            f"{name}: ragged nested sequence: the sequences at depth {depth} have lengths [{shown}]; "
+            "a tensor needs equal lengths at each depth (pad them first, e.g. with tp.utils.pad_sequences)"
+        ) from exc
+
+
+def _ragged_lengths(value) -> tuple[int, list] | None:
+    """(depth, lengths) of the first level of nested lists/tuples whose lengths differ (a
+    scalar among sequences counts as length None), or None when `value` is not ragged.
+
+    >>> _ragged_lengths([[1, 2], [3]]), _ragged_lengths([[1], 2]), _ragged_lengths([[1], [2]])
+    ((1, [2, 1]), (1, [1, None]), None)
+    """
+    level, depth = [value], 0
+    while True:
+        lengths = [len(v) if isinstance(v, list | tuple) or np.ndim(v) > 0 else None for v in level]
+        if depth and len(set(lengths)) > 1:
+            return depth, lengths
+        if lengths[0] is None:
+            return None
+        level, depth = [item for v in level for item in v], depth + 1
+        if not level:
+            return None
 
 
 def wrap_host(array: np.ndarray, device=None) -> Tensor:

@@ -229,9 +229,15 @@ def reduction(name: str, kinds: str = "if"):
     def infer(x, axes, keepdims):
         if x.dtype.kind not in kinds:
             raise TypeError(f"{name}: dtype {x.dtype} is not supported")
+        if not isinstance(keepdims, bool):
+            raise TypeError(f"{name}: keepdims must be a bool, got {keepdims!r:.40}")
         for a in axes:
+            if isinstance(a, bool) or not hasattr(a, "__index__"):
+                raise TypeError(f"{name}: an axis must be an int, got {a!r:.40}")
             if not 0 <= a < max(len(x.shape), 1):
                 raise ValueError(f"{name}: axis {a} is out of range for shape {x.shape}")
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{name}: an axis is repeated in {axes!r:.60}")
         out = dtypes.int64 if x.dtype.kind == "b" else x.dtype
         return [(reduced_shape(x.shape, axes, keepdims), out)]
 

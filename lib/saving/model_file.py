@@ -200,8 +200,10 @@ def _rebuilding(reader: H5Reader, what: str):
     the file (the original error is chained)."""
     try:
         yield
-    except FileReadError:
-        raise
+    except FileReadError as err:
+        if err.path == reader.path:
+            raise
+        raise reader.fail(f"{what} cannot be rebuilt: {err}") from err  # an error about a part, not the file
     except Exception as err:  # noqa: BLE001 - whatever a config from a file makes a constructor raise
         raise reader.fail(f"{what} cannot be rebuilt: {type(err).__name__}: {err}") from err
 

@@ -48,10 +48,18 @@ def checked_state(generator: Generator, state, key: str, where: str) -> dict:
     ValueError: load: random state 'drop/rng' is not a valid PCG64 state: 'state'
     """
     scratch = type(generator.numpy.bit_generator)()
+    kind = type(scratch).__name__
     try:
         scratch.state = state
     except (TypeError, ValueError, KeyError, OverflowError) as err:
-        raise ValueError(
-            f"{where}: random state '{key}' is not a valid {type(scratch).__name__} state: {err}"
-        ) from None
+        raise ValueError(f"{where}: random state '{key}' is not a valid {kind} state: {err}") from None
+    if not _counts_only(state) or scratch.state != state:  # a bool, a fraction, or a value the generator wraps
+        raise ValueError(f"{where}: random state '{key}' is not a valid {kind} state: {state!r:.200}")
     return scratch.state
+
+
+def _counts_only(state) -> bool:
+    """Whether every value of a saved generator state, except its kind's name, is an int >= 0."""
+    if isinstance(state, dict):
+        return all(isinstance(v, str) if k == "bit_generator" else _counts_only(v) for k, v in state.items())
+    return isinstance(state, int) and not isinstance(state, bool) and state >= 0

@@ -79,6 +79,8 @@ def weight_paths(model: Layer, where: str = "weights") -> dict[str, object]:
     _require_built(model, where)
     keys, taken = {}, set()
     for path, layer in layer_paths(model).items():
+        if not isinstance(layer.name, str):
+            raise TypeError(f"{where}: layer '{path}' is named {layer.name!r:.40}; a layer's name must be a string")
         for var in layer._trainable_variables + layer._non_trainable_variables:
             if id(var) in keys:
                 continue

@@ -25,6 +25,8 @@ from tapeflow.data.dataset import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dat
 from tapeflow.data.py_dataset import PyDataset
 from tapeflow.ops.random import global_generator
 from tapeflow.ops.registry import as_tensor
+from tapeflow.queue.feeding import queue_batches
+from tapeflow.queue.queues import QueueBase
 from tapeflow.tensor import Tensor
 from tapeflow.trainers.compile_losses import per_output
 from tapeflow.trainers.target_checks import TargetChecks
@@ -502,6 +504,8 @@ class DataAdapter:
     ):
         names = None if targets is None else targets.output_names
         self.where, self.batch_size, self.targets = where, batch_size, targets
+        if isinstance(x, QueueBase):  # read as a generator of its batches, until closed and drained
+            x = queue_batches(x, batch_size, where, y, sample_weight)
         source = _source(x, y, sample_weight, where, names)
         self.held_out = None
         if validation_split:

@@ -36,7 +36,7 @@ import warnings
 import numpy as np
 
 from tapeflow import callbacks as callbacks_module
-from tapeflow import dtypes, mixed_precision, tree
+from tapeflow import dtypes, mixed_precision, profiler, tree
 from tapeflow import metrics as metrics_module
 from tapeflow import optimizers as optimizers_module
 from tapeflow.data.dataset import Dataset
@@ -422,7 +422,7 @@ class Trainer:
             batch_size: samples per step for arrays (default 32).
             epochs: the index of the last epoch (an integer >= 0).
             verbose: "auto", 0 (silent), 1 (a progress bar) or 2 (a line per epoch).
-            callbacks: `tp.callbacks` Callbacks; they also see the validation's test hooks.
+            callbacks: a `tp.callbacks` Callback or a list of them; they also see the validation's test hooks.
             validation_split: the fraction of the array data (cut from the end) to validate on.
             validation_data: (x, y), (x, y, sample_weight), a Dataset, a PyDataset or a
                 generator, evaluated after each `validation_freq`-th epoch.
@@ -522,7 +522,7 @@ class Trainer:
             history = callbacks_module.History()
             progress = callbacks_module.ProgbarLogger(verbose)
             cbs = callbacks_module.CallbackList(
-                [*(callbacks or []), history, progress],
+                [[] if callbacks is None else callbacks, history, progress],
                 self,
                 {"epochs": epochs, "steps": train.steps, "verbose": verbose},
             )
@@ -541,10 +541,13 @@ class Trainer:
                     logs = session.run_epoch(train.strategy_batches(epoch), cbs)
                 else:
                     logs = None
-                    for step, (xb, yb, swb) in enumerate(train.epoch(epoch)):
-                        cbs.on_train_batch_begin(step)
-                        logs = _floats(step_function(pack_x_y_sample_weight(xb, yb, swb)))
-                        cbs.on_train_batch_end(step, logs)
+                    for step, (xb, yb, swb) in enumerate(profiler.timed_batches(train.epoch(epoch))):
+                        with profiler.phase("callbacks"):
+                            cbs.on_train_batch_begin(step)
+                        with profiler.phase("step"):
+                            logs = _floats(step_function(pack_x_y_sample_weight(xb, yb, swb)))
+                        with profiler.phase("callbacks"):
+                            cbs.on_train_batch_end(step, logs)
                         if self.stop_training:  # a callback stops training after this batch, as in Keras
                             break
                     if logs is None:  # a generator that ran out before this epoch

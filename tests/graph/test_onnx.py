@@ -9,6 +9,7 @@ import tapeflow as tp
 from tapeflow.graph.onnx import ExportError, exportable_ops, to_onnx
 from tapeflow.graph.passes.epilogue import BiasActivationFusion
 from tapeflow.graph.passes.fuse import ElementwiseFusion
+from tapeflow.ops.registry import apply, get_op
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -372,18 +373,15 @@ def test_pool(name, tmp_path):
 
 
 def test_every_exportable_op_is_registered():
-    from tapeflow.ops.registry import get_op
-
     for name in exportable_ops():
         assert get_op(name).name == name
 
 
 # ------------------------------------------------------------------ refusals
 def test_unsupported_op_names_op_and_node(tmp_path):
-    w = tp.tensor(FILTER)
-    graph = tp.freeze(lambda x: tp.nn.conv2d_transpose(x, w, (9, 9), strides=2), tp.TensorSpec((None, 4, 4, 4)))
-    node = next(n for n in graph.nodes if n.op == "conv2d_input_grad")
-    with pytest.raises(ExportError, match=rf"op 'conv2d_input_grad' \(node '{node.name}'"):
+    graph = tp.freeze(lambda x: tp.cbrt(x) * 2.0, tp.TensorSpec((None, 3)))
+    node = next(n for n in graph.nodes if n.op == "cbrt")
+    with pytest.raises(ExportError, match=rf"op 'cbrt' \(node '{node.name}'"):
         graph.export_onnx(tmp_path / "model.onnx")
     assert not os.listdir(tmp_path)
 
@@ -449,3 +447,506 @@ def test_output_that_is_an_input_or_repeated(tmp_path):
         return x, y, y
 
     check_export(fn, [tp.TensorSpec((None, 3))], floats(3), tmp_path)
+
+
+# ------------------------------------------------- ops beyond the first set
+def apply_op(name, *inputs, **attrs):
+    """Call a registered op directly (for ops that only a gradient or a layer reaches)."""
+    return apply(get_op(name), inputs, attrs)
+
+
+def assert_same_bits(graph, session, arrays):
+    """Outputs exactly equal: values, NaNs and the signs of zeros."""
+    want = graph(*arrays)
+    want = [np.asarray(w) for w in (want if isinstance(want, list | tuple) else [want])]
+    got = session.run(None, {i.name: a for i, a in zip(session.get_inputs(), arrays, strict=True)})
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_array_equal(g, w)
+        if w.dtype.kind == "f":  # the sign bit of a NaN means nothing
+            np.testing.assert_array_equal(np.signbit(g) & ~np.isnan(g), np.signbit(w) & ~np.isnan(w))
+
+
+SPECIAL = np.array(
+    [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, 1.5, 2.5, -2.5, -0.5, 0.3, -0.3, 7.25, -7.75, 1e30, -3.0],
+    dtype=np.float64,
+)
+
+
+def special(dtype, seed=0):
+    """Special values first, then random ones, for each batch row."""
+
+    def make(batch):
+        rng = np.random.default_rng(seed + batch)
+        rows = np.concatenate([np.tile(SPECIAL, (batch, 1)), rng.uniform(-9.0, 9.0, (batch, 16))], axis=1)
+        return [rows.astype(dtype)]
+
+    return make
+
+
+FLOAT_FUNCTIONS = {  # name: (function, low, high)
+    "arcsin": (tp.arcsin, -0.99, 0.99),
+    "arccos": (tp.arccos, -0.99, 0.99),
+    "arctan": (tp.arctan, -4.0, 4.0),
+    "arcsinh": (tp.arcsinh, -4.0, 4.0),
+    "arccosh": (tp.arccosh, 1.01, 4.0),
+    "arctanh": (tp.arctanh, -0.99, 0.99),
+    "sinh": (tp.sinh, -4.0, 4.0),
+    "cosh": (tp.cosh, -4.0, 4.0),
+    "tan": (tp.tan, -1.4, 1.4),
+    "det": (lambda x: tp.ops.det(tp.reshape(x, (-1, 3, 3))), -2.0, 2.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_FUNCTIONS))
+def test_float_functions(name, tmp_path):
+    fn, low, high = FLOAT_FUNCTIONS[name]
+    check_export(fn, [tp.TensorSpec((None, 9))], floats(9, low=low, high=high), tmp_path)
+
+
+EXACT_FLOAT = {
+    "floor": tp.floor,
+    "ceil": tp.ceil,
+    "trunc": tp.trunc,
+    "round": tp.ops.round,
+    "round_1": lambda x: tp.ops.round(x, 1),
+    "round_2": lambda x: tp.ops.round(x, 2),
+    "round_minus_1": lambda x: tp.ops.round(x, -1),
+    "isnan": tp.isnan,
+    "isinf": tp.isinf,
+    "isfinite": tp.isfinite,
+    "mod": lambda x: tp.mod(x, tp.flip(x, 1)),
+    "mod_by_constant": lambda x: (tp.mod(x, 0.7), tp.mod(x, -2.5), tp.mod(x, 0.0)),
+    "floor_divide": lambda x: tp.floor_divide(x, tp.flip(x, 1)),
+    "floor_divide_by_constant": lambda x: (tp.floor_divide(x, 0.1), tp.floor_divide(x, -2.5), tp.floor_divide(x, 0.0)),
+    "fmod": lambda x: (tp.fmod(x, tp.flip(x, 1)), tp.fmod(x, -0.7)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(EXACT_FLOAT))
+def test_exact_float_ops(name, dtype, tmp_path):
+    graph = tp.freeze(EXACT_FLOAT[name], tp.TensorSpec((None, 32), dtype))
+    session = session_for(graph, tmp_path)
+    for batch in BATCHES:
+        with np.errstate(all="ignore"):
+            assert_same_bits(graph, session, special(dtype)(batch))
+
+
+INTEGER = {
+    "mod": lambda x, y: tp.mod(x, y),
+    "floor_divide": lambda x, y: tp.floor_divide(x, y),
+    "fmod": lambda x, y: tp.fmod(x, y),
+    "round_minus_1": lambda x, y: tp.ops.round(x * 7, -1),
+    "round_2": lambda x, y: tp.ops.round(x, 2),
+    "predicates": lambda x, y: (tp.isnan(x), tp.isinf(x), tp.isfinite(x), tp.signbit(x)),
+    "bool_predicates": lambda x, y: (tp.isfinite(x > 0), tp.signbit(x > 0)),
+    "cumsum": lambda x, y: tp.cumsum(x, axis=1),
+    "cumprod": lambda x, y: tp.cumprod(x, axis=1),
+    "einsum": lambda x, y: tp.einsum("bi,bj->bij", x, y),
+    "top_k": lambda x, y: tp.ops.top_k(tp.floor_divide(x, 4), 4),
+    "sort": lambda x, y: (tp.sort(tp.floor_divide(x, 4), axis=1), tp.argsort(tp.floor_divide(x, 4), axis=1)),
+    "take_along_axis": lambda x, y: tp.take_along_axis(x, tp.argsort(y, axis=1), axis=1),
+}
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("name", sorted(INTEGER))
+def test_integer_ops(name, dtype, tmp_path):
+    def make(batch):
+        rng = np.random.default_rng(batch)
+        y = rng.integers(1, 5, (batch, 6)) * rng.choice([-1, 1], (batch, 6))  # no zero divisors
+        return [rng.integers(-20, 21, (batch, 6)).astype(dtype), y.astype(dtype)]
+
+    graph = tp.freeze(INTEGER[name], *[tp.TensorSpec((None, 6), dtype)] * 2)
+    session = session_for(graph, tmp_path)
+    for batch in BATCHES:
+        assert_same_bits(graph, session, make(batch))
+
+
+BITWISE = {
+    "and": tp.bitwise_and,
+    "or": tp.bitwise_or,
+    "xor": tp.bitwise_xor,
+    "invert": lambda x, y: tp.bitwise_invert(x),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int32", "int64"])
+@pytest.mark.parametrize("name", sorted(BITWISE))
+def test_bitwise(name, dtype, tmp_path):
+    def make(batch):
+        rng = np.random.default_rng(batch)
+        return [rng.integers(-50, 50, (batch, 6)).astype(dtype) for _ in range(2)]
+
+    opset = 17 if dtype == "bool" else 18
+    check_export(BITWISE[name], [tp.TensorSpec((None, 6), dtype)] * 2, make, tmp_path, opset=opset)
+
+
+TIES = np.array([3.0, 1.0, 3.0, -2.0, 1.0, np.nan, 3.0, -2.0, np.inf, np.nan, -np.inf, 0.0], np.float32)
+
+
+def with_ties(batch):
+    rng = np.random.default_rng(batch)
+    return [np.stack([rng.permutation(TIES) for _ in range(batch)])]
+
+
+SORTING = {
+    "sort": lambda x: tp.sort(x, axis=1),
+    "sort_batch_axis": lambda x: tp.sort(x, axis=0),
+    "argsort": lambda x: tp.argsort(x, axis=-1),
+    "argsort_batch_axis": lambda x: tp.argsort(x, axis=0),
+    "top_k": lambda x: tp.ops.top_k(x, 3),
+    "top_k_unsorted": lambda x: tp.ops.top_k(x * 2.0, 12, sorted=False),
+    "take_along_axis": lambda x: tp.take_along_axis(x, tp.argsort(x, axis=1)[:, ::-2], axis=1),
+    "cumsum": lambda x: tp.cumsum(x, axis=1),
+    "cumsum_reverse": lambda x: apply_op("cumsum", x, axis=0, reverse=True),
+    "cumprod": lambda x: tp.cumprod(x * 0.9, axis=1),
+    "cumprod_one": lambda x: tp.cumprod(x[:, :1], axis=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SORTING))
+def test_sorting_and_scans(name, tmp_path):
+    graph = tp.freeze(SORTING[name], tp.TensorSpec((None, 12)))
+    session = session_for(graph, tmp_path)
+    for batch in BATCHES:
+        with np.errstate(invalid="ignore"):  # inf + -inf in the sums
+            assert_same_bits(graph, session, with_ties(batch))
+
+
+EINSUM = {
+    "batched_matmul": ("bij,jk->bik", (3, 4), [(4, 5)]),
+    "outer": ("bi,bj->bij", (3,), [(None, 4)]),
+    "trace": ("bii->b", (3, 3), []),
+    "diagonal": ("bii->bi", (3, 3), []),
+    "ellipsis": ("...ij,...jk->...ik", (2, 3), [(None, 3, 2)]),
+    "three_operands": ("bi,ij,j->b", (3,), [(3, 4), (4,)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EINSUM))
+def test_einsum(name, tmp_path):
+    subscripts, first, others = EINSUM[name]
+    shapes = [(None, *first)] + [s for s in others]
+
+    def make(batch):
+        rng = np.random.default_rng(batch)
+        return [rng.normal(size=tuple(batch if d is None else d for d in s)).astype(np.float32) for s in shapes]
+
+    specs = [tp.TensorSpec(s) for s in shapes]
+    check_export(lambda *xs: tp.einsum(subscripts, *xs), specs, make, tmp_path)
+
+
+def test_scatters(tmp_path):
+    def fn(x, u):
+        by_axis = tp.scatter_add(x, tp.tensor([[2], [0], [-2]]), tp.reshape(u[:, :3], (-1, 3, 1)), axis=1)
+        nd = tp.scatter_nd_add(x, tp.tensor([[0, 1], [0, 1], [3, -4]], "int32"), u[0, :3])
+        along = apply_op("put_along_axis_add", x, tp.argsort(x, axis=1)[:, :2], u[:, :2], axis=1)
+        update = apply_op("scatter_update", x, tp.tensor([3, 0]), u[:2, :1] * tp.ones((2, 4)))
+        return by_axis, nd, along, update
+
+    graph = tp.freeze(fn, tp.TensorSpec((5, 4)), tp.TensorSpec((5, 4)))
+    session = session_for(graph, tmp_path, opset=16)
+    for seed in range(3):
+        assert_same_outputs(graph, session, floats(4, seed=seed)(5) + floats(4, seed=seed + 20)(5))
+    with pytest.raises(ExportError, match="needs opset 16"):
+        to_onnx(graph, opset=15)
+
+
+def test_relu_grad_and_reshape_like(tmp_path):
+    def fn(g, y):
+        return apply_op("relu_grad", g, y - 0.5), apply_op("reshape_like", tp.reshape(g, (-1, 2, 3)), y)
+
+    check_export(fn, [tp.TensorSpec((None, 6))] * 2, lambda b: floats(6)(b) + floats(6, seed=3)(b), tmp_path)
+
+
+FILTER_3D = np.random.default_rng(12).normal(size=(2, 3, 2, 2, 3)).astype(np.float32)
+CONV_3D = {
+    "same": dict(strides=1, padding="SAME"),
+    "valid": dict(strides=1, padding="VALID"),
+    "stride2_same": dict(strides=2, padding="SAME"),
+    "strides_valid": dict(strides=(1, 2, 3), padding="VALID"),
+    "dilation2_same": dict(strides=1, padding="SAME", dilations=(2, 1, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONV_3D))
+def test_conv3d(name, tmp_path):
+    w = tp.Variable(tp.tensor(FILTER_3D), name="w")
+    fn = lambda x: tp.nn.conv3d(x, w, **CONV_3D[name])  # noqa: E731
+    check_export(fn, [tp.TensorSpec((None, 5, 7, 6, 2))], floats(5, 7, 6, 2), tmp_path)
+
+
+POOL_3D = {
+    "max_valid": (tp.nn.max_pool3d, dict(ksize=2)),
+    "max_same_stride": (tp.nn.max_pool3d, dict(ksize=3, strides=2, padding="SAME")),
+    "avg_valid": (tp.nn.avg_pool3d, dict(ksize=(2, 3, 1), strides=(1, 2, 1))),
+    "avg_same": (tp.nn.avg_pool3d, dict(ksize=3, strides=2, padding="SAME")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOL_3D))
+def test_pool3d(name, tmp_path):
+    pool, kwargs = POOL_3D[name]
+    check_export(lambda x: pool(x, **kwargs), [tp.TensorSpec((None, 5, 7, 6, 2))], floats(5, 7, 6, 2), tmp_path)
+
+
+CONV_TRANSPOSE = {  # input size, output size, arguments
+    "valid": ((4, 4), (9, 9), dict(strides=2)),
+    "valid_tail": ((4, 4), (10, 14), dict(strides=(2, 3))),
+    "same": ((4, 5), (8, 10), dict(strides=2, padding="SAME")),
+    "same_odd": ((4, 5), (7, 9), dict(strides=2, padding="SAME")),
+    "stride1_same": ((6, 5), (6, 5), dict(padding="SAME")),
+    "dilated": ((4, 4), (8, 6), dict(dilations=(2, 1))),
+    "dilated_strided_tail": ((3, 4), (13, 10), dict(strides=(3, 2), dilations=(2, 1))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONV_TRANSPOSE))
+def test_conv2d_transpose(name, tmp_path):
+    size, out, kwargs = CONV_TRANSPOSE[name]
+    w = tp.Variable(tp.tensor(FILTER), name="w")  # 4 channels in, 2 out
+    fn = lambda x: tp.nn.conv2d_transpose(x, w, out, **kwargs)  # noqa: E731
+    check_export(fn, [tp.TensorSpec((None, *size, 4))], floats(*size, 4), tmp_path)
+
+
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+def test_conv3d_transpose(padding, tmp_path):
+    w = tp.tensor(FILTER_3D)  # 3 channels in, 2 out
+    out = (7, 11, 9) if padding == "VALID" else (5, 8, 7)
+    fn = lambda x: tp.nn.conv3d_transpose(x, w, out, strides=(2, 3, 2), padding=padding)  # noqa: E731
+    check_export(fn, [tp.TensorSpec((None, 3, 3, 4, 3))], floats(3, 3, 4, 3), tmp_path)
+
+
+SEARCH = np.array([-2.0, -1.0, -1.0, 0.0, 0.5, 3.0, np.inf, np.nan, np.nan], np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted(side, dtype, tmp_path):
+    sequence = tp.tensor(SEARCH if dtype == "float32" else np.arange(-4, 5, dtype=dtype) // 2)
+
+    def make(batch):
+        values = np.concatenate([SEARCH, np.random.default_rng(batch).uniform(-3, 4, 7)])
+        return [
+            np.tile(values, (batch, 1)).astype(dtype)
+            if dtype == "float32"
+            else np.tile(values[:6], (batch, 1)).astype(dtype)
+        ]
+
+    graph = tp.freeze(lambda v: tp.ops.searchsorted(sequence, v, side=side), tp.TensorSpec((None, None), dtype))
+    session = session_for(graph, tmp_path)
+    for batch in BATCHES:
+        assert_same_bits(graph, session, make(batch))
+
+
+def test_unravel_index(tmp_path):
+    def make(batch):
+        return [np.random.default_rng(batch).integers(0, 60, (batch, 5)).astype(np.int64)]
+
+    graph = tp.freeze(lambda i: tp.ops.unravel_index(i, (3, 4, 5)), tp.TensorSpec((None, 5), "int64"))
+    session = session_for(graph, tmp_path)
+    for batch in BATCHES:
+        assert_same_bits(graph, session, make(batch))
+
+
+def test_sparse_softmax_cross_entropy(tmp_path):
+    def fn(logits, labels):
+        return apply_op("sparse_softmax_cross_entropy_with_logits", logits * 30.0, labels)
+
+    def make(batch):
+        return floats(6)(batch) + [np.random.default_rng(batch).integers(0, 6, batch).astype(np.int32)]
+
+    check_export(fn, [tp.TensorSpec((None, 6)), tp.TensorSpec((None,), "int32")], make, tmp_path)
+
+
+SEGMENTS = ["segment_sum", "segment_prod", "segment_max", "segment_min"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+@pytest.mark.parametrize("name", SEGMENTS)
+def test_segments(name, dtype, tmp_path):
+    ids = tp.tensor(np.array([0, 3, 1, 0, -1, 5, 2, 3], np.int32))  # -1 and 5 are dropped
+    segments = 5 if dtype == "float32" else 4  # an empty segment of integers has no defined extreme
+
+    def make(batch):
+        data = np.random.default_rng(batch).uniform(-3, 3, (8, batch)) * (10 if dtype == "int64" else 1)
+        return [data.astype(dtype)]
+
+    graph = tp.freeze(lambda x: getattr(tp.ops, name)(x, ids, num_segments=segments), tp.TensorSpec((8, None), dtype))
+    session = session_for(graph, tmp_path, opset=18)
+    for batch in BATCHES:
+        assert_same_bits(graph, session, make(batch))
+    with pytest.raises(ExportError, match="needs opset"):
+        to_onnx(graph, opset=15)
+
+
+FFT = {
+    "fft": lambda re, im: tp.ops.fft((re, im)),
+    "fft2": lambda re, im: tp.ops.fft2((re, im)),
+    "ifft2": lambda re, im: tp.ops.ifft2((re, im)),
+}
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+@pytest.mark.parametrize("name", sorted(FFT))
+def test_dft(name, opset, tmp_path):
+    def make(batch):
+        return floats(5, 6)(batch) + floats(5, 6, seed=30)(batch)
+
+    check_export(FFT[name], [tp.TensorSpec((None, 5, 6))] * 2, make, tmp_path, opset=opset)
+
+
+@pytest.mark.parametrize(
+    "name", ["floor", "ceil", "trunc", "round", "round_1", "round_2", "round_minus_1", "isnan", "isinf", "isfinite"]
+)
+def test_half_precision(name, tmp_path):
+    graph = tp.freeze(EXACT_FLOAT[name], tp.TensorSpec((None, 32), "float16"))
+    session = session_for(graph, tmp_path, opset=13)
+    for batch in BATCHES:
+        with np.errstate(all="ignore"):
+            assert_same_bits(graph, session, special("float16")(batch))
+
+
+DEPTHWISE = np.random.default_rng(13).normal(size=(3, 2, 2, 3)).astype(np.float32)  # 2 channels, multiplier 3
+
+
+@pytest.mark.parametrize("name", sorted(CONV))
+def test_depthwise_conv2d(name, tmp_path):
+    w = tp.Variable(tp.tensor(DEPTHWISE), name="w")
+    fn = lambda x: tp.nn.depthwise_conv2d(x, w, **CONV[name])  # noqa: E731
+    check_export(fn, [tp.TensorSpec((None, 9, 8, 2))], floats(9, 8, 2), tmp_path)
+
+
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+def test_depthwise_conv2d_computed_filter_and_input_gradient(padding, tmp_path):
+    def fn(dy, w):
+        return apply_op(
+            "depthwise_conv2d_input_grad",
+            dy,
+            w * 2.0,
+            input_size=(8, 9),
+            strides=(2, 3),
+            padding=padding,
+            dilations=(1, 1),
+        )
+
+    dy_size = (3, 3) if padding == "VALID" else (4, 3)
+    specs = [tp.TensorSpec((None, *dy_size, 6)), tp.TensorSpec(DEPTHWISE.shape)]
+    check_export(fn, specs, lambda b: floats(*dy_size, 6)(b) + [DEPTHWISE], tmp_path)
+
+
+QUANTILE = {
+    "median": lambda x: tp.ops.median(x, axis=1),
+    "median_two_axes": lambda x: tp.ops.median(x[:, :, :4], axis=(1, 2)),
+    "scalar_q": lambda x: tp.ops.quantile(x, 0.3, axis=-1),
+    "scalar_q_high": lambda x: tp.ops.quantile(x, 0.85, axis=(1, 2), keepdims=True),
+    "several_q": lambda x: tp.ops.quantile(x, [0.0, 0.1, 0.5, 0.77, 1.0], axis=2),
+    "several_q_keepdims": lambda x: tp.ops.quantile(x, [0.25, 0.6], axis=1, keepdims=True),
+    "lower": lambda x: tp.ops.quantile(x, [0.2, 0.9], axis=2, method="lower"),
+    "higher": lambda x: tp.ops.quantile(x, 0.2, axis=2, method="higher"),
+    "midpoint": lambda x: tp.ops.quantile(x, [0.2, 0.5, 1.0], axis=2, method="midpoint"),
+    "nearest": lambda x: tp.ops.quantile(x, [0.1, 0.3, 0.5, 0.7], axis=(1, 2), method="nearest"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(QUANTILE))
+def test_quantile(name, dtype, tmp_path):
+    def make(batch):
+        x = np.random.default_rng(batch).normal(size=(batch, 3, 7)) * 10
+        x[0, 1, 2] = np.nan  # a row with a NaN gives NaN
+        x[-1, 0, 3] = np.inf
+        return [x.astype(dtype)]
+
+    graph = tp.freeze(QUANTILE[name], tp.TensorSpec((None, 3, 7), dtype))
+    session = session_for(graph, tmp_path)
+    for batch in BATCHES:
+        with np.errstate(invalid="ignore"):
+            assert_same_bits(graph, session, make(batch))
+
+
+REFUSED = {  # name: (function, input dtype, error)
+    "integer_bitwise_before_opset_18": (lambda x: tp.bitwise_and(x, x), "int32", "needs opset 18"),
+    "float_signbit": (tp.signbit, "float32", "signbit.*sign bit"),
+    "nan_ignoring_quantile": (lambda x: tp.ops.nanquantile(x, 0.5, axis=1), "float32", "ignores NaNs"),
+    "quantile_over_the_batch": (lambda x: tp.ops.median(x), "float32", "size unknown at export"),
+    "cumprod_over_the_batch": (lambda x: tp.cumprod(x, axis=0), "float32", "length unknown at export"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused(name):
+    fn, dtype, error = REFUSED[name]
+    with pytest.raises(ExportError, match=error):
+        to_onnx(tp.freeze(fn, tp.TensorSpec((None, 3), dtype)), opset=17)
+
+
+@pytest.mark.parametrize("name", sorted(POOL) + [f"{n}_3d" for n in sorted(POOL_3D)])
+def test_pool_gradient(name, tmp_path):
+    """Input gradients through pools (saliency maps) export their pool gradients."""
+    pool, kwargs = POOL_3D[name[:-3]] if name.endswith("_3d") else POOL[name]
+    shape = (5, 7, 6, 2) if name.endswith("_3d") else (9, 8, 2)
+
+    def saliency(x):
+        with tp.GradientTape() as tape:
+            tape.watch(x)
+            y = tp.sum(tp.square(pool(x, **kwargs)))
+        return tape.gradient(y, x)
+
+    def make(batch):
+        x = floats(*shape)(batch)[0]
+        x.reshape(-1)[::3] = 0.5  # ties: the first maximum takes the gradient
+        return [x]
+
+    graph = check_export(saliency, [tp.TensorSpec((None, *shape))], make, tmp_path)
+    assert {"max_pool2d_grad", "avg_pool2d_grad", "max_pool3d_grad", "avg_pool3d_grad"} & set(graph.op_counts())
+
+
+def test_cnn_saliency_map(tmp_path):
+    model = tp.Sequential(
+        [
+            tp.layers.Conv2D(4, 3, padding="same", activation="relu"),
+            tp.layers.MaxPooling2D(2),
+            tp.layers.AveragePooling2D(2),
+            tp.layers.Flatten(),
+            tp.layers.Dense(3),
+        ]
+    )
+    model.build((None, 8, 8, 1))
+
+    def saliency(x):
+        with tp.GradientTape() as tape:
+            tape.watch(x)
+            y = tp.sum(model(x, training=False))
+        return tape.gradient(y, x)
+
+    check_export(saliency, [tp.TensorSpec((None, 8, 8, 1))], floats(8, 8, 1), tmp_path)
+
+
+GETITEM_GRAD = {
+    "slice": lambda x: x[:, 1:3],
+    "steps": lambda x: x[:, ::-2, 1::2],
+    "int_and_none": lambda x: x[:, 1, None, 2],
+    "ellipsis": lambda x: x[..., 0],
+    "int_array": lambda x: x[:, [2, 0, 2, -1]],
+    "int_array_2d": lambda x: x[:, :, np.array([[0, 3], [1, 1]])],
+}
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic_batch", "static"])
+@pytest.mark.parametrize("name", sorted(GETITEM_GRAD))
+def test_getitem_gradient(name, static, tmp_path):
+    def saliency(x):
+        with tp.GradientTape() as tape:
+            tape.watch(x)
+            y = tp.sum(tp.square(GETITEM_GRAD[name](x)))
+        return tape.gradient(y, x)
+
+    spec = tp.TensorSpec((5 if static else None, 3, 4))
+    graph = tp.freeze(saliency, spec)
+    assert graph.op_counts().get("getitem_grad")
+    session = session_for(graph, tmp_path)
+    for batch in (5,) if static else BATCHES:
+        assert_same_outputs(graph, session, floats(3, 4)(batch))

@@ -1,5 +1,6 @@
-"""OpenBLAS keeps the thread count SciPy and NumPy gave it: tapeflow pins it to one thread
-only while one of its own kernels runs (its OpenMP threads split the gemms instead)."""
+"""OpenBLAS keeps the thread count SciPy, NumPy and the user gave it: tapeflow never sets it
+(its gemms call a private single-threaded copy of OpenBLAS where one loads, and otherwise
+read the shared count at each call)."""
 
 from __future__ import annotations
 

@@ -150,6 +150,12 @@ CASES = [
     ("concatenate", L.Concatenate, [(2, 3), (2, 4)], {}),
     ("input_layer", lambda dtype: L.InputLayer(shape=(5,), dtype=dtype), (3, 5), {}),
     ("concatenate_axis1", partial(L.Concatenate, axis=1), [(2, 1, 3), (2, 2, 3)], {}),
+    (
+        "clahe",
+        partial(L.ContrastLimitedAdaptiveHistogramEqualization, value_range=(-3, 3), tile_grid_size=(2, 3)),
+        (2, 5, 7, 2),
+        {"grad": False},
+    ),
     *CONV_CASES,
     *KERAS_LAYER_CASES,
 ]

@@ -52,6 +52,13 @@ NOT_DIFFERENTIABLE = {
     "random_normal",
     "random_permutation",
     "random_uniform",
+    "queue_close",  # queue ops move data in and out of queues: no gradient crosses them
+    "queue_dequeue",
+    "queue_dequeue_many",
+    "queue_dequeue_up_to",
+    "queue_enqueue",
+    "queue_enqueue_many",
+    "queue_size",
     "recv",  # no inputs; gradients cross devices by send/recv pairs of their own
     "searchsorted",
     "send",  # no outputs: partitioning happens after differentiation
@@ -850,6 +857,116 @@ for _label, (_xs, _ws, _s, _p, _d) in _CONVS.items():
     )
 
 
+def _dense_depthwise(w):
+    """The (kh, kw, C, C * M) conv2d filter equal to depthwise filter w (kh, kw, C, M)."""
+    kh, kw, c, m = w.shape
+    dense = np.zeros((kh, kw, c, c * m))
+    for ch in range(c):
+        dense[:, :, ch, ch * m : (ch + 1) * m] = w[:, :, ch, :]
+    return dense
+
+
+def np_depthwise_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    c = x.shape[3]
+    m = dy.shape[3] // c
+    full = np_conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations)
+    return np.stack([full[:, :, ch, ch * m : (ch + 1) * m] for ch in range(c)], axis=2)
+
+
+_DEPTHWISE = {  # name: (x shape, filter shape (kh, kw, C, M), strides, padding, dilations)
+    "valid-s1-m1": ((2, 5, 6, 3), (3, 2, 3, 1), (1, 1), "VALID", (1, 1)),
+    "same-s2-m2": ((1, 7, 6, 2), (3, 3, 2, 2), (2, 2), "SAME", (1, 1)),
+    "explicit-s21-d21-m3": ((2, 6, 7, 2), (2, 3, 2, 3), (2, 1), ((1, 2), (0, 1)), (2, 1)),
+}
+for _label, (_xs, _ws, _s, _p, _d) in _DEPTHWISE.items():
+    _attrs = {"strides": _s, "padding": _p, "dilations": _d}
+    sample(
+        "depthwise_conv2d",
+        _label,
+        [normal(*_xs), normal(*_ws)],
+        _attrs,
+        lambda x, w, a=_attrs: np_conv2d(x, _dense_depthwise(w), **a),
+    )
+    _oh, _ow, _ = _geometry(_xs[1:3], _ws[:2], _s, _p, _d)
+    _dy = normal(_xs[0], _oh, _ow, _ws[2] * _ws[3])
+    sample(
+        "depthwise_conv2d_input_grad",
+        _label,
+        [_dy, normal(*_ws)],
+        {"input_size": _xs[1:3], **_attrs},
+        lambda dy, w, i=_xs[1:3], a=_attrs: np_conv2d_input_grad(dy, _dense_depthwise(w), i, **a),
+    )
+    sample(
+        "depthwise_conv2d_filter_grad",
+        _label,
+        [normal(*_xs), _dy],
+        {"filter_size": _ws[:2], **_attrs},
+        lambda x, dy, f=_ws[:2], a=_attrs: np_depthwise_filter_grad(x, dy, f, **a),
+    )
+
+
+# ----------------------------------------------------- whole-sequence LSTM oracle
+def np_lstm_sequence(xp, h0, c0, kernel, mask=None, go_backwards=False):
+    """Keras's LSTM steps (sigmoid written as (1 + tanh(z / 2)) / 2); works on complex inputs too."""
+    batch, steps, width = xp.shape
+    u = width // 4
+    keep = np.ones((batch, steps), bool) if mask is None else mask
+    h, c, y = h0, c0, np.zeros_like(h0)
+    ys, cs, acts = [], [], [None] * steps
+    for t in range(steps - 1, -1, -1) if go_backwards else range(steps):
+        z = xp[:, t] + h @ kernel
+        gates = (1 + np.tanh(z / 2)) / 2
+        a = np.concatenate([gates[:, : 2 * u], np.tanh(z[:, 2 * u : 3 * u]), gates[:, 3 * u :]], 1)
+        c_new = a[:, u : 2 * u] * c + a[:, :u] * a[:, 2 * u : 3 * u]
+        h_new = a[:, 3 * u :] * np.tanh(c_new)
+        k = keep[:, t : t + 1]
+        c, h, y = np.where(k, c_new, c), np.where(k, h_new, h), np.where(k, h_new, y)
+        ys.append(y)
+        cs.append(c)
+        acts[t] = np.where(k, a, 0.0)
+    return np.stack(ys, 1), h, c, np.stack(cs, 1), np.stack(acts, 1)
+
+
+def np_lstm_sequence_grad(xp, gys, gh, gc, h0, c0, kernel, mask=None, go_backwards=False):
+    """The VJP of np_lstm_sequence at (xp, h0, c0, kernel), by complex steps: one forward run
+    per input element."""
+    args = [xp, h0, c0, kernel]
+    grads = []
+    for k, a in enumerate(args):
+        g = np.zeros_like(a)
+        for idx in np.ndindex(a.shape):
+            bumped = [b.astype(complex) for b in args]
+            bumped[k][idx] += 1e-30j
+            out = np_lstm_sequence(*bumped, mask, go_backwards)
+            g[idx] = sum(np.sum(w * o.imag) for w, o in zip((gys, gh, gc), out[:3], strict=True)) / 1e-30
+        grads.append(g)
+    return tuple(grads)
+
+
+_LSTM_MASK = np.array([[False, True, True], [True, False, True]])
+for _label, _mask, _back in (("plain", None, False), ("masked-backwards", _LSTM_MASK, True)):
+    _ins = [normal(2, 3, 8), normal(2, 2), normal(2, 2), normal(2, 8) * 0.5]
+    _extra = [] if _mask is None else [_mask]
+    sample(
+        "lstm_sequence",
+        _label,
+        _ins + _extra,
+        {"go_backwards": _back},
+        lambda *a, b=_back: np_lstm_sequence(*a[:4], a[4] if len(a) > 4 else None, b),
+        used=(0, 1, 2),
+    )
+    _fwd = np_lstm_sequence(*_ins, _mask, _back)
+    _gins = [normal(2, 3, 2), normal(2, 2), normal(2, 2), _ins[1], _ins[2], _ins[3], _fwd[0], _fwd[3], _fwd[4]]
+    sample(
+        "lstm_sequence_grad",
+        _label,
+        _gins + _extra,
+        {"go_backwards": _back},
+        lambda *a, b=_back, xp=_ins[0]: np_lstm_sequence_grad(xp, *a[:6], a[9] if len(a) > 9 else None, b),
+    )
+NOT_DIFFERENTIABLE |= {"lstm_sequence_grad"}
+
+
 # ----------------------------------------------------------- pooling oracle
 def _pool_windows(x, ksize, strides, padding, fill):
     oh, ow, pads = _geometry(x.shape[1:3], ksize, strides, padding, (1, 1))
@@ -1487,6 +1604,57 @@ sample(
 )
 
 
+# ------------------------------------------------------- queue ops (tapeflow.queue.graph_ops)
+def _queue_holding(batch, closed=False):
+    """A fresh float64 queue holding the rows of `batch` (the kernels take the queue object)."""
+    q = tp.queue.FIFOQueue(max(len(batch), 1), "float64", shapes=[batch.shape[1:]])
+    q.enqueue_many(batch)
+    if closed:
+        q.close()
+    return q
+
+
+def _dequeue_attrs(batch, closed=False, **more):
+    shapes = (tuple(batch.shape[1:]),)
+    return {"queue": _queue_holding(batch, closed), "dtypes": ("float64",), "shapes": shapes, "timeout": 5.0, **more}
+
+
+sample(
+    "queue_enqueue",
+    "one-element",
+    [normal(2, 3)],
+    lambda x: {"queue": tp.queue.FIFOQueue(1, "float64", shapes=[(2, 3)]), "timeout": 5.0},
+    lambda x: (),
+)
+sample(
+    "queue_enqueue_many",
+    "three-elements",
+    [normal(3, 2)],
+    lambda x: {"queue": tp.queue.FIFOQueue(3, "float64", shapes=[(2,)]), "timeout": 5.0},
+    lambda x: (),
+)
+sample("queue_dequeue", "one-element", [normal(2, 3)], lambda x: _dequeue_attrs(x[None]), lambda x: x, aliases=())
+sample("queue_dequeue_many", "a-batch", [normal(4, 2)], lambda x: _dequeue_attrs(x, n=4), lambda x: x, aliases=())
+sample(
+    "queue_dequeue_up_to",
+    "what-a-closed-queue-holds",
+    [normal(3, 2)],
+    lambda x: _dequeue_attrs(x, closed=True, n=5),
+    lambda x: x,
+    aliases=(),
+)
+sample("queue_close", "an-open-queue", [], lambda: {"queue": _queue_holding(normal(1, 2))}, lambda: ())
+sample(
+    "queue_size",
+    "three-elements",
+    [normal(3, 2)],
+    lambda x: {"queue": _queue_holding(x)},
+    lambda x: np.int32(3),
+    aliases=(),
+    exact=True,
+)
+
+
 # ------------------------------------------------------- Keras array ops (array_keras.py)
 sample("sort", "axis-1", [grid(3, 4)], {"axis": 1}, lambda x: np.sort(x, axis=1))
 sample("sort", "axis-0-3d", [grid(3, 2, 2)], {"axis": 0}, lambda x: np.sort(x, axis=0))
@@ -1722,7 +1890,8 @@ sample(
     lambda x: (-np.sort(-x, axis=-1)[..., :2], np.argsort(-x, axis=-1)[..., :2].astype(np.int32)),
     used=(0,),
 )
-_SPD = normal(2, 3, 3) @ normal(2, 3, 3).transpose(0, 2, 1) + 3 * np.eye(3)
+_ROOT = normal(2, 3, 3)
+_SPD = _ROOT @ _ROOT.transpose(0, 2, 1) + 3 * np.eye(3)  # symmetric positive definite whatever the draw
 sample("logdet", "spd-batch", [_SPD], {}, lambda a: np.linalg.slogdet(a)[1])
 sample("logdet_grad", "spd-batch", [_SPD], {}, lambda a: np.linalg.inv(a).transpose(0, 2, 1))
 sample(
@@ -1967,6 +2136,7 @@ SECOND_ORDER = {
     "divide": ["broadcast"],
     "avg_pool2d": ["same-k3-s2"],
     "conv3d": ["same-s212-d121"],
+    "depthwise_conv2d": ["same-s2-m2"],
     "max_pool3d": ["same-k323-s2"],
     "avg_pool3d": ["same-k323-s2"],
     "scatter_add": ["rows-repeats"],

@@ -158,8 +158,8 @@ def _gradient_function(op, case: Case):
             # a shape the rule leaves open (unique_sum's row count) gets a weighting that needs no size
             open_shape = [None in tuple(shape) for shape, _ in op.infer(*ins, **attrs)]
             loss = None
-            for o, unsized in zip(outs, open_shape, strict=True):
-                if o.dtype.kind != "f":
+            for k, (o, unsized) in enumerate(zip(outs, open_shape, strict=True)):
+                if o.dtype.kind != "f" or (case.used is not None and k not in case.used):
                     continue
                 if unsized:
                     term = tp.sum(o * tp.sin(o))

@@ -91,6 +91,12 @@ LAYERS = {
         lambda: L.GroupQueryAttention(head_dim=2, num_query_heads=2, num_key_value_heads=1),
         {"args": [(2, 3, 4), (2, 5, 4)]},
     ),
+    "ContrastLimitedAdaptiveHistogramEqualization": (
+        lambda: L.ContrastLimitedAdaptiveHistogramEqualization(
+            value_range=(-2, 2), clip_limit=2.0, tile_grid_size=(2, 2)
+        ),
+        (2, 4, 5, 3),
+    ),
     # models
     "Sequential": (lambda: tp.Sequential([tp.Input((4,)), L.Dense(3, activation="relu"), L.Dense(2)]), (2, 4)),
     "Functional": (_functional, [(2, 3), (2, 2)]),

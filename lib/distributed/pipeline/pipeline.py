@@ -23,10 +23,12 @@ import numpy as np
 from tapeflow.data.dataset import Dataset
 from tapeflow.distributed.checks import check_count, check_loss, check_optimizer, split_sizes
 from tapeflow.distributed.gradient_graph import trace_gradient_steps
+from tapeflow.distributed.inference import MAX_LOSSES
 from tapeflow.distributed.parameters.master_copy import optimizer_config, weight_decays
 from tapeflow.distributed.pipeline.compression import check_compression
 from tapeflow.distributed.pipeline.layer_stages import LayerStages, check_sequential, micro_batches
-from tapeflow.distributed.pipeline.stages import Roles, StageGroup, stage_specs
+from tapeflow.distributed.pipeline.stages import Roles, StageGroup, StagesLost, stage_specs
+from tapeflow.distributed.runtime.liveness import wait_for_workers
 from tapeflow.distributed.strategy import Strategy, TrainingSession
 from tapeflow.graph.structure import TensorSpec
 from tapeflow.graph.trace import freeze
@@ -87,35 +89,15 @@ class Pipeline(Strategy):
 
     def predict(self, model, x, batch_size: int) -> np.ndarray:
         """`model.predict(x, distribute=self)`: each batch is cut into micro-batches that
-        flow through the forward pass partitioned over the stages."""
-        x = np.asarray(x)
-        if not model.built:
-            model(x[:1], training=False)
-        stages = LayerStages(model, self.stages, self.workers())
-        spec = TensorSpec((None, *x.shape[1:]), as_tensor(x[:1]).dtype)
-        graph = freeze(lambda inputs: stages.forward(inputs, training=False), spec, name=f"{model.name}_forward")
-        specs = stage_specs({None: graph}, stages.devices, Roles(outputs=(0,)), self.compression, self.timeout)
-        group = StageGroup(self.cluster, specs, stages.stage_workers, {"inputs": x}, self.timeout)
-        try:
-            outputs = []
-            for step, start in enumerate(range(0, len(x), batch_size)):
-                rows = np.arange(start, min(start + batch_size, len(x)))
-                parts = micro_batches(rows, min(self.micro_batches, len(rows)))
-                try:
-                    outputs.append(group.step(step, parts, len(rows)).outputs[graph.outputs[0].name])
-                except Exception as error:
-                    failure = group.failure(error, f"batch {step}")
-                    if failure is error:
-                        raise
-                    raise RuntimeError(f"predict: {failure}") from error
-            return np.concatenate(outputs) if outputs else np.zeros((0,))
-        finally:
-            group.close()
+        flow through the forward pass partitioned over the stages. When a worker holding a
+        stage dies, the batches left run on stages placed anew on the workers alive, once
+        there are as many as before (waiting up to `timeout`)."""
+        return self._forward(model, x, batch_size, "predict")
 
     def evaluate(self, model, x, y, batch_size: int) -> dict:
         """`model.evaluate(x, y, distribute=self)`: each batch's predictions come through the
         stages, and the loss and metrics are computed here, batch by batch as `evaluate` does."""
-        predictions = self.predict(model, x, batch_size)
+        predictions = self._forward(model, x, batch_size, "evaluate")
         model.reset_metrics()
         logs = {}
         y = np.asarray(y)
@@ -125,6 +107,58 @@ class Pipeline(Strategy):
             loss = model.compute_loss(y=y_true, y_pred=y_pred)
             logs = model.update_metrics(y_true, y_pred, loss, batch_size=len(y_true))
         return {k: float(v) for k, v in logs.items()}
+
+    def _forward(self, model, x, batch_size: int, method: str) -> np.ndarray:
+        """The model's outputs for `x`, batch by batch through the stages, for `method`."""
+        x = np.asarray(x)
+        if not len(x):
+            raise ValueError(f"{method}: the data is empty: x has no samples")
+        if not model.built:
+            model(x[:1], training=False)
+        starts = list(range(0, len(x), batch_size))
+        workers = self.workers()
+        need, outputs, lost = len(workers), [], []
+        while True:
+            try:
+                self._forward_on(workers[: self.stages], model, x, starts[len(outputs) :], batch_size, outputs, method)
+                return np.concatenate(outputs)
+            except StagesLost as failure:
+                lost += failure.workers
+                workers = self._workers_after(failure, len(lost), need, method)
+
+    def _workers_after(self, failure: StagesLost, losses: int, need: int, method: str) -> list[str]:
+        """The workers to place the stages on anew after `failure`, once `need` are alive
+        (waiting up to `timeout`); a RuntimeError naming the lost workers when none join in
+        time, or after `MAX_LOSSES` losses."""
+        if losses >= MAX_LOSSES:
+            raise RuntimeError(f"{method}: {failure}; giving up after {losses} lost workers") from failure
+        try:
+            return wait_for_workers(self.cluster, need, self.timeout, method, "pipelined inference")
+        except RuntimeError as error:
+            raise RuntimeError(f"{method}: {failure}; {str(error).removeprefix(f'{method}: ')}") from failure
+
+    def _forward_on(self, workers, model, x, starts, batch_size: int, outputs: list, method: str) -> None:
+        """Append the outputs of the batches from `starts` on to `outputs`, through stages
+        placed on `workers`; StagesLost when a worker holding one dies."""
+        stages = LayerStages(model, self.stages, workers)
+        spec = TensorSpec((None, *x.shape[1:]), as_tensor(x[:1]).dtype)
+        graph = freeze(lambda inputs: stages.forward(inputs, training=False), spec, name=f"{model.name}_forward")
+        specs = stage_specs({None: graph}, stages.devices, Roles(outputs=(0,)), self.compression, self.timeout)
+        group = StageGroup(self.cluster, specs, stages.stage_workers, {"inputs": x}, self.timeout, method)
+        try:
+            for start in starts:
+                rows = np.arange(start, min(start + batch_size, len(x)))
+                parts = micro_batches(rows, min(self.micro_batches, len(rows)))
+                step = start // batch_size
+                try:
+                    outputs.append(group.step(step, parts, len(rows)).outputs[graph.outputs[0].name])
+                except Exception as error:
+                    failure = group.failure(error, f"batch {step}")
+                    if failure is error:
+                        raise
+                    raise failure from error
+        finally:
+            group.close()
 
     def __repr__(self) -> str:
         return f"Pipeline(stages={self.stages}, micro_batches={self.micro_batches}, compression={self.compression!r})"

@@ -27,6 +27,8 @@ from tapeflow.graph.runnable import load_graph
 from tapeflow.ops.registry import as_tensor
 from tapeflow.ops.transfer import rendezvous
 
+PROBE_WAIT = 2.0  # seconds each stage gets to answer a probe when a call on the stages is late
+
 
 @dataclass(frozen=True)
 class StagePartition:
@@ -180,6 +182,10 @@ class StageWorker:
         }
         return values, slots, self.optimizer.iterations
 
+    async def probe(self) -> str:
+        """The device: an answer at once from a worker that runs, whatever its stage is doing."""
+        return self.spec.device
+
     # ------------------------------------------------------------ transfers
     async def receive(self, step: int, micro_batch: int, key: str, payload) -> None:
         """A value sent to this device for `micro_batch` of `step` under rendezvous `key`."""
@@ -285,6 +291,15 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return np.stack(parts) if np.ndim(parts[0]) == 0 else np.concatenate(parts)
 
 
+def _answered(call, deadline: float) -> bool:
+    """Whether an actor `call` answered by `deadline` (time.monotonic)."""
+    try:
+        call.result(timeout=max(deadline - time.monotonic(), 0.01))
+    except Exception:  # noqa: BLE001 - whatever the reason, it did not answer
+        return False
+    return True
+
+
 def _crosses(transfer: Transfer) -> bool:
     """Whether `transfer` goes from one worker to another."""
     return WorkerDevice.parse(transfer.source).worker != WorkerDevice.parse(transfer.destination).worker
@@ -303,19 +318,40 @@ class StepAnswers:
     seconds: float = field(default=0.0)
 
 
+class StagesLost(RuntimeError):
+    """Workers holding pipeline stages left the cluster."""
+
+    def __init__(self, workers: list[str], stages: list[str], during: str):
+        self.workers, self.stages = sorted(workers), list(stages)
+        super().__init__(
+            f"workers {self.workers} holding pipeline stages {self.stages} left the cluster during {during}"
+        )
+
+
 class StageGroup:
     """The client's handle on the StageWorkers of one partitioned graph: starts them on
     `workers` (one per spec, `workers[i]` for `specs[i]`), connects them and gives each
     the data `columns` it reads; every call waits at most `timeout` seconds and asks the
     scheduler every half second whether a worker holding a stage left (then the wait
-    raises WorkerLost). `close` releases the actors."""
+    raises WorkerLost). A call not answered in time ends with a TimeoutError naming the
+    stages that do not answer a probe. Errors name `method` (the Model method running).
+    `close` releases the actors; a worker lost while they start raises StagesLost."""
 
-    def __init__(self, cluster, specs: list[StageSpec], workers: list[str], columns: dict, timeout: float):
+    def __init__(
+        self, cluster, specs: list[StageSpec], workers: list[str], columns: dict, timeout: float, method: str = "fit"
+    ):
         self.cluster, self.specs, self.workers, self.timeout = cluster, specs, list(workers), float(timeout)
+        self.method = method
         self.devices = [spec.device for spec in specs]
         self.actors, self._held = [], []
         try:
             self._start(columns)
+        except Exception as error:
+            failure = self.failure(error, "the start of the stages")
+            self.close()
+            if failure is error:
+                raise
+            raise failure from error
         except BaseException:
             self.close()
             raise
@@ -332,12 +368,42 @@ class StageGroup:
         self.answers([a.load_data(d) for a, d in zip(self.actors, data, strict=True)], "data")
 
     def answers(self, calls, what: str) -> list:
-        """The answers of one call per stage (together at most `timeout` seconds)."""
+        """The answers of one call per stage (together at most `timeout` seconds). A stage
+        that waits for another may be the one late, so a TimeoutError names the stages that
+        do not answer a probe, not the first one waited for."""
         deadline = time.monotonic() + self.timeout
-        return [
-            watched_result(call, f"the stage {d} on {w} ({what})", self.timeout, self._watch, deadline)
-            for call, d, w in zip(calls, self.devices, self.workers, strict=True)
-        ]
+        try:
+            return [
+                watched_result(call, f"the stage {d} on {w} ({what})", self.timeout, self._watch, deadline, self.method)
+                for call, d, w in zip(calls, self.devices, self.workers, strict=True)
+            ]
+        except TimeoutError:
+            if not self.actors:  # the actors are starting: nothing to probe yet
+                raise
+            late = self._late(calls)
+            raise TimeoutError(f"{self.method}: {what} did not complete within {self.timeout:g}s ({late})") from None
+
+    def _late(self, calls) -> str:
+        """Which stages do not answer a probe, or, when all answer, which have not finished `calls`."""
+        silent = self.silent(PROBE_WAIT)
+        if silent:
+            return f"no answer within {PROBE_WAIT:g}s from {', '.join(silent)}"
+        named = zip(calls, self.devices, self.workers, strict=True)
+        return ", ".join(f"the stage {d} on {w}" for call, d, w in named if not call.done()) + " still busy"
+
+    def silent(self, wait: float) -> list[str]:
+        """The stages (as "the stage DEVICE on WORKER") that do not answer a probe within `wait` seconds."""
+        probes = []
+        for actor in self.actors:
+            try:
+                probes.append(actor.probe())
+            except Exception:  # noqa: BLE001 - whatever the reason, it did not answer
+                probes.append(None)
+        deadline, silent = time.monotonic() + wait, []
+        for probe, d, w in zip(probes, self.devices, self.workers, strict=True):
+            if probe is None or not _answered(probe, deadline):
+                silent.append(f"the stage {d} on {w}")
+        return silent
 
     def step(self, step: int, micro_rows: list, rows: int) -> StepAnswers:
         """Run `step` on every stage over the micro-batches of row numbers `micro_rows`."""
@@ -358,17 +424,20 @@ class StageGroup:
             raise WorkerLost(lost)
 
     def failure(self, error: BaseException, during: str) -> BaseException:
-        """What to raise for `error`: after releasing the stages still waiting, a RuntimeError
+        """What to raise for `error`: after releasing the stages still waiting, StagesLost
         naming the workers that left and their stages, or `error` itself if none left."""
+        if isinstance(error, StagesLost):
+            return error
         self._stop()
         lost = find_lost(self.cluster, self.workers, error)
         if not lost:
             return error
-        stages = [d for d, w in zip(self.devices, self.workers, strict=True) if w in lost]
-        return RuntimeError(f"workers {lost} holding pipeline stages {stages} left the cluster during {during}")
+        return StagesLost(lost, [d for d, w in zip(self.devices, self.workers, strict=True) if w in lost], during)
 
     def _stop(self) -> None:
         """Release the stages still alive from a failed step (best effort, a few seconds)."""
+        if not self.actors:  # they did not all start: nothing runs a step
+            return
         try:
             alive = self.cluster.workers
         except Exception:  # noqa: BLE001 - a scheduler that does not answer: nothing to release

@@ -20,6 +20,7 @@ import logging
 import weakref
 
 from tapeflow import _compat
+from tapeflow.distributed.tracing import ClusterTrace
 
 # Dask starts worker processes with glibc told to return freed memory to the system past
 # 64 KiB (MALLOC_TRIM_THRESHOLD_), which also fixes glibc's threshold for serving large
@@ -104,6 +105,10 @@ class Cluster:
         it returns with one that lists no workers, so a read racing it sees none.)"""
         client = self.client
         return sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+
+    def tracer(self, timeout: float = 30.0) -> ClusterTrace:
+        """What `tp.profiler.trace(..., cluster=this)` records the workers with."""
+        return ClusterTrace(self, timeout)
 
     def close(self) -> None:
         """Close the client and end the local worker processes (safe to call twice)."""

@@ -90,10 +90,10 @@ def stop_actors(actors, alive) -> None:
             pass
 
 
-def watched_result(future, what: str, timeout: float, watch, deadline: float | None = None):
+def watched_result(future, what: str, timeout: float, watch, deadline: float | None = None, method: str = "fit"):
     """The result of a Dask or actor future, calling `watch` (which may raise, when a
-    worker died) every half second; a TimeoutError naming `what` at `deadline`
-    (`timeout` seconds from now by default)."""
+    worker died) every half second; a TimeoutError naming `method` and `what` at
+    `deadline` (`timeout` seconds from now by default)."""
     deadline = time.monotonic() + timeout if deadline is None else deadline
     while True:
         try:
@@ -102,7 +102,7 @@ def watched_result(future, what: str, timeout: float, watch, deadline: float | N
             if future.done():  # it ended as the wait did: its own result, or its own error
                 return future.result()
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"fit: {what} did not answer within {timeout:g}s")
+            raise TimeoutError(f"{method}: {what} did not answer within {timeout:g}s")
         watch()
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.devices import canonical_placement, is_local_name, local_device_name, parse_device
-from tapeflow.files.safe_h5 import H5Reader
+from tapeflow.files.safe_h5 import H5Reader, unique_object
 from tapeflow.graph.file_format.codec import (
     CHECKSUMS_SINCE,
     FORMAT,
@@ -45,10 +45,14 @@ from tapeflow.tensor import TracedTensor, Variable
 _MAX_JSON_BYTES = 1 << 30
 
 
-def load_graph(path, graph_class: type = GraphIR) -> GraphIR:
+def load_graph(path, graph_class: type = GraphIR, read_data: bool = True) -> GraphIR:
     """Read a graph file written by `save_graph` (a path, or a readable binary file object
     such as `io.BytesIO(data)`) as a `graph_class` (tapeflow.graph.runnable's for
     `tp.load_graph`); its state becomes new Variables.
+
+    Without `read_data`, the graph is read to be described, not run: state tensors become
+    `StateSpec`s and constants read-only zeros of their declared shape, and neither is read
+    from the file (array attributes still are: shape rules may need them).
 
     Every part of the file is checked before use (see the module docstring);
     problems raise GraphFileError naming the file and the offending entry.
@@ -70,7 +74,7 @@ def load_graph(path, graph_class: type = GraphIR) -> GraphIR:
         where = f"load_graph({path!r})"
     with H5Reader(path, where, error=GraphFileError, missing=GraphFileError) as reader:
         try:
-            return _read(reader, where, graph_class)
+            return _read(reader, where, graph_class, read_data)
         except RecursionError:
             raise GraphFileError(f"{where}: the graph description is nested too deeply") from None
 
@@ -78,24 +82,46 @@ def load_graph(path, graph_class: type = GraphIR) -> GraphIR:
 class _Stored:
     """The datasets of an open graph file, read on request with their declared shape and dtype."""
 
-    def __init__(self, reader: H5Reader, checked: bool):
+    def __init__(self, reader: H5Reader, checked: bool, read_data: bool = True):
         self.reader = reader
         self.checked = checked
+        self.read_data = read_data
         self.datasets = reader.datasets(reader.file)
 
     def read(self, path, shape: tuple, dtype: np.dtype, where: str, prefix: str) -> np.ndarray:
+        """The dataset's data; without `read_data`, state and constants are not read: a
+        read-only array of zeros of the shape stands in (it takes no memory)."""
         if not isinstance(path, str) or not path.startswith(prefix) or path not in self.datasets:
             raise GraphFileError(f"{where}: dataset {path!r:.80} is missing (expected one under '{prefix}')")
         ds = self.datasets[path]
-        if tuple(ds.shape) != tuple(shape) or ds.dtype != dtype:
+        bits = dtype == dtypes.bfloat16.np  # written as its uint16 bits
+        if tuple(ds.shape) != tuple(shape) or ds.dtype != (np.dtype(np.uint16) if bits else dtype):
             raise GraphFileError(
                 f"{where}: dataset '{path}' is {ds.dtype}{list(ds.shape)}, but the graph declares {dtype}{list(shape)}"
             )
-        return self.reader.array(ds, self.checked).reshape(shape)
+        if not self.read_data and prefix in ("state/", "constants/"):
+            return np.broadcast_to(np.zeros((), dtype), shape)
+        data = self.reader.array(ds, self.checked).reshape(shape)
+        return data.view(dtype) if bits else data
 
 
-def _read(reader: H5Reader, where: str, graph_class: type) -> GraphIR:
-    store = _Stored(reader, _check_header(reader, where))
+class StateSpec:
+    """The name, shape, dtype and trainability of a state tensor whose data was not read
+    (a graph loaded only to be described).
+
+    >>> StateSpec("w", (2, 3), dtypes.float32, True).shape
+    (2, 3)
+    """
+
+    def __init__(self, name: str, shape: tuple, dtype: dtypes.DType, trainable: bool):
+        self.name, self.shape, self.dtype, self.trainable = name, shape, dtype, trainable
+
+    def __repr__(self) -> str:
+        return f"StateSpec({self.name!r}, {list(self.shape)}, {self.dtype.name})"
+
+
+def _read(reader: H5Reader, where: str, graph_class: type, read_data: bool = True) -> GraphIR:
+    store = _Stored(reader, _check_header(reader, where), read_data)
     meta = _read_json(store, where)
     check_type(meta, dict, where, "the graph description")
     generators = [
@@ -109,8 +135,13 @@ def _read(reader: H5Reader, where: str, graph_class: type) -> GraphIR:
         trainable = spec.get("trainable", True)
         check_type(trainable, bool, f"{where}: state '{name}'", "'trainable'")
         data = store.read(spec.get("dataset"), shape, dtype.np, f"{where}: state '{name}'", "state/")
-        graph.state[name] = Variable(data, trainable=trainable, name=name)
+        if read_data:
+            graph.state[name] = Variable(data, trainable=trainable, name=name)
+        else:
+            graph.state[name] = StateSpec(name, shape, dtype, trainable)
     _read_graph(meta, AttrCodec(generators, _subgraph_reader(graph_class)), store, graph, where)
+    if not read_data:
+        return graph
     for node in graph.nodes:  # a variable lives where the nodes that use it run
         if node.op in (READ, ASSIGN):
             var = graph.state[node.attrs["variable"]]
@@ -234,7 +265,7 @@ def _read_json(store: _Stored, where: str):
     data = store.reader.array(ds, store.checked)
     try:
         text = data.tobytes().decode("utf-8")
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=unique_object)
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         raise GraphFileError(f"{where}: 'graph_json' is not valid UTF-8 JSON: {err}") from None
 

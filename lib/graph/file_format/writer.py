@@ -19,6 +19,7 @@ import json
 import h5py
 import numpy as np
 
+from tapeflow import dtypes
 from tapeflow.files.atomic import atomic_h5
 from tapeflow.files.safe_h5 import write_array, write_attrs, write_manifest
 from tapeflow.graph.file_format.codec import FORMAT, FORMAT_VERSION, AttrCodec, array_spec, is_file_object
@@ -72,5 +73,6 @@ def save_graph(graph: GraphIR, path) -> None:
 def _write(f: h5py.File, arrays: dict) -> None:
     write_attrs(f, {"format": FORMAT, "format_version": FORMAT_VERSION})
     for key, array in arrays.items():
-        write_array(f, key, array)
+        bits = array.dtype == dtypes.bfloat16.np  # HDF5 has no bfloat16: its uint16 bits are written
+        write_array(f, key, array.view(np.uint16) if bits else array)
     write_manifest(f)

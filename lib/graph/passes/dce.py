@@ -1,7 +1,7 @@
 """Dead-code elimination: drop nodes, constants and state nothing needs.
 
-Graph outputs and state writes (`assign_variable`) are the roots; everything
-they depend on stays.
+Graph outputs and the ops run for their effect (`SIDE_EFFECT_OPS`: state writes, sends
+and queue ops) are the roots; everything they depend on stays.
 
 >>> import tapeflow as tp
 >>> g = tp.freeze(lambda x: (x * 2.0, tp.exp(x))[0], tp.TensorSpec((3,)), optimize=False)

@@ -8,8 +8,10 @@ dropout, embeddings, moments, the sampled losses for large vocabularies, and Ker
 """
 
 from tapeflow.ops.nn import conv3d as _conv3d
+from tapeflow.ops.nn import depthwise as _depthwise
 from tapeflow.ops.nn import functions, keras_functions
 from tapeflow.ops.nn.conv3d import avg_pool3d, conv3d, conv3d_transpose, max_pool3d
+from tapeflow.ops.nn.depthwise import depthwise_conv2d
 from tapeflow.ops.nn.functions import (
     avg_pool2d,
     conv2d,
@@ -86,6 +88,7 @@ __all__ = sorted(
         *functions.__all__,
         *keras_functions.__all__,
         *_conv3d.__all__,
+        *_depthwise.__all__,
         "nce_loss",
         "sampled_softmax_loss",
         "compute_accidental_hits",

@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from tapeflow.ops import shapes
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
 
@@ -338,6 +339,7 @@ def max_pool3d(x, ksize, strides=None, padding="VALID") -> Tensor:
     return apply(_MAX_POOL3D, (as_tensor(x, name="max_pool3d"),), _pool_attrs("max_pool3d", ksize, strides, padding))
 
 
+@in_float32
 def avg_pool3d(x, ksize, strides=None, padding="VALID") -> Tensor:
     """Mean over ksize windows of NDHWC `x`; padded cells are not counted.
 

@@ -17,6 +17,7 @@ from tapeflow.backends.common import check_labels
 from tapeflow.ops import random, shapes
 from tapeflow.ops.array import gather, reshape
 from tapeflow.ops.core import zeros_like
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.math import (
     equal,
     erf,
@@ -133,6 +134,7 @@ def softplus(x) -> Tensor:
     return apply(_SOFTPLUS, (as_tensor(x, name="softplus"),), {})
 
 
+@in_float32
 def log_softmax(logits, axis: int = -1) -> Tensor:
     """logits - logsumexp(logits) along `axis`.
 
@@ -144,6 +146,7 @@ def log_softmax(logits, axis: int = -1) -> Tensor:
     return x - logsumexp(x, axis, keepdims=True)
 
 
+@in_float32
 def softmax(logits, axis: int = -1) -> Tensor:
     """exp(logits) normalized to sum to one along `axis`.
 

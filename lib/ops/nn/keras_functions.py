@@ -20,7 +20,9 @@ from tapeflow.ops.array import concat, gather, pad, split, stack
 from tapeflow.ops.array import one_hot as tf_one_hot
 from tapeflow.ops.core import cast, expand_dims, reshape, transpose
 from tapeflow.ops.creation import constant
+from tapeflow.ops.half import in_float32
 from tapeflow.ops.nn import conv3d as conv3d_ops
+from tapeflow.ops.nn import depthwise as depthwise_ops
 from tapeflow.ops.nn import functions
 from tapeflow.ops.reduce import argmax, logsumexp, mean
 from tapeflow.ops.reduce import max as reduce_max
@@ -131,6 +133,7 @@ def _axes(op: str, axis, ndim: int) -> tuple:
     return tuple(normalize_axis(op, a, ndim) for a in axis)
 
 
+@in_float32
 def log_softmax(x=_UNSET, axis=-1, *, logits=_UNSET) -> Tensor:
     """x - logsumexp(x) along `axis` (an int or a tuple of ints).
 
@@ -142,6 +145,7 @@ def log_softmax(x=_UNSET, axis=-1, *, logits=_UNSET) -> Tensor:
     return x - logsumexp(x, _axes("log_softmax", axis, x.ndim), keepdims=True)
 
 
+@in_float32
 def softmax(x=_UNSET, axis=-1, *, logits=_UNSET) -> Tensor:
     """exp(x) normalized to sum to one along `axis` (an int or a tuple of ints).
 
@@ -347,6 +351,7 @@ def threshold(x, threshold, default_value) -> Tensor:
     return math.where(math.greater(x, float(threshold)), x, float(default_value))
 
 
+@in_float32
 def sparsemax(x, axis=-1) -> Tensor:
     """Sparsemax along `axis` as Keras 3 computes it: max(x - tau, 0), with the support
     {x_i : 1 + k_i x_i > s_i} (k_i, s_i the count and sum of the entries >= x_i) and
@@ -489,9 +494,34 @@ def depthwise_conv(inputs, kernel, strides=1, padding="valid", data_format=None,
     >>> tp.nn.depthwise_conv(tp.ones((1, 5, 5, 2)), tp.ones((3, 3, 2, 2))).shape
     (1, 3, 3, 4)
     """
-    kernel = as_tensor(kernel, name="depthwise_conv")
-    *spatial, cin, mult = kernel.shape
-    return conv(inputs, reshape(kernel, (*spatial, 1, cin * mult)), strides, padding, data_format, dilation_rate)
+    op = "depthwise_conv"
+    x = as_tensor(inputs, name=op)
+    kernel = as_tensor(kernel, name=op)
+    n = _spatial_rank(op, x)
+    if n == 3:
+        *spatial, cin, mult = kernel.shape
+        return conv(x, reshape(kernel, (*spatial, 1, cin * mult)), strides, padding, data_format, dilation_rate)
+    if kernel.ndim != n + 2:
+        raise ValueError(f"{op}: a kernel of rank {n + 2} is needed for inputs of shape {x.shape}, got {kernel.shape}")
+    fmt = _data_format(op, data_format)
+    strides = _tuple(op, "strides", strides, n)
+    dilation = _tuple(op, "dilation_rate", dilation_rate, n)
+    padding = _padding(op, padding)
+    x = _to_last(x, fmt)
+    if x.shape[-1] != kernel.shape[-2]:
+        raise ValueError(
+            f"{op}: the input channels ({x.shape[-1]}) must equal the kernel's ({kernel.shape[-2]}), "
+            f"got inputs {x.shape} and kernel {kernel.shape}"
+        )
+    if n == 1:
+        x, kernel, strides, dilation = expand_dims(x, 1), expand_dims(kernel, 0), (1, *strides), (1, *dilation)
+    pads = padding.upper()
+    if padding == "same" and any(d > 1 for d in dilation):
+        pads = tuple(_same_pads(x.shape[1 + i], kernel.shape[i], strides[i], dilation[i]) for i in range(2))
+    y = depthwise_ops.depthwise_conv2d(x, kernel, strides, pads, dilation)
+    if n == 1:
+        y = reshape(y, (-1, *y.shape[2:]))
+    return _from_last(y, fmt)
 
 
 def separable_conv(
@@ -666,6 +696,7 @@ def adaptive_max_pool(inputs, output_size, data_format=None) -> Tensor:
     return _adaptive("adaptive_max_pool", inputs, output_size, data_format, "max")
 
 
+@in_float32
 def adaptive_average_pool(inputs, output_size, data_format=None) -> Tensor:
     """Average pooling into exactly `output_size` bins per spatial axis (PyTorch's bins).
 
@@ -788,6 +819,7 @@ def sparse_categorical_crossentropy(target, output, from_logits=False, axis=-1) 
 
 
 # ---------------------------------------------------------- normalization
+@in_float32
 def normalize(x, axis=-1, order=2, epsilon=None) -> Tensor:
     """x divided by its `order`-norm along `axis` (at least `epsilon`).
 
@@ -818,6 +850,7 @@ def _broadcast_param(p, x: Tensor, axis: int) -> Tensor:
     return reshape(cast(p, x.dtype), tuple(shape))
 
 
+@in_float32
 def batch_normalization(x, mean, variance, axis, offset=None, scale=None, epsilon=1e-3) -> Tensor:
     """(x - mean) / sqrt(variance + epsilon) * scale + offset, the statistics given along `axis`.
 
@@ -835,6 +868,7 @@ def batch_normalization(x, mean, variance, axis, offset=None, scale=None, epsilo
     return y if offset is None else y + _broadcast_param(offset, x, axis)
 
 
+@in_float32
 def layer_normalization(x, gamma=None, beta=None, axis=-1, epsilon=None, **kwargs) -> Tensor:
     """Normalize over `axis` to zero mean and unit variance, then scale by `gamma` and shift by
     `beta`; with `rms_scaling=True`, Keras's variant x / sqrt(var(x) + epsilon) * gamma (not
@@ -869,6 +903,7 @@ def layer_normalization(x, gamma=None, beta=None, axis=-1, epsilon=None, **kwarg
     return y if y.dtype is dtype else cast(y, dtype)
 
 
+@in_float32
 def rms_normalization(x, scale=None, axis=-1, epsilon=None) -> Tensor:
     """x / sqrt(mean(x^2) + epsilon) over `axis`, times `scale`.
 

@@ -1,0 +1,296 @@
+"""LSTM over a whole sequence: per step, one gemm of the previous output with the recurrent
+kernel for all four gates, then the gates and the cell update in one pass over the batch.
+
+Arrays are C-contiguous. The projected inputs `xp` are [batch, time, 4 * units] (gates i, f,
+c, o); `mask` ([batch, time], nonzero = real step) is optional: a masked step keeps the
+previous states, and its output repeats the previous output (zeros before the first real
+step). Outputs are stored in the order the steps run (reversed time with `backwards`); the
+gate activations are stored at their time index, beside the inputs they come from.
+"""
+
+include "_common.pxi"
+
+from tapeflow._kernels.private_blas import private_blas
+
+from cython cimport floating
+from libc.math cimport exp, expf, tanh, tanhf
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+from scipy.linalg.cython_blas cimport dgemm, sgemm
+
+# Float32 sigmoid and tanh over arrays, written branch-free so that the compiler vectorizes
+# them: exp by range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial (within 2 ulp),
+# tanh from it, with an odd polynomial near zero where 1 - 2 / (exp(2x) + 1) would cancel.
+cdef extern from *:
+    """
+    static inline float tapeflow_expf(float x) {
+        x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+        float t = x * 1.44269504088896341f + 12582912.0f;
+        float n = t - 12582912.0f;
+        float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+        float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
+                    + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
+        y = y * r * r + r + 1.0f;
+        union { float f; int i; } scale;
+        scale.i = ((int)n + 127) << 23;
+        return y * scale.f;
+    }
+    static inline float tapeflow_tanhf(float x) {
+        float z = x * x;
+        float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                        + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+        float large = 1.0f - 2.0f / (tapeflow_expf(2.0f * x) + 1.0f);
+        return (x < 0.625f && x > -0.625f) ? small : large;
+    }
+    static void tapeflow_sigmoid_f32(float* v, long n) {
+        for (long k = 0; k < n; k++) v[k] = 1.0f / (1.0f + tapeflow_expf(-v[k]));
+    }
+    static void tapeflow_tanh_f32(const float* in, float* out, long n) {
+        for (long k = 0; k < n; k++) out[k] = tapeflow_tanhf(in[k]);
+    }
+    """
+    void tapeflow_sigmoid_f32(float* v, long n) noexcept nogil
+    void tapeflow_tanh_f32(const float* src, float* dst, long n) noexcept nogil
+
+
+cdef inline floating _sigmoid(floating x) noexcept nogil:
+    if floating is float:
+        return 1.0 / (1.0 + expf(-x))
+    else:
+        return 1.0 / (1.0 + exp(-x))
+
+
+cdef inline floating _tanh(floating x) noexcept nogil:
+    if floating is float:
+        return tanhf(x)
+    else:
+        return tanh(x)
+
+
+ctypedef void (*sgemm_fn)(char*, char*, int*, int*, int*, float*, float*, int*, float*, int*, float*,
+                          float*, int*) noexcept nogil
+ctypedef void (*dgemm_fn)(char*, char*, int*, int*, int*, double*, double*, int*, double*, int*, double*,
+                          double*, int*) noexcept nogil
+
+# The steps' gemms are small and one follows another: they run on the calling thread, in the
+# private single-threaded copy of OpenBLAS where one loads (see private_blas.py), so that no
+# worker thread is woken, or left spinning, 2 * time times per sequence.
+cdef sgemm_fn _sgemm = sgemm
+cdef dgemm_fn _dgemm = dgemm
+
+
+def _bind_private_blas():
+    global _sgemm, _dgemm
+    found = private_blas()
+    if found is None:
+        return False
+    _sgemm = <sgemm_fn><size_t>found["sgemm"]
+    _dgemm = <dgemm_fn><size_t>found["dgemm"]
+    return True
+
+
+BLAS_PRIVATE = _bind_private_blas()
+
+
+cdef inline void _gemm(char* ta, char* tb, int n, int m, int k, floating* a, int lda, floating* b, int ldb,
+                       floating beta, floating* c, int ldc) noexcept nogil:
+    """Column-major C[n, m] = op(a)[n, k] @ op(b)[k, m] + beta * C (row-major: C^T)."""
+    cdef floating one = 1.0
+    if n <= 0 or m <= 0:
+        return
+    if floating is float:
+        _sgemm(ta, tb, &n, &m, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc)
+    else:
+        _dgemm(ta, tb, &n, &m, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc)
+
+
+def lstm_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] c0,
+                 const floating[:, ::1] kernel, const unsigned char[:, ::1] mask, bint backwards,
+                 floating[:, :, ::1] ys, floating[:, :, ::1] cs, floating[:, :, ::1] acts,
+                 floating[:, ::1] h_last, floating[:, ::1] c_last):
+    """Run the sequence; fills ys and cs [batch, time, units], acts [batch, time, 4 * units]
+    (sigmoid / tanh of the gates) and the final states h_last, c_last [batch, units]."""
+    cdef Py_ssize_t nb = xp.shape[0], nt = xp.shape[1], ng = xp.shape[2], nu = h0.shape[1]
+    if ng != 4 * nu or kernel.shape[0] != nu or kernel.shape[1] != ng or c0.shape[1] != nu:
+        raise ValueError(f"lstm_forward: inconsistent shapes {xp.shape}, {h0.shape}, {kernel.shape}")
+    cdef const unsigned char* mp = NULL
+    if mask is not None:
+        mp = &mask[0, 0]
+    cdef Py_ssize_t s, t, b, u
+    cdef floating zi, zf, zc, zo, c_new, h_new
+    cdef floating* hs = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* cst = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* z
+    cdef floating* y
+    cdef floating* yp
+    cdef floating* cc
+    if hs == NULL or cst == NULL:
+        free(hs)
+        free(cst)
+        raise MemoryError()
+    with nogil:
+        for b in range(nb):
+            memcpy(&hs[b * nu], &h0[b, 0], nu * sizeof(floating))
+            memcpy(&cst[b * nu], &c0[b, 0], nu * sizeof(floating))
+        for s in range(nt):
+            t = nt - 1 - s if backwards else s
+            for b in range(nb):
+                memcpy(&acts[b, t, 0], &xp[b, t, 0], ng * sizeof(floating))
+            if nb > 0 and nt > 0:
+                _gemm("N", "N", <int>ng, <int>nb, <int>nu, <floating*>&kernel[0, 0], <int>ng, hs, <int>nu,
+                      1.0, &acts[0, t, 0], <int>(nt * ng))
+            for b in range(nb):
+                z = &acts[b, t, 0]
+                y = &ys[b, s, 0]
+                cc = &cs[b, s, 0]
+                if mp != NULL and mp[b * nt + t] == 0:
+                    if s > 0:
+                        memcpy(y, &ys[b, s - 1, 0], nu * sizeof(floating))
+                    else:
+                        memset(y, 0, nu * sizeof(floating))
+                    memcpy(cc, &cst[b * nu], nu * sizeof(floating))
+                    for u in range(ng):
+                        z[u] = 0.0
+                    continue
+                if floating is float:
+                    tapeflow_sigmoid_f32(z, 2 * nu)
+                    tapeflow_tanh_f32(&z[2 * nu], &z[2 * nu], nu)
+                    tapeflow_sigmoid_f32(&z[3 * nu], nu)
+                    for u in range(nu):
+                        cc[u] = z[nu + u] * cst[b * nu + u] + z[u] * z[2 * nu + u]
+                    tapeflow_tanh_f32(cc, y, nu)
+                    for u in range(nu):
+                        y[u] = z[3 * nu + u] * y[u]
+                        cst[b * nu + u] = cc[u]
+                        hs[b * nu + u] = y[u]
+                else:
+                    for u in range(nu):
+                        zi = _sigmoid(z[u])
+                        zf = _sigmoid(z[nu + u])
+                        zc = _tanh(z[2 * nu + u])
+                        zo = _sigmoid(z[3 * nu + u])
+                        z[u] = zi
+                        z[nu + u] = zf
+                        z[2 * nu + u] = zc
+                        z[3 * nu + u] = zo
+                        c_new = zf * cst[b * nu + u] + zi * zc
+                        h_new = zo * _tanh(c_new)
+                        cst[b * nu + u] = c_new
+                        hs[b * nu + u] = h_new
+                        cc[u] = c_new
+                        y[u] = h_new
+        for b in range(nb):
+            memcpy(&h_last[b, 0], &hs[b * nu], nu * sizeof(floating))
+            memcpy(&c_last[b, 0], &cst[b * nu], nu * sizeof(floating))
+    free(hs)
+    free(cst)
+
+
+def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const floating[:, ::1] gc,
+                  const floating[:, ::1] h0, const floating[:, ::1] c0, const floating[:, ::1] kernel,
+                  const floating[:, :, ::1] ys, const floating[:, :, ::1] cs, const floating[:, :, ::1] acts,
+                  const unsigned char[:, ::1] mask, bint backwards,
+                  floating[:, :, ::1] dxp, floating[:, ::1] dh0, floating[:, ::1] dc0, floating[:, ::1] dkernel):
+    """Back through time from the gradients of ys, h_last and c_last: fills dxp, dh0, dc0 and
+    dkernel (the recurrent kernel's gradient, one gemm over every step at the end)."""
+    cdef Py_ssize_t nb = acts.shape[0], nt = acts.shape[1], ng = acts.shape[2], nu = h0.shape[1]
+    if ng != 4 * nu or kernel.shape[0] != nu or kernel.shape[1] != ng:
+        raise ValueError(f"lstm_backward: inconsistent shapes {acts.shape}, {h0.shape}, {kernel.shape}")
+    cdef const unsigned char* mp = NULL
+    if mask is not None:
+        mp = &mask[0, 0]
+    cdef Py_ssize_t s, t, b, u, first
+    cdef floating dy, dhn, dcn, ai, af, ac, ao, tc, c_prev
+    cdef floating* dh = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* dc = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* carry = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* hprev = <floating*>malloc(max(1, nb * nt * nu) * sizeof(floating))
+    cdef Py_ssize_t* firsts = <Py_ssize_t*>malloc(max(1, nb) * sizeof(Py_ssize_t))
+    cdef floating* tcs = <floating*>malloc(max(1, nu) * sizeof(floating))
+    cdef floating* dz
+    cdef const floating* a
+    cdef const floating* gy
+    cdef const floating* cp
+    cdef floating* dhr
+    cdef floating* dcr
+    cdef floating* cr
+    if dh == NULL or dc == NULL or carry == NULL or hprev == NULL or firsts == NULL or tcs == NULL:
+        free(tcs)
+        free(dh)
+        free(dc)
+        free(carry)
+        free(hprev)
+        free(firsts)
+        raise MemoryError()
+    with nogil:
+        for b in range(nb):
+            memcpy(&dh[b * nu], &gh[b, 0], nu * sizeof(floating))
+            memcpy(&dc[b * nu], &gc[b, 0], nu * sizeof(floating))
+            memset(&carry[b * nu], 0, nu * sizeof(floating))
+            firsts[b] = 0
+            if mp != NULL:  # the first step that runs: before it the state is h0 and the output zeros
+                firsts[b] = nt
+                for s in range(nt):
+                    t = nt - 1 - s if backwards else s
+                    if mp[b * nt + t] != 0:
+                        firsts[b] = s
+                        break
+        for s in range(nt - 1, -1, -1):
+            t = nt - 1 - s if backwards else s
+            for b in range(nb):
+                dz = &dxp[b, t, 0]
+                first = firsts[b]
+                if s > first:
+                    memcpy(&hprev[(b * nt + t) * nu], &ys[b, s - 1, 0], nu * sizeof(floating))
+                else:
+                    memcpy(&hprev[(b * nt + t) * nu], &h0[b, 0], nu * sizeof(floating))
+                if mp != NULL and mp[b * nt + t] == 0:
+                    for u in range(nu):
+                        carry[b * nu + u] += gys[b, s, u]
+                    for u in range(ng):
+                        dz[u] = 0.0
+                    continue
+                a = &acts[b, t, 0]
+                if floating is float:
+                    tapeflow_tanh_f32(&cs[b, s, 0], tcs, nu)
+                else:
+                    for u in range(nu):
+                        tcs[u] = _tanh(cs[b, s, u])
+                gy = &gys[b, s, 0]
+                cp = &cs[b, s - 1, 0] if s > 0 else &c0[b, 0]
+                dhr = &dh[b * nu]
+                dcr = &dc[b * nu]
+                cr = &carry[b * nu]
+                for u in range(nu):
+                    dhn = dhr[u] + gy[u] + cr[u]
+                    cr[u] = 0.0
+                    ai = a[u]
+                    af = a[nu + u]
+                    ac = a[2 * nu + u]
+                    ao = a[3 * nu + u]
+                    c_prev = cp[u]
+                    tc = tcs[u]
+                    dcn = dcr[u] + dhn * ao * (1.0 - tc * tc)
+                    dz[u] = dcn * ac * ai * (1.0 - ai)
+                    dz[nu + u] = dcn * c_prev * af * (1.0 - af)
+                    dz[2 * nu + u] = dcn * ai * (1.0 - ac * ac)
+                    dz[3 * nu + u] = dhn * tc * ao * (1.0 - ao)
+                    dcr[u] = dcn * af
+                    dhr[u] = 0.0
+            if nb > 0:
+                _gemm("T", "N", <int>nu, <int>nb, <int>ng, <floating*>&kernel[0, 0], <int>ng, &dxp[0, t, 0],
+                      <int>(nt * ng), 1.0, dh, <int>nu)
+        for b in range(nb):
+            memcpy(&dh0[b, 0], &dh[b * nu], nu * sizeof(floating))
+            memcpy(&dc0[b, 0], &dc[b * nu], nu * sizeof(floating))
+        for u in range(nu):
+            memset(&dkernel[u, 0], 0, ng * sizeof(floating))
+        if nb * nt > 0:
+            _gemm("N", "T", <int>ng, <int>nu, <int>(nb * nt), &dxp[0, 0, 0], <int>ng, hprev, <int>nu,
+                  1.0, &dkernel[0, 0], <int>ng)
+    free(dh)
+    free(dc)
+    free(carry)
+    free(hprev)
+    free(firsts)
+    free(tcs)
