@@ -547,6 +547,9 @@ def campaign(
                         outcome = "same" if same else ("misload" if refuse else "changed")
                 with lock:
                     results[kind]["counts"][outcome] += 1
+                    done = sum(sum(r["counts"].values()) for r in results.values())
+                    if done % 100 == 0:  # progress of a long campaign, on stderr
+                        print(f"{done} of {count * len(kinds)} mutants loaded", file=sys.stderr, flush=True)
                     if outcome in BAD + NOTED:
                         examples = results[kind]["examples"].setdefault(outcome, [])
                         if len(examples) < 8:

@@ -58,6 +58,17 @@ UNSUPPORTED = frozenset(
         "eigh",  # XLA's eigensolver picks other eigenvector signs than LAPACK's (NumPy's)
         "svd",  # XLA's SVD picks other singular vector signs than LAPACK's (NumPy's)
         "view",  # a bitcast: torch_xla runs aten::view.dtype on the CPU
+        # the whole-sequence LSTM is a compiled CPU kernel; on XLA the layers keep their steps
+        "lstm_sequence",
+        "lstm_sequence_grad",
+        # queues hold host arrays shared between threads and processes
+        "queue_close",
+        "queue_dequeue",
+        "queue_dequeue_many",
+        "queue_dequeue_up_to",
+        "queue_enqueue",
+        "queue_enqueue_many",
+        "queue_size",
     }
 )
 

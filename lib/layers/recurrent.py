@@ -34,7 +34,7 @@ from tapeflow.ops.creation import full_like, ones, zeros, zeros_like
 from tapeflow.ops.math import cast, matmul, where
 from tapeflow.ops.nn.recurrent import lstm_sequence
 from tapeflow.ops.random import Generator, global_generator
-from tapeflow.ops.registry import as_tensor
+from tapeflow.ops.registry import as_tensor, get_op
 from tapeflow.ops.shapes import as_int
 
 
@@ -995,7 +995,7 @@ class LSTM(_CellRNN):
         )
 
     def _run(self, inputs, mask, states):
-        if not self._runs_as_one_op(mask):
+        if not self._runs_as_one_op(mask) or not get_op("lstm_sequence").runs_on(inputs.device.family):
             return super()._run(inputs, mask, states)
         batch, steps = inputs.shape[0], inputs.shape[1]
         checked = None if mask is None else self._checked_mask(mask, batch, steps)

@@ -57,6 +57,7 @@ def flatten(x, start_axis: int = 0) -> Tensor:
 # ---------------------------------------------------------- concat / split
 def _concat_infer(*xs, axis):
     first = xs[0]
+    axis = shapes.normalize_axis("concat", axis, len(first.shape))  # as the public call checks it
     shape = list(first.shape)  # outside the axis, a known size fills in an unknown one
     for x in xs[1:]:
         if x.dtype is not first.dtype:
