@@ -120,6 +120,7 @@ _TRAINING_BESIDE_A_USER_LIMIT = textwrap.dedent(
     """
     import json, threading, time
     import numpy as np
+    import scipy.linalg  # SciPy's OpenBLAS loaded too, so that the line below sets both libraries
     import threadpoolctl
 
     threadpoolctl.threadpool_limits(limits=2, user_api="blas")  # something a pin to 1 would change

@@ -36,7 +36,7 @@ def cluster():
 @pytest.fixture
 def full(cluster):
     """The module's cluster with its 3 workers (a killed one is replaced by its nanny)."""
-    cluster.client.wait_for_workers(3, timeout=30)
+    cluster.client.wait_for_workers(3, timeout=90)  # a nanny restarting a killed worker on a busy machine
     return cluster
 
 
