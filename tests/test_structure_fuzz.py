@@ -57,7 +57,7 @@ NOTED = ("run_error",)
 LOAD_TIMEOUT_S = 20.0
 STARTUP_TIMEOUT_S = 300.0
 MEMORY_LIMIT = 1 << 30
-SLOW_TEST_COUNT = 150  # mutants per kind in the test suite: about two minutes on two cores
+SLOW_TEST_COUNT = 300  # mutants per kind in the test suite: about a minute on two quiet cores
 
 
 # ------------------------------------------------------------------ containers
