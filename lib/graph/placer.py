@@ -34,10 +34,8 @@ the shape rules' sizes as the only cost):
 
 from __future__ import annotations
 
-import math
-
 from tapeflow.devices import canonical_placement, is_local_name
-from tapeflow.graph.cost_model import Simulator
+from tapeflow.graph.cost_model import Simulator, value_bytes
 from tapeflow.graph.ir import ASSIGN, READ, GraphError, GraphIR
 
 DEFAULT_DEVICE = "/worker:0/cpu:0"
@@ -45,11 +43,6 @@ DEFAULT_DEVICE = "/worker:0/cpu:0"
 
 class PlacementError(GraphError):
     """A node that cannot be placed where it was asked to be."""
-
-
-def value_bytes(v) -> int:
-    """The bytes a value holds, from its shape (a dynamic dimension counts as 1)."""
-    return math.prod(d or 1 for d in v.shape) * v.dtype.np.itemsize
 
 
 def place(

@@ -26,7 +26,6 @@ tapeflow.queue.errors.OutOfRangeError: fifo_queue...: dequeue: the queue is clos
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections import deque
@@ -39,7 +38,6 @@ from tapeflow.queue import graph_ops
 from tapeflow.queue.errors import CancelledError, DeadlineExceededError, OutOfRangeError
 from tapeflow.tensor import Tensor
 
-_NAMES = itertools.count()
 _TAKEN: set[str] = set()
 _NAMES_LOCK = threading.Lock()
 
