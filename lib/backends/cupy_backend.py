@@ -31,7 +31,14 @@ ON_GPU = xp is not np
 FALLS_BACK_TO_REFERENCE = True  # references dispatch to CuPy through NumPy's protocols
 HOLDS_NUMPY = False
 RUNS_ON_HOST = frozenset(
-    {"random_normal", "random_uniform", "truncated_normal", "random_permutation", "candidate_sampler"}
+    {
+        *("random_normal", "random_uniform", "truncated_normal", "random_permutation", "candidate_sampler"),
+        # queues hold host arrays: an element is copied out on enqueue and in on dequeue
+        *("queue_enqueue", "queue_enqueue_many", "queue_dequeue", "queue_dequeue_many", "queue_dequeue_up_to"),
+        *("queue_close", "queue_size"),
+        "send",  # a rendezvous holds host arrays, as a transfer between workers carries them
+        "recv",
+    }
 )
 # Ops this backend cannot run as they are: on a GPU they are an UnsupportedOpError naming the
 # op, never a silent copy to the host and back. (The linear algebra references reach
@@ -153,6 +160,17 @@ def scatter_add(x, indices, updates, axis):
     if blocks:
         kernel((blocks,), (_THREADS,), (out, ids, values, np.int64(n), np.int32(width)))
     return out
+
+
+def bind_word2vec_sgns_train(reference, **attrs):
+    """The reference with the tables on the device and the corpus walk's inputs (ids, offsets,
+    keep, cum and the scalars) copied to the host once per call."""
+
+    def kernel(syn0, syn1, *walk):
+        new0, new1, counts = reference(syn0, syn1, *(to_host(a) for a in walk))
+        return new0, new1, from_host(counts)
+
+    return kernel
 
 
 def gather(x, indices, axis):

@@ -142,7 +142,7 @@ def _cond_vjp(gs, inputs, outputs, then_graph, else_graph, then_map, else_map, o
 
 @defop("cond", infer=_cond_infer, vjp=_cond_vjp, num_outputs=None)
 def _COND(pred, *captures, then_graph, else_graph, then_map, else_map, output_specs, structure):
-    graph, mapping = (then_graph, then_map) if bool(np.asarray(pred).reshape(())) else (else_graph, else_map)
+    graph, mapping = (then_graph, then_map) if bool(pred) else (else_graph, else_map)
     return tuple(run_subgraph(graph, [captures[i] for i in mapping]))
 
 
@@ -151,7 +151,7 @@ def _loop(cond_graph, body_graph, cond_map, body_map, max_iter, values, caps, tr
     i = 0
     while max_iter is None or i < max_iter:
         (flag,) = run_subgraph(cond_graph, list(values) + [caps[j] for j in cond_map])
-        if not bool(np.asarray(flag).reshape(())):
+        if not bool(flag):  # a scalar, read where it lives
             break
         if trajectory is not None:
             trajectory.append(values)

@@ -128,7 +128,7 @@ def _split_vjp(gs, xs, ys, sizes, axis):
 
 @defop("split", infer=_split_infer, vjp=_split_vjp, num_outputs=None)
 def _SPLIT(x, sizes, axis):
-    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+    return tuple(np.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis))  # cut points as ints: CuPy takes no host array
 
 
 def split(x, num_or_size_splits, axis: int = 0) -> list[Tensor]:

@@ -1244,7 +1244,7 @@ def _view_infer(x, dtype):
 @defop("view", infer=_view_infer)
 def _VIEW(x, dtype):
     """The bytes of `x` read as another dtype (the last axis rescaled when the sizes differ)."""
-    return np.ascontiguousarray(x).view(dtypes.as_dtype(dtype).np).copy()
+    return np.copy(x, order="C").view(dtypes.as_dtype(dtype).np)
 
 
 def view(x, dtype=None) -> Tensor:

@@ -314,10 +314,26 @@ def _quantile_vjp(gs, xs, ys, *, qs, scalar_q, axes, keepdims, method, ignore_na
 @defop("quantile", infer=_quantile_infer, vjp=_quantile_vjp)
 def _QUANTILE(x, *, qs, scalar_q, axes, keepdims, method, ignore_nan):
     q = qs[0] if scalar_q else np.asarray(qs, like=x)
-    fn = np.nanquantile if ignore_nan else np.quantile
     if x.size == 0:
         return np.full(_quantile_shape(x.shape, qs, scalar_q, axes, keepdims), np.nan, x.dtype, like=x)
+    if ignore_nan and not isinstance(x, np.ndarray):  # a device array's module (CuPy) has no nanquantile
+        return _nan_quantile_from_weights(x, qs=qs, scalar_q=scalar_q, axes=axes, keepdims=keepdims, method=method)
+    fn = np.nanquantile if ignore_nan else np.quantile
     return fn(x, q, axis=axes, method=method, keepdims=keepdims).astype(x.dtype, copy=False)
+
+
+def _nan_quantile_from_weights(x, *, qs, scalar_q, axes, keepdims, method):
+    """nanquantile as the weighted sum of the order statistics each quantile interpolates
+    (NaN where a row holds no number)."""
+    weights = _QUANTILE_WEIGHTS.reference(
+        x, qs=qs, scalar_q=scalar_q, axes=axes, keepdims=keepdims, method=method, ignore_nan=True
+    )
+    numbers = ~np.isnan(x)
+    lead = 0 if scalar_q else 1
+    summed = tuple(a + lead for a in axes)
+    out = (weights * np.where(numbers, x, 0)).sum(axis=summed, keepdims=keepdims)
+    empty = ~numbers.any(axis=axes, keepdims=keepdims)
+    return np.where(empty, np.nan, out).astype(x.dtype, copy=False)
 
 
 def _weights_infer(x, *, qs, scalar_q, axes, keepdims, method, ignore_nan):

@@ -166,4 +166,9 @@ def FUSED_ELEMENTWISE(*inputs, program):
             args = (registers[a] for a in ins[1:])
             registers.append(_as_dtype(get_op(ins[0]).reference(*args), dtype))
     shape = np.broadcast_shapes(*(a.shape for a in inputs))
-    return np.asarray(np.broadcast_to(registers[-1], shape), order="C")  # ascontiguousarray would make 0-d 1-d
+    out = registers[-1]
+    if isinstance(out, np.generic):  # a program that ends in a constant: made where the inputs live
+        out = np.full_like(inputs[0], out)
+    if tuple(out.shape) != shape or not out.flags.c_contiguous:
+        out = np.copy(np.broadcast_to(out, shape), order="C")  # ascontiguousarray would make 0-d 1-d
+    return out

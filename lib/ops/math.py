@@ -16,7 +16,7 @@ from tapeflow import dtypes
 from tapeflow.ops import shapes
 from tapeflow.ops.array import concat, gather, one_hot, pad, stack
 from tapeflow.ops.core import cast, expand_dims, squeeze, transpose, unbroadcast, zeros_like
-from tapeflow.ops.registry import apply, as_tensor, autocast_operand, defop, get_op
+from tapeflow.ops.registry import apply, as_tensor, autocast_operand, defop, get_op, wrap_host
 from tapeflow.tensor import Tensor
 
 __all__ = [
@@ -109,7 +109,7 @@ def binary_operands(x, y, name: str) -> tuple[Tensor, Tensor]:
                 raise OverflowError(
                     f"{name}: the Python integer {y} does not fit the {d.name} of the tensor it meets ({wider})"
                 ) from None
-            return (x if d is xd else cast(x, d)), Tensor._wrap(scalar, x.device)
+            return (x if d is xd else cast(x, d)), wrap_host(scalar, x.device)
         return binary_operands(x, as_tensor(y, name=name), name)
     if yt:
         b, a = binary_operands(y, x, name)
@@ -307,7 +307,7 @@ def _where_infer(cond, x, y):
 
 def _where_vjp(gs, xs, ys):
     g, (c, x, y) = gs[0], xs
-    zero = Tensor._wrap(np.zeros((), dtype=g.dtype.np), g.device)
+    zero = wrap_host(np.zeros((), dtype=g.dtype.np), g.device)
     return (
         None,
         unbroadcast(apply(_WHERE, (c, g, zero), {}), x.shape),

@@ -266,8 +266,8 @@ def _CATEGORICAL(logits, num_samples, generator):
     z = logits.astype(np.float64)
     p = np.exp(z - z.max(axis=1, keepdims=True))
     cdf = np.cumsum(p / p.sum(axis=1, keepdims=True), axis=1)
-    u = generator.numpy.random((logits.shape[0], num_samples))
-    out = np.empty((logits.shape[0], num_samples), dtype=np.int64)
+    u = np.asarray(generator.numpy.random((logits.shape[0], num_samples)), like=z)  # drawn here, used where z lives
+    out = np.empty((logits.shape[0], num_samples), dtype=np.int64, like=z)
     for row in range(logits.shape[0]):
         out[row] = np.minimum(np.searchsorted(cdf[row], u[row], side="right"), logits.shape[1] - 1)
     return out

@@ -22,7 +22,7 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.backends import UnsupportedOpError, backend, numerics
-from tapeflow.devices import check_same_device, current_device, parse_device
+from tapeflow.devices import Device, check_same_device, current_device, parse_device
 from tapeflow.ops.profiling import HOOKS
 from tapeflow.tensor import TRACING, IndexedSlices, Tensor, Variable
 
@@ -404,7 +404,10 @@ def wrap_host(array: np.ndarray, device=None) -> Tensor:
     >>> wrap_host(np.zeros(2), "cpu").device
     Device('cpu:0')
     """
-    device = current_device() if device is None else parse_device(device)
+    if device is None:
+        device = current_device()
+    elif not isinstance(device, Device):  # a Device object is one a tensor already lives on
+        device = parse_device(device)
     kernels = backend(device.family)
     if not kernels.HOLDS_NUMPY:
         array = kernels.from_host(array, device.index)

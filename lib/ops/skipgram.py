@@ -75,7 +75,7 @@ def _check_attrs(window, negative, threads) -> None:
 @defop("word2vec_sgns_train", infer=_infer, num_outputs=3, stateful=True)
 def _SGNS(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_end, seed, window, negative, threads):
     """The op-by-op NumPy model (slow; one thread share after another)."""
-    syn0, syn1 = np.array(syn0, copy=True), np.array(syn1, copy=True)
+    syn0, syn1 = np.copy(syn0), np.copy(syn1)  # the tables stay where they live; the walk reads host arrays
     ids, offsets = np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
     total = ids.size
     shares = max(1, min(threads or 1, total))
@@ -87,7 +87,7 @@ def _SGNS(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_end, seed, win
             ids, offsets, keep, cum, lo, hi, window, negative, alpha_start, alpha_end, state, counts
         ):
             x, y = syn0[ctx], syn1[out]
-            labels = (np.arange(len(out)) == 0).astype(np.float64)
+            labels = np.asarray((np.arange(len(out)) == 0).astype(np.float64), like=x)
             g = lr * (labels - 1.0 / (1.0 + np.exp(-(x @ y.T))))
             g[:, 1:][:, out[1:] == out[0]] = 0.0  # a negative equal to the center is skipped
             dx, dy = g @ y, g.T @ x

@@ -192,7 +192,8 @@ def sole_owner(array, holders: int) -> bool:
     """True when only `holders` references (those the caller knows of) hold `array`:
     no tape, tensor or NumPy view shares it, so it may be written in place."""
     own = _refcount(array) - _CALL_REFS - 1  # less this function's own parameter
-    return own <= holders and array.flags.writeable and array.flags.owndata
+    flags = array.flags  # a device array's flags have no writeable: it always is
+    return own <= holders and getattr(flags, "writeable", True) and flags.owndata
 
 
 def write_rows_in_place(out: np.ndarray, indices: np.ndarray, rows: np.ndarray, mode: str) -> None:

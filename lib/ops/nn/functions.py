@@ -320,7 +320,7 @@ def _CONV_FILTER_GRAD(x, dy, filter_size, strides, padding, dilations):
     kh, kw = filter_size
     taps, rows, cols, _ = _windows(x.shape[1], x.shape[2], kh, kw, strides, padding, dilations, "conv2d")
     xp = _pad_image(x, rows, cols)
-    dw = np.zeros((kh, kw, x.shape[3], dy.shape[3]), dtype=x.dtype)
+    dw = np.zeros_like(x, shape=(kh, kw, x.shape[3], dy.shape[3]))  # where x lives
     for i, j, rs, cs in taps:
         dw[i, j] = np.tensordot(xp[:, rs, cs, :], dy, axes=([0, 1, 2], [0, 1, 2]))
     return dw
