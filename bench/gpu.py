@@ -165,10 +165,11 @@ def main() -> None:
         fn = run_tapeflow if library == "tapeflow" else run_pytorch
         print(json.dumps(fn(kind, args.steps)))
         return
-    from tapeflow import _compat
+    from tapeflow import devices
 
-    if not _compat.has_gpu:
-        print("bench/gpu.py: skipped, no CUDA GPU visible to CuPy (pip install 'tapeflow[gpu]' on a GPU machine)")
+    reason = devices.gpu_unavailable_reason()
+    if reason is not None:
+        print(f"bench/gpu.py: skipped, no GPU: {reason}")
         return
     print(f"{'workload':10} {'tapeflow':>14} {'pytorch':>14} {'ratio':>7}")
     for kind, (batch, _) in WORKLOADS.items():

@@ -1,6 +1,7 @@
 """Optional dependencies, imported in this one place only.
 
-Every other module asks these flags instead of importing an extra itself.
+Every other module asks these flags instead of importing an extra itself. `has_gpu` is
+found on first use, since it compiles a kernel (see `gpu_check`).
 
 >>> from tapeflow import _compat
 >>> isinstance(_compat.has_cupy, bool)
@@ -21,21 +22,113 @@ def _try_import(name: str):
         return None
 
 
-cupy = _try_import("cupy")
+try:
+    import cupy
+
+    _cupy_import_error = None
+except Exception as exc:  # noqa: BLE001 - any failure means "not available"; gpu_check says why
+    cupy, _cupy_import_error = None, exc
 has_cupy = cupy is not None
 ml_dtypes = _try_import("ml_dtypes")  # bfloat16 for NumPy
 
+_CUPY_INSTALL = (
+    "pip install 'tapeflow[gpu-cuda12]' for a CUDA 12 driver or 'tapeflow[gpu-cuda13]' for a CUDA 13 one "
+    "(nvidia-smi shows the driver's CUDA version)"
+)
+_gpu_check: tuple[int, str | None] | None = None  # found on first use, then kept for the process
 
-def _gpu_count() -> int:
-    if not has_cupy:
-        return 0
+
+def gpu_check() -> tuple[int, str | None]:
+    """How many GPUs CuPy can use here, and why none when that is 0 (None when there are some).
+
+    A GPU counts only once CuPy has compiled and run a small kernel on it: CuPy wheels carry
+    no CUDA headers, so without them every kernel fails to compile. The check runs on the
+    first call (it compiles, too slow for import time) and its answer is kept.
+
+    >>> count, reason = gpu_check()
+    >>> (count > 0) == (reason is None)
+    True
+    """
+    global _gpu_check
+    if _gpu_check is None:
+        _gpu_check = _check_gpus()
+    return _gpu_check
+
+
+def __getattr__(name: str):
+    """`has_gpu`: whether a GPU CuPy can use is here, found on first use (see gpu_check)."""
+    if name == "has_gpu":
+        return gpu_check()[0] > 0
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _check_gpus() -> tuple[int, str | None]:
+    if cupy is None:
+        error = _cupy_import_error
+        if error is None or (isinstance(error, ModuleNotFoundError) and error.name == "cupy"):
+            return 0, f"CuPy is not installed: {_CUPY_INSTALL}"
+        return 0, f"CuPy is installed but fails to import ({_first_line(error)}): {_CUPY_INSTALL}"
     try:
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # noqa: BLE001 - a driver without devices
-        return 0
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # noqa: BLE001 - CuPy raises its own runtime errors
+        return 0, f"CuPy cannot reach a CUDA driver ({_first_line(exc)}); is the NVIDIA driver installed?"
+    if count == 0:
+        return 0, "CuPy sees no CUDA GPU (is CUDA_VISIBLE_DEVICES hiding them?)"
+    try:
+        _run_probe_kernel()
+    except Exception as exc:  # noqa: BLE001 - any failure to compile or run is the reason
+        return 0, _kernel_problem(exc)
+    return count, None
 
 
-has_gpu = _gpu_count() > 0
+def _run_probe_kernel() -> None:
+    """Compile and run one elementwise kernel (it includes CuPy's headers, which need CUDA's)."""
+    add_one = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x + 1.0f", "tapeflow_gpu_check")
+    got = cupy.asnumpy(add_one(cupy.arange(4, dtype="float32"))).tolist()
+    if got != [1.0, 2.0, 3.0, 4.0]:
+        raise RuntimeError(f"a kernel adding 1 to [0, 1, 2, 3] returned {got}")
+
+
+def _kernel_problem(exc: Exception) -> str:
+    """The reason a GPU is not used when the probe kernel failed with `exc`."""
+    line, text = _first_line(exc), str(exc)
+    if "cannot open source file" in text:
+        return (
+            f"CuPy cannot compile kernels: the CUDA headers are missing; install {_cupy_with_ctk()} "
+            f"or the CUDA toolkit ({line})"
+        )
+    if isinstance(exc, OSError) or "shared object" in text:
+        return (
+            f"CuPy cannot load the CUDA libraries it compiles kernels with; install {_cupy_with_ctk()} "
+            f"or the CUDA toolkit ({line})"
+        )
+    if type(exc).__name__ == "CompileException":
+        return f"CuPy cannot compile kernels ({line})"
+    return (
+        f"CuPy compiled a kernel but cannot run it ({line}); if the driver is older than CuPy's CUDA, "
+        f"install the CuPy that matches it: {_CUPY_INSTALL}"
+    )
+
+
+def _cupy_with_ctk() -> str:
+    """The CuPy wheel installed here with its `ctk` extra (the CUDA headers and libraries it needs)."""
+    # lazily: importlib.metadata is needed only to word this message
+    from importlib import metadata
+
+    for wheel in ("cupy-cuda13x", "cupy-cuda12x"):
+        try:
+            metadata.distribution(wheel)
+        except metadata.PackageNotFoundError:
+            continue
+        return f"{wheel}[ctk] (pip install '{wheel}[ctk]')"
+    return "your CuPy wheel's ctk extra (pip install 'cupy-cuda13x[ctk]' or 'cupy-cuda12x[ctk]')"
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type's name."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+
+
 has_xla = importlib.util.find_spec("torch_xla") is not None
 has_dask = importlib.util.find_spec("dask") is not None and importlib.util.find_spec("distributed") is not None
 has_onnx = importlib.util.find_spec("onnx") is not None
@@ -83,7 +176,7 @@ def require_cupy():
     >>> require_cupy().__name__ if has_cupy else "cupy"
     'cupy'
     """
-    return _require("cupy", has_cupy, "the GPU backend", "pip install 'tapeflow[gpu]' (CuPy for CUDA 12)")
+    return _require("cupy", has_cupy, "the GPU backend", _CUPY_INSTALL)
 
 
 _DASK_INSTALL = "pip install 'tapeflow[dist]' (or pip install 'dask[distributed]')"

@@ -116,9 +116,12 @@ def parse_device(spec) -> Device:
         raise TypeError(f"device: expected a string or Device, got {type(spec).__name__}")
     if dev == CPU:  # always here; asks no accelerator runtime
         return dev
-    if dev not in list_devices():
-        have = ", ".join(str(d) for d in list_devices())
-        raise ValueError(f"device: {dev} is not available here (available: {have})")
+    listed = list_devices()
+    if dev not in listed:
+        have = ", ".join(str(d) for d in listed)
+        why = gpu_unavailable_reason() if dev.family == "gpu" else None
+        because = f": {why}" if why else ""
+        raise ValueError(f"device: {dev} is not available here{because} (available: {have})")
     return dev
 
 
@@ -171,17 +174,27 @@ def canonical_placement(spec) -> str:
 
 
 def list_devices() -> list[Device]:
-    """Every device this process can use.
+    """Every device this process can use. A GPU is listed only once CuPy has compiled and
+    run a kernel on it (checked on the first call); `gpu_unavailable_reason()` says why none is.
 
     >>> list_devices()[0]
     Device('cpu:0')
     """
     devices = [CPU]
-    if _compat.has_gpu:
-        devices += [Device("gpu", i) for i in range(_compat._gpu_count())]
+    devices += [Device("gpu", i) for i in range(_compat.gpu_check()[0])]
     if _compat.has_xla:
         devices += [Device("xla", i) for i in range(_compat.xla_device_count())]
     return devices
+
+
+def gpu_unavailable_reason() -> str | None:
+    """Why this process lists no GPU (what is missing, and how to install it), or None when it lists one.
+
+    >>> reason = gpu_unavailable_reason()
+    >>> reason is None or reason.startswith("CuPy")
+    True
+    """
+    return _compat.gpu_check()[1]
 
 
 _state = threading.local()
