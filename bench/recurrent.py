@@ -1,20 +1,22 @@
-"""Recurrent training benchmark: tapeflow's `model.fit` of a sentiment-style LSTM against the
-same training loop in PyTorch.
+"""Recurrent training benchmark: tapeflow's `model.fit` of a sentiment-style LSTM or GRU against PyTorch.
+
+Each model trains in tapeflow and in the same training loop in PyTorch.
 
     .venv/bin/python bench/recurrent.py             # a few minutes on 2 cores
     .venv/bin/python bench/recurrent.py --rounds 3  # more rounds, for a busy machine
+    .venv/bin/python bench/recurrent.py --cells gru --libraries tapeflow pytorch
 
-The model is Embedding(10000, 128) -> LSTM(128) -> Dense(1) over sequences of 80 token ids,
-binary cross-entropy on the logit, Adam, batch 64, with random ids and labels. Each timed
-call is one `fit` epoch of a few steps, the step frozen into a graph (`compile`'s default);
-on the PyTorch side it is the loop `fit` stands for (nn.Embedding, nn.LSTM, nn.Linear,
-BCEWithLogitsLoss, Adam). "tapeflow-steps" is tapeflow with its LSTM run step by step (the
-path used where the whole-sequence op does not apply: other activations, dropout while
-training), for comparison.
+The model is Embedding(10000, 128) -> LSTM(128) (or GRU(128)) -> Dense(1) over sequences of 80
+token ids, binary cross-entropy on the logit, Adam, batch 64, with random ids and labels. Each
+timed call is one `fit` epoch of a few steps, the step frozen into a graph (`compile`'s default);
+on the PyTorch side it is the loop `fit` stands for (nn.Embedding, nn.LSTM or nn.GRU, nn.Linear,
+BCEWithLogitsLoss, Adam). Keras's GRU (reset_after=True) is the form of PyTorch's nn.GRU.
+"tapeflow-steps" is tapeflow with its recurrent layer run step by step (the path used where the
+whole-sequence op does not apply: other activations, dropout while training), for comparison.
 
 Each library trains in a process of its own, one at a time, alternating over the rounds.
-Reported: the median step time of each and its ratio to PyTorch's, in wall time and in CPU
-time (of all the process's threads, which a busy machine's load disturbs less).
+Reported, for each cell: the median step time of each library and its ratio to PyTorch's, in wall
+time and in CPU time (of all the process's threads, which a busy machine's load disturbs less).
 Target: tapeflow's step time at most 0.9x PyTorch's.
 """
 
@@ -38,6 +40,7 @@ import numpy as np  # noqa: E402
 VOCAB, UNITS, STEPS, BATCH = 10000, 128, 80, 64
 STEPS_PER_CALL, CALLS, WARMUP_CALLS = 4, 4, 1
 LIBRARIES = ("tapeflow", "tapeflow-steps", "pytorch")
+CELLS = ("lstm", "gru")
 TARGET = 0.9
 
 
@@ -47,21 +50,22 @@ def data() -> tuple[np.ndarray, np.ndarray]:
     return rng.integers(0, VOCAB, (n, STEPS)).astype(np.int64), rng.integers(0, 2, (n, 1)).astype(np.float32)
 
 
-def tapeflow_trainer(x, y, steps: bool = False):
+def tapeflow_trainer(x, y, cell: str, steps: bool = False):
     import tapeflow as tp
 
     tp.set_num_threads(THREADS)
+    recurrent = {"lstm": tp.layers.LSTM, "gru": tp.layers.GRU}[cell]
     if steps:
-        tp.layers.LSTM._runs_as_one_op = lambda self, mask: False
+        recurrent._runs_as_one_op = lambda self, mask: False
     layers = tp.layers
     model = tp.Sequential(
-        [tp.Input((STEPS,), dtype="int64"), layers.Embedding(VOCAB, UNITS), layers.LSTM(UNITS), layers.Dense(1)]
+        [tp.Input((STEPS,), dtype="int64"), layers.Embedding(VOCAB, UNITS), recurrent(UNITS), layers.Dense(1)]
     )
     model.compile(optimizer=tp.optimizers.Adam(1e-3), loss=tp.losses.BinaryCrossentropy(from_logits=True))
     return lambda: model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
 
 
-def pytorch_trainer(x, y):
+def pytorch_trainer(x, y, cell: str):
     import torch
     from torch import nn
 
@@ -71,11 +75,12 @@ def pytorch_trainer(x, y):
         def __init__(self):
             super().__init__()
             self.embedding = nn.Embedding(VOCAB, UNITS)
-            self.lstm = nn.LSTM(UNITS, UNITS, batch_first=True)
+            self.recurrent = {"lstm": nn.LSTM, "gru": nn.GRU}[cell](UNITS, UNITS, batch_first=True)
             self.dense = nn.Linear(UNITS, 1)
 
         def forward(self, ids):
-            _, (h, _) = self.lstm(self.embedding(ids))
+            _, state = self.recurrent(self.embedding(ids))
+            h = state[0] if isinstance(state, tuple) else state  # the LSTM's state is (h, c)
             return self.dense(h[-1])
 
     model = Net()
@@ -99,13 +104,13 @@ def pytorch_trainer(x, y):
     return epoch
 
 
-def worker(library: str) -> None:
+def worker(library: str, cell: str) -> None:
     """Run in a fresh process: train one library and print its step times as JSON."""
     x, y = data()
     if library == "pytorch":
-        fit = pytorch_trainer(x, y)
+        fit = pytorch_trainer(x, y, cell)
     else:
-        fit = tapeflow_trainer(x, y, steps=library == "tapeflow-steps")
+        fit = tapeflow_trainer(x, y, cell, steps=library == "tapeflow-steps")
     for _ in range(WARMUP_CALLS):
         fit()
     seconds, cpu = [], []
@@ -117,32 +122,18 @@ def worker(library: str) -> None:
     print(json.dumps({"step_seconds": seconds, "cpu_seconds": cpu}))
 
 
-def run_worker(library: str) -> dict:
+def run_worker(library: str, cell: str) -> dict:
     """One worker process's step times: wall and CPU (all its threads) seconds per step."""
-    result = subprocess.run([sys.executable, __file__, "--worker", library], capture_output=True, text=True)
+    command = [sys.executable, __file__, "--worker", library, "--cells", cell]
+    result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{library} failed:\n{result.stderr}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2, help="processes per library")
-    parser.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES))
-    parser.add_argument("--worker", metavar="LIBRARY", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        worker(args.worker)
-        return
-    times = {lib: [] for lib in args.libraries}
-    cpu = {lib: [] for lib in args.libraries}
-    for round_ in range(args.rounds):
-        order = args.libraries if round_ % 2 == 0 else args.libraries[::-1]
-        for lib in order:
-            report = run_worker(lib)
-            times[lib].extend(report["step_seconds"])
-            cpu[lib].extend(report["cpu_seconds"])
-    print(f"Embedding({VOCAB}, {UNITS}) + LSTM({UNITS}) + Dense(1), {STEPS} steps, batch {BATCH}, Adam")
+def report(cell: str, times: dict, cpu: dict) -> None:
+    """Print one cell's table: each library's median step time and its ratio to PyTorch's."""
+    print(f"Embedding({VOCAB}, {UNITS}) + {cell.upper()}({UNITS}) + Dense(1), {STEPS} steps, batch {BATCH}, Adam")
     print(f"threads: {THREADS}")
     theirs = statistics.median(times["pytorch"]) if "pytorch" in times else None
     theirs_cpu = statistics.median(cpu["pytorch"]) if "pytorch" in cpu else None
@@ -154,6 +145,28 @@ def main() -> None:
     if theirs and "tapeflow" in times:
         ok = statistics.median(times["tapeflow"]) <= TARGET * theirs
         print(f"  target tapeflow <= {TARGET}x pytorch: {'met' if ok else 'not met'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2, help="processes per library")
+    parser.add_argument("--libraries", nargs="+", choices=LIBRARIES, default=list(LIBRARIES))
+    parser.add_argument("--cells", nargs="+", choices=CELLS, default=list(CELLS), help="recurrent layers to time")
+    parser.add_argument("--worker", metavar="LIBRARY", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.cells[0])
+        return
+    for cell in args.cells:
+        times = {lib: [] for lib in args.libraries}
+        cpu = {lib: [] for lib in args.libraries}
+        for round_ in range(args.rounds):
+            order = args.libraries if round_ % 2 == 0 else args.libraries[::-1]
+            for lib in order:
+                result = run_worker(lib, cell)
+                times[lib].extend(result["step_seconds"])
+                cpu[lib].extend(result["cpu_seconds"])
+        report(cell, times, cpu)
 
 
 if __name__ == "__main__":

@@ -191,6 +191,8 @@ depthwise_conv2d_backward_input = _depthwise.depthwise_conv2d_backward_input
 depthwise_conv2d_backward_filter = _depthwise.depthwise_conv2d_backward_filter
 lstm_forward = _recurrent.lstm_forward
 lstm_backward = _recurrent.lstm_backward
+gru_forward = _recurrent.gru_forward
+gru_backward = _recurrent.gru_backward
 
 __all__ = [
     "MODULES",
@@ -230,4 +232,6 @@ __all__ = [
     "depthwise_conv2d_backward_filter",
     "lstm_forward",
     "lstm_backward",
+    "gru_forward",
+    "gru_backward",
 ]

@@ -1,8 +1,8 @@
-"""LSTM over a whole sequence: per step, one gemm of the previous output with the recurrent
-kernel for all four gates, then the gates and the cell update in one pass over the batch.
+"""LSTM and GRU over a whole sequence: per step, one gemm of the previous output with the
+recurrent kernel for all the gates, then the gates and the state update in one pass over the batch.
 
-Arrays are C-contiguous. The projected inputs `xp` are [batch, time, 4 * units] (gates i, f,
-c, o); `mask` ([batch, time], nonzero = real step) is optional: a masked step keeps the
+Arrays are C-contiguous. The projected inputs `xp` are [batch, time, 4 * units] for the LSTM
+(gates i, f, c, o) and [batch, time, 3 * units] for the GRU (gates z, r, h); `mask` ([batch, time], nonzero = real step) is optional: a masked step keeps the
 previous states, and its output repeats the previous output (zeros before the first real
 step). Outputs are stored in the order the steps run (reversed time with `backwards`); the
 gate activations are stored at their time index, beside the inputs they come from.
@@ -294,3 +294,230 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
     free(hprev)
     free(firsts)
     free(tcs)
+
+
+cdef inline void _sigmoid_all(floating* v, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t k
+    if floating is float:
+        tapeflow_sigmoid_f32(v, n)
+    else:
+        for k in range(n):
+            v[k] = _sigmoid(v[k])
+
+
+cdef inline void _tanh_all(floating* v, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t k
+    if floating is float:
+        tapeflow_tanh_f32(v, v, n)
+    else:
+        for k in range(n):
+            v[k] = _tanh(v[k])
+
+
+def gru_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] kernel,
+                const floating[::1] bias, const unsigned char[:, ::1] mask, bint reset_after, bint backwards,
+                floating[:, :, ::1] ys, floating[:, :, ::1] acts, floating[:, ::1] h_last):
+    """GRU over a whole sequence (gates z, r, h along the kernel's columns; `bias` is the
+    recurrent bias, added to the recurrent matmul). Per step one gemm of the previous output with
+    the recurrent kernel (two without reset_after: the candidate's kernel reads r * h), then the
+    gates in one pass over the batch. Fills ys [batch, time, units], acts [batch, time, 4 * units]
+    (z, r, the candidate, and the candidate's recurrent term (reset_after) or the reset state
+    r * h (otherwise)) and the final state h_last [batch, units]."""
+    cdef Py_ssize_t nb = xp.shape[0], nt = xp.shape[1], ng = xp.shape[2], nu = h0.shape[1]
+    if (ng != 3 * nu or kernel.shape[0] != nu or kernel.shape[1] != ng or bias.shape[0] != ng
+            or acts.shape[2] != 4 * nu):
+        raise ValueError(f"gru_forward: inconsistent shapes {xp.shape}, {h0.shape}, {kernel.shape}, {bias.shape}")
+    cdef const unsigned char* mp = NULL
+    if mask is not None:
+        mp = &mask[0, 0]
+    cdef Py_ssize_t s, t, b, u, na = 4 * nu
+    cdef floating z
+    cdef floating* hs = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* a
+    cdef floating* y
+    cdef floating* hp
+    cdef const floating* x
+    if hs == NULL:
+        raise MemoryError()
+    with nogil:
+        for b in range(nb):
+            memcpy(&hs[b * nu], &h0[b, 0], nu * sizeof(floating))
+        for s in range(nt):
+            t = nt - 1 - s if backwards else s
+            if nb > 0:
+                # the recurrent matmul of every gate (reset_after), or of z and r, into acts[:, t]
+                _gemm("N", "N", <int>(ng if reset_after else 2 * nu), <int>nb, <int>nu, <floating*>&kernel[0, 0],
+                      <int>ng, hs, <int>nu, 0.0, &acts[0, t, 0], <int>(nt * na))
+            for b in range(nb):
+                a = &acts[b, t, 0]
+                x = &xp[b, t, 0]
+                hp = &hs[b * nu]
+                for u in range(2 * nu):
+                    a[u] = x[u] + a[u] + bias[u]
+                _sigmoid_all(a, 2 * nu)
+                if reset_after:
+                    for u in range(nu):
+                        a[3 * nu + u] = a[2 * nu + u] + bias[2 * nu + u]
+                        a[2 * nu + u] = x[2 * nu + u] + a[nu + u] * a[3 * nu + u]
+                else:
+                    for u in range(nu):
+                        a[3 * nu + u] = a[nu + u] * hp[u]
+            if not reset_after and nb > 0:
+                _gemm("N", "N", <int>nu, <int>nb, <int>nu, <floating*>&kernel[0, 2 * nu], <int>ng,
+                      &acts[0, t, 3 * nu], <int>(nt * na), 0.0, &acts[0, t, 2 * nu], <int>(nt * na))
+            for b in range(nb):
+                a = &acts[b, t, 0]
+                y = &ys[b, s, 0]
+                hp = &hs[b * nu]
+                if mp != NULL and mp[b * nt + t] == 0:
+                    if s > 0:
+                        memcpy(y, &ys[b, s - 1, 0], nu * sizeof(floating))
+                    else:
+                        memset(y, 0, nu * sizeof(floating))
+                    memset(a, 0, na * sizeof(floating))
+                    continue
+                if not reset_after:
+                    x = &xp[b, t, 0]
+                    for u in range(nu):
+                        a[2 * nu + u] = x[2 * nu + u] + a[2 * nu + u] + bias[2 * nu + u]
+                _tanh_all(&a[2 * nu], nu)
+                for u in range(nu):
+                    z = a[u]
+                    hp[u] = z * hp[u] + (1.0 - z) * a[2 * nu + u]
+                    y[u] = hp[u]
+        for b in range(nb):
+            memcpy(&h_last[b, 0], &hs[b * nu], nu * sizeof(floating))
+    free(hs)
+
+
+def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const floating[:, ::1] h0,
+                 const floating[:, ::1] kernel, const floating[:, :, ::1] ys, const floating[:, :, ::1] acts,
+                 const unsigned char[:, ::1] mask, bint reset_after, bint backwards,
+                 floating[:, :, ::1] dxp, floating[:, ::1] dh0, floating[:, ::1] dkernel, floating[::1] dbias):
+    """Back through time from the gradients of ys and h_last: fills dxp [batch, time, 3 * units],
+    dh0, dkernel and dbias (the recurrent kernel's and bias's gradients, accumulated in place
+    step by step)."""
+    cdef Py_ssize_t nb = acts.shape[0], nt = acts.shape[1], na = acts.shape[2], nu = h0.shape[1]
+    cdef Py_ssize_t ng = 3 * nu
+    if na != 4 * nu or kernel.shape[0] != nu or kernel.shape[1] != ng or dbias.shape[0] != ng:
+        raise ValueError(f"gru_backward: inconsistent shapes {acts.shape}, {h0.shape}, {kernel.shape}")
+    cdef const unsigned char* mp = NULL
+    if mask is not None:
+        mp = &mask[0, 0]
+    cdef Py_ssize_t s, t, b, u
+    cdef floating dhn, z, r, c, e, dz, dc
+    # dh: the state's gradient; carry: output gradients of masked steps, owed to the last step that ran;
+    # hp: the state each row's step read; dr: per reset_after, the gradient of the recurrent matmul
+    # [batch, 3 * units], or that of the reset state [batch, units]
+    cdef floating* dh = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* carry = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* hp = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* dr = <floating*>malloc(max(1, nb * ng) * sizeof(floating))
+    cdef Py_ssize_t* firsts = <Py_ssize_t*>malloc(max(1, nb) * sizeof(Py_ssize_t))
+    cdef const floating* a
+    cdef const floating* gy
+    cdef floating* d
+    cdef floating* dhr
+    cdef floating* cr
+    cdef floating* hr
+    cdef floating* rr
+    if dh == NULL or carry == NULL or hp == NULL or dr == NULL or firsts == NULL:
+        free(dh)
+        free(carry)
+        free(hp)
+        free(dr)
+        free(firsts)
+        raise MemoryError()
+    with nogil:
+        for b in range(nb):
+            memcpy(&dh[b * nu], &gh[b, 0], nu * sizeof(floating))
+            memset(&carry[b * nu], 0, nu * sizeof(floating))
+            firsts[b] = 0
+            if mp != NULL:  # the first step that runs: before it the state is h0 and the output zeros
+                firsts[b] = nt
+                for s in range(nt):
+                    t = nt - 1 - s if backwards else s
+                    if mp[b * nt + t] != 0:
+                        firsts[b] = s
+                        break
+        for u in range(nu):
+            memset(&dkernel[u, 0], 0, ng * sizeof(floating))
+        memset(&dbias[0], 0, ng * sizeof(floating))
+        for s in range(nt - 1, -1, -1):
+            t = nt - 1 - s if backwards else s
+            for b in range(nb):
+                hr = &hp[b * nu]
+                if s > firsts[b]:
+                    memcpy(hr, &ys[b, s - 1, 0], nu * sizeof(floating))
+                else:
+                    memcpy(hr, &h0[b, 0], nu * sizeof(floating))
+                d = &dxp[b, t, 0]
+                rr = &dr[b * ng] if reset_after else &dr[b * nu]
+                cr = &carry[b * nu]
+                gy = &gys[b, s, 0]
+                if mp != NULL and mp[b * nt + t] == 0:
+                    for u in range(nu):
+                        cr[u] += gy[u]
+                    memset(d, 0, ng * sizeof(floating))
+                    memset(rr, 0, (ng if reset_after else nu) * sizeof(floating))
+                    continue
+                a = &acts[b, t, 0]
+                dhr = &dh[b * nu]
+                for u in range(nu):
+                    dhn = dhr[u] + gy[u] + cr[u]
+                    cr[u] = 0.0
+                    z = a[u]
+                    c = a[2 * nu + u]
+                    dz = dhn * (hr[u] - c) * z * (1.0 - z)
+                    dc = dhn * (1.0 - z) * (1.0 - c * c)
+                    d[u] = dz
+                    d[2 * nu + u] = dc
+                    dhr[u] = dhn * z
+                    if reset_after:
+                        r = a[nu + u]
+                        e = a[3 * nu + u]
+                        d[nu + u] = dc * e * r * (1.0 - r)
+                        rr[u] = dz
+                        rr[nu + u] = d[nu + u]
+                        rr[2 * nu + u] = dc * r
+            if nb == 0:
+                continue
+            if reset_after:
+                _gemm("T", "N", <int>nu, <int>nb, <int>ng, <floating*>&kernel[0, 0], <int>ng, dr, <int>ng,
+                      1.0, dh, <int>nu)
+                _gemm("N", "T", <int>ng, <int>nu, <int>nb, dr, <int>ng, hp, <int>nu, 1.0, &dkernel[0, 0], <int>ng)
+                for b in range(nb):
+                    for u in range(ng):
+                        dbias[u] += dr[b * ng + u]
+                continue
+            # without reset_after: the reset state's gradient first, then the gates z and r
+            _gemm("T", "N", <int>nu, <int>nb, <int>nu, <floating*>&kernel[0, 2 * nu], <int>ng, &dxp[0, t, 2 * nu],
+                  <int>(nt * ng), 0.0, dr, <int>nu)
+            for b in range(nb):
+                if mp != NULL and mp[b * nt + t] == 0:
+                    continue
+                a = &acts[b, t, 0]
+                d = &dxp[b, t, 0]
+                rr = &dr[b * nu]
+                hr = &hp[b * nu]
+                dhr = &dh[b * nu]
+                for u in range(nu):
+                    r = a[nu + u]
+                    d[nu + u] = rr[u] * hr[u] * r * (1.0 - r)
+                    dhr[u] += rr[u] * r
+            _gemm("T", "N", <int>nu, <int>nb, <int>(2 * nu), <floating*>&kernel[0, 0], <int>ng, &dxp[0, t, 0],
+                  <int>(nt * ng), 1.0, dh, <int>nu)
+            _gemm("N", "T", <int>(2 * nu), <int>nu, <int>nb, &dxp[0, t, 0], <int>(nt * ng), hp, <int>nu,
+                  1.0, &dkernel[0, 0], <int>ng)
+            _gemm("N", "T", <int>nu, <int>nu, <int>nb, &dxp[0, t, 2 * nu], <int>(nt * ng),
+                  <floating*>&acts[0, t, 3 * nu], <int>(nt * na), 1.0, &dkernel[0, 2 * nu], <int>ng)
+            for b in range(nb):
+                for u in range(ng):
+                    dbias[u] += dxp[b, t, u]
+        for b in range(nb):
+            memcpy(&dh0[b, 0], &dh[b * nu], nu * sizeof(floating))
+    free(dh)
+    free(carry)
+    free(hp)
+    free(dr)
+    free(firsts)

@@ -22,7 +22,12 @@ from tapeflow._kernels import elementwise as _elementwise
 from tapeflow.backends.common import check_index_range, check_labels
 from tapeflow.backends.geometry import MAX_EXTENT as MAX_DIM
 from tapeflow.backends.geometry import axis_geometry, conv_geometry
-from tapeflow.backends.numpy_recurrent import lstm_sequence, lstm_sequence_grad  # noqa: F401 (kernels by op name)
+from tapeflow.backends.numpy_recurrent import (  # noqa: F401 (kernels by op name)
+    gru_sequence,
+    gru_sequence_grad,
+    lstm_sequence,
+    lstm_sequence_grad,
+)
 
 _FAST = (np.float32, np.float64)
 

@@ -79,3 +79,48 @@ def lstm_sequence_grad(gys, gh, gc, h0, c0, kernel, ys, cs, acts, *mask, go_back
                            dxp, dh0, dc0, dkernel)  # fmt: skip
     out = (dxp, dh0, dc0, dkernel)
     return out if dtype == out_dtype else tuple(a.astype(out_dtype) for a in out)
+
+
+def gru_sequence(xp, h0, kernel, bias, *mask, reset_after=True, go_backwards=False):
+    out_dtype = xp.dtype
+    dtype = _compute_dtype(out_dtype)
+    xp, h0, kernel, bias = _arrays(dtype, xp, h0, kernel, bias)
+    batch, steps, width = xp.shape
+    units = width // 3
+    if width != 3 * units or h0.shape != (batch, units) or kernel.shape != (units, width) or bias.shape != (width,):
+        # dimensions unknown until run time are checked here, before the kernel indexes by them
+        raise ValueError(
+            f"gru_sequence: shapes do not fit together: inputs {xp.shape}, h0 {h0.shape}, "
+            f"recurrent kernel {kernel.shape}, recurrent bias {bias.shape}"
+        )
+    ys = np.empty((batch, steps, units), dtype)
+    acts = np.empty((batch, steps, 4 * units), dtype)
+    h = np.empty_like(h0)
+    mask = _mask(mask, batch, steps, "gru_sequence")
+    _kernels.gru_forward(xp, h0, kernel, bias, mask, bool(reset_after), bool(go_backwards), ys, acts, h)
+    out = (ys, h, acts)
+    return out if dtype == out_dtype else tuple(a.astype(out_dtype) for a in out)
+
+
+def gru_sequence_grad(gys, gh, h0, kernel, ys, acts, *mask, reset_after=True, go_backwards=False):
+    out_dtype = acts.dtype
+    dtype = _compute_dtype(out_dtype)
+    gys, gh, h0, kernel, ys, acts = _arrays(dtype, gys, gh, h0, kernel, ys, acts)
+    batch, steps, width = acts.shape
+    units = width // 4
+    state, sequence = (batch, units), (batch, steps, units)
+    expected = [gys, sequence], [gh, state], [h0, state], [kernel, (units, 3 * units)], [ys, sequence]
+    if width != 4 * units or any(a.shape != shape for a, shape in expected):
+        # dimensions unknown until run time are checked here, before the kernel indexes by them
+        raise ValueError(
+            "gru_sequence_grad: shapes do not fit together: "
+            + ", ".join(str(a.shape) for a, _ in expected)
+            + f" for gate activations {acts.shape}"
+        )
+    dxp = np.empty((batch, steps, 3 * units), dtype)
+    dh0, dkernel, dbias = np.empty_like(h0), np.empty_like(kernel), np.empty(3 * units, dtype)
+    mask = _mask(mask, batch, steps, "gru_sequence_grad")
+    _kernels.gru_backward(gys, gh, h0, kernel, ys, acts, mask, bool(reset_after), bool(go_backwards),
+                          dxp, dh0, dkernel, dbias)  # fmt: skip
+    out = (dxp, dh0, dkernel, dbias)
+    return out if dtype == out_dtype else tuple(a.astype(out_dtype) for a in out)

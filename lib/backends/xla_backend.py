@@ -58,9 +58,11 @@ UNSUPPORTED = frozenset(
         "eigh",  # XLA's eigensolver picks other eigenvector signs than LAPACK's (NumPy's)
         "svd",  # XLA's SVD picks other singular vector signs than LAPACK's (NumPy's)
         "view",  # a bitcast: torch_xla runs aten::view.dtype on the CPU
-        # the whole-sequence LSTM is a compiled CPU kernel; on XLA the layers keep their steps
+        # the whole-sequence LSTM and GRU are compiled CPU kernels; on XLA the layers keep their steps
         "lstm_sequence",
         "lstm_sequence_grad",
+        "gru_sequence",
+        "gru_sequence_grad",
         # queues hold host arrays shared between threads and processes
         "queue_close",
         "queue_dequeue",

@@ -32,7 +32,7 @@ from tapeflow.ops import nn
 from tapeflow.ops.array import concat, expand_dims, reshape, split, stack
 from tapeflow.ops.creation import full_like, ones, zeros, zeros_like
 from tapeflow.ops.math import cast, matmul, where
-from tapeflow.ops.nn.recurrent import lstm_sequence
+from tapeflow.ops.nn.recurrent import gru_sequence, lstm_sequence
 from tapeflow.ops.random import Generator, global_generator
 from tapeflow.ops.registry import as_tensor, get_op
 from tapeflow.ops.shapes import as_int
@@ -999,9 +999,19 @@ class LSTM(_CellRNN):
             return super()._run(inputs, mask, states)
         batch, steps = inputs.shape[0], inputs.shape[1]
         checked = None if mask is None else self._checked_mask(mask, batch, steps)
+        projected = self.cell.project(inputs)
+
+        def computed(t):  # in the projection's dtype: the compute dtype under a mixed precision policy
+            return t if t.dtype == projected.dtype else cast(t, projected.dtype)
+
         h0, c0 = states
         ys, h, c = lstm_sequence(
-            self.cell.project(inputs), h0, c0, self.cell.recurrent_kernel, checked, go_backwards=self.go_backwards
+            projected,
+            computed(h0),
+            computed(c0),
+            computed(self.cell.recurrent_kernel),
+            checked,
+            go_backwards=self.go_backwards,
         )
         # Unmasked, the last output is the final h; masked, it is the last step's output.
         result = ys if self.return_sequences else (h if mask is None else ys[:, -1, :])
@@ -1107,3 +1117,44 @@ class GRU(_CellRNN):
             zero_output_for_mask=zero_output_for_mask,
             **kwargs,
         )
+
+    def _runs_as_one_op(self, mask) -> bool:
+        """Whether the whole sequence can run as one `gru_sequence` op: while training (an
+        inference graph keeps the steps, which export to ONNX), with Keras's default
+        activations, no dropout, and no zeroed outputs under a mask."""
+        cell = self.cell
+        sequence = cell._sequence
+        return (
+            sequence is not None
+            and sequence["training"]
+            and type(cell) is GRUCell
+            and cell.activation is activations.tanh
+            and cell.recurrent_activation is activations.sigmoid
+            and not (cell.dropout or cell.recurrent_dropout)
+            and not (mask is not None and self.zero_output_for_mask)
+        )
+
+    def _run(self, inputs, mask, states):
+        if not self._runs_as_one_op(mask) or not get_op("gru_sequence").runs_on(inputs.device.family):
+            return super()._run(inputs, mask, states)
+        batch, steps = inputs.shape[0], inputs.shape[1]
+        checked = None if mask is None else self._checked_mask(mask, batch, steps)
+        cell = self.cell
+        projected = cell.project(inputs)
+
+        def computed(t):  # in the projection's dtype: the compute dtype under a mixed precision policy
+            return t if t is None or t.dtype == projected.dtype else cast(t, projected.dtype)
+
+        recurrent_bias = cell.bias[1] if cell.bias is not None and cell.reset_after else None
+        ys, h = gru_sequence(
+            projected,
+            computed(states[0]),
+            computed(cell.recurrent_kernel),
+            computed(recurrent_bias),
+            checked,
+            reset_after=cell.reset_after,
+            go_backwards=self.go_backwards,
+        )
+        # Unmasked, the last output is the final h; masked, it is the last step's output.
+        result = ys if self.return_sequences else (h if mask is None else ys[:, -1, :])
+        return [result, h] if self.return_state else result

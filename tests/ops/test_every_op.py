@@ -967,6 +967,81 @@ for _label, _mask, _back in (("plain", None, False), ("masked-backwards", _LSTM_
 NOT_DIFFERENTIABLE |= {"lstm_sequence_grad"}
 
 
+# ------------------------------------------------------ whole-sequence GRU oracle
+def np_gru_sequence(xp, h0, kernel, bias, mask=None, reset_after=True, go_backwards=False):
+    """Keras's GRU steps (sigmoid written as (1 + tanh(z / 2)) / 2); works on complex inputs too."""
+    batch, steps, width = xp.shape
+    u = width // 3
+    keep = np.ones((batch, steps), bool) if mask is None else mask
+    h, y = h0, np.zeros_like(h0)
+    ys, acts = [], [None] * steps
+    for t in range(steps - 1, -1, -1) if go_backwards else range(steps):
+        xz, xr, xh = np.split(xp[:, t], 3, axis=1)
+        if reset_after:
+            rz, rr, rh = np.split(h @ kernel + bias, 3, axis=1)
+            z, r = (1 + np.tanh((xz + rz) / 2)) / 2, (1 + np.tanh((xr + rr) / 2)) / 2
+            extra = rh
+            cand = np.tanh(xh + r * rh)
+        else:
+            rz, rr = np.split(h @ kernel[:, : 2 * u] + bias[: 2 * u], 2, axis=1)
+            z, r = (1 + np.tanh((xz + rz) / 2)) / 2, (1 + np.tanh((xr + rr) / 2)) / 2
+            extra = r * h
+            cand = np.tanh(xh + extra @ kernel[:, 2 * u :] + bias[2 * u :])
+        h_new = z * h + (1 - z) * cand
+        k = keep[:, t : t + 1]
+        h, y = np.where(k, h_new, h), np.where(k, h_new, y)
+        ys.append(y)
+        acts[t] = np.where(k, np.concatenate([z, r, cand, extra], 1), 0.0)
+    return np.stack(ys, 1), h, np.stack(acts, 1)
+
+
+def np_gru_sequence_grad(xp, bias, gys, gh, h0, kernel, mask=None, reset_after=True, go_backwards=False):
+    """The VJP of np_gru_sequence at (xp, h0, kernel, bias), by complex steps."""
+    args = [xp, h0, kernel, bias]
+    grads = []
+    for k, a in enumerate(args):
+        g = np.zeros_like(a)
+        for idx in np.ndindex(a.shape):
+            bumped = [b.astype(complex) for b in args]
+            bumped[k][idx] += 1e-30j
+            out = np_gru_sequence(*bumped, mask, reset_after, go_backwards)
+            g[idx] = sum(np.sum(w * o.imag) for w, o in zip((gys, gh), out[:2], strict=True)) / 1e-30
+        grads.append(g)
+    return tuple(grads)
+
+
+_GRU_MASK = np.array([[False, True, True], [True, False, True]])
+for _label, _mask, _after, _back in (
+    ("plain", None, True, False),
+    ("masked-backwards", _GRU_MASK, True, True),
+    ("reset-before", None, False, False),
+    ("reset-before-masked-backwards", _GRU_MASK, False, True),
+):
+    _ins = [normal(2, 3, 6), normal(2, 2), normal(2, 6) * 0.5, normal(6) * 0.5]
+    _extra = [] if _mask is None else [_mask]
+    _attrs = {"reset_after": _after, "go_backwards": _back}
+    sample(
+        "gru_sequence",
+        _label,
+        _ins + _extra,
+        _attrs,
+        lambda *a, ra=_after, b=_back: np_gru_sequence(*a[:4], a[4] if len(a) > 4 else None, ra, b),
+        used=(0, 1),
+    )
+    _fwd = np_gru_sequence(*_ins, _mask, _after, _back)
+    _gins = [normal(2, 3, 2), normal(2, 2), _ins[1], _ins[2], _fwd[0], _fwd[2]]
+    sample(
+        "gru_sequence_grad",
+        _label,
+        _gins + _extra,
+        _attrs,
+        lambda *a, ra=_after, b=_back, xp=_ins[0], bias=_ins[3]: np_gru_sequence_grad(
+            xp, bias, *a[:4], a[6] if len(a) > 6 else None, ra, b
+        ),
+    )
+NOT_DIFFERENTIABLE |= {"gru_sequence_grad"}
+
+
 # ----------------------------------------------------------- pooling oracle
 def _pool_windows(x, ksize, strides, padding, fill):
     oh, ow, pads = _geometry(x.shape[1:3], ksize, strides, padding, (1, 1))
