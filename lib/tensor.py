@@ -19,6 +19,7 @@ import numpy as np
 
 from tapeflow import dtypes
 from tapeflow.backends import backend
+from tapeflow.backends.common import check_pending
 from tapeflow.devices import CPU, current_device, parse_device
 
 # The ops behind Tensor's operators and methods. This module comes before tapeflow.ops in
@@ -144,7 +145,10 @@ class Tensor:
     def _host(self) -> np.ndarray:
         """The value as a NumPy array (a copy from the device for an accelerator)."""
         value = self._value
-        return value if type(value) is np.ndarray else backend(self._device.family).to_host(value)
+        if type(value) is np.ndarray:
+            return value
+        check_pending(deferrable=True)  # an id or label found out of range on the device raises here
+        return backend(self._device.family).to_host(value)
 
     # ----- conversion -----
     def numpy(self) -> np.ndarray:

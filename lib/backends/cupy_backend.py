@@ -17,13 +17,15 @@ This backend has not yet run on a GPU: what needs one is unverified.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import numpy as np
 
 from tapeflow import _compat
 from tapeflow._kernels import cuda
-from tapeflow.backends.common import check_labels
-from tapeflow.backends.geometry import conv_geometry, padded_extent
+from tapeflow._kernels.cuda import elementwise_source
+from tapeflow.backends import cupy_recurrent, window_ops
+from tapeflow.backends.common import check_in_range, check_index_range, check_labels
 
 xp = _compat.cupy if _compat.has_gpu else np
 ON_GPU = xp is not np
@@ -120,10 +122,10 @@ def _raw(source: str, name: str, dtype):
 
 
 def sparse_softmax_cross_entropy_with_logits(logits, labels):
-    """Loss and gradient in one pass: one block per row on a GPU."""
+    """Loss and gradient in one pass: one block per row on a GPU. Labels are checked on the
+    device (read at the end of the step) and clipped into range meanwhile."""
     logits, labels = xp.asarray(logits), xp.asarray(labels, dtype=np.int64)
-    if not ON_GPU:
-        check_labels("sparse_softmax_cross_entropy_with_logits", labels, logits.shape[1])
+    labels = check_labels("sparse_softmax_cross_entropy_with_logits", labels, logits.shape[1])
     kernel = _raw("softmax_xent", "sparse_softmax_xent", logits.dtype)
     if kernel is None:
         return _softmax_xent_xp(logits, labels)
@@ -145,9 +147,11 @@ def _softmax_xent_xp(logits, labels):
 
 
 def scatter_add(x, indices, updates, axis):
-    """Rows added into a copy of `x` at `indices` (repeats accumulate): atomic adds on a GPU."""
+    """Rows added into a copy of `x` at `indices` (repeats accumulate): atomic adds on a GPU.
+    Indices are checked on the device (read at the end of the step) and clipped into range
+    meanwhile, so that nothing is written outside `x`."""
     out = xp.array(x, copy=True)
-    ids = xp.asarray(indices, dtype=np.int64).reshape(-1)
+    ids = check_index_range("scatter_add", xp.asarray(indices, dtype=np.int64), x.shape[axis], axis).reshape(-1)
     ids = xp.where(ids < 0, ids + x.shape[axis], ids)
     kernel = _raw("scatter_add_rows", "scatter_add_rows", out.dtype) if axis == 0 and out.ndim == 2 else None
     if kernel is None:
@@ -162,19 +166,146 @@ def scatter_add(x, indices, updates, axis):
     return out
 
 
-def bind_word2vec_sgns_train(reference, **attrs):
-    """The reference with the tables on the device and the corpus walk's inputs (ids, offsets,
-    keep, cum and the scalars) copied to the host once per call."""
+FUSED_WORD2VEC = ON_GPU  # Word2Vec(device=...) trains through word2vec.cu, not in batches of pairs
 
-    def kernel(syn0, syn1, *walk):
+
+def bind_word2vec_sgns_train(reference, window, negative, threads):
+    """On a GPU, word2vec.cu's fused kernel: a block per window at a time, Hogwild across
+    blocks, on copies of the tables; the corpus goes to the device (where it is not already)
+    and the learning rates and seed stay 0-d device arrays, never read on the host. `threads`
+    counts CPU threads and has no say here: as many blocks run as fill the GPU at 128 threads
+    each, but no more than a quarter of the vocabulary, so that windows in flight at once
+    seldom update the same rows of a small vocabulary. Without a GPU (or for a window whose
+    block would not fit in shared memory): the reference, with the corpus walk's inputs copied
+    to the host once per call."""
+
+    def host_walk(syn0, syn1, *walk):
         new0, new1, counts = reference(syn0, syn1, *(to_host(a) for a in walk))
         return new0, new1, from_host(counts)
 
-    return kernel
+    def fused(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_end, seed):
+        function = _raw("word2vec", "word2vec_sgns", syn0.dtype)
+        launch = word2vec_launch(dtype_of(syn0).itemsize, syn0.shape[1], window, negative)
+        if function is None or launch is None:
+            return host_walk(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_end, seed)
+        vocab, dim = syn0.shape
+        new0, new1 = xp.array(syn0, order="C", copy=True), xp.array(syn1, order="C", copy=True)
+        counts = xp.zeros(3, dtype=np.int64)
+        total = ids.shape[0]
+        if total == 0 or dim == 0:
+            return new0, new1, counts
+        ids, _ = check_in_range(xp.asarray(ids), 0, vocab, functools.partial(_word_id_error, "word id", vocab))
+        bounds = functools.partial(_word_id_error, "sentence offset", total + 1)
+        offsets, _ = check_in_range(xp.asarray(offsets, dtype=np.int64), 0, total + 1, bounds)
+        block, lanes, shared = launch
+        blocks = min(total, 16 * _multiprocessors(), max(1, vocab // 4))
+        args = (
+            new0,
+            new1,
+            xp.ascontiguousarray(ids, dtype=np.int32),
+            xp.ascontiguousarray(offsets, dtype=np.int64),
+            np.int64(offsets.shape[0] - 1),
+            xp.ascontiguousarray(keep, dtype=np.float64),
+            xp.ascontiguousarray(cum, dtype=np.int64),
+            _device_float64(alpha_start),
+            _device_float64(alpha_end),
+            seed.astype(np.int64) if isinstance(seed, xp.ndarray) else from_host(np.asarray(seed, np.int64)),
+            np.int64(total),
+            *(np.int32(v) for v in (vocab, dim, window, negative, lanes)),
+            counts,
+        )
+        function((blocks,), (block,), args, shared_mem=shared)
+        return new0, new1, counts
+
+    return fused if ON_GPU else host_walk
+
+
+def _word_id_error(what: str, size: int, bad) -> IndexError:
+    return IndexError(f"word2vec_sgns_train: {what} {bad} is out of range [0, {size})")
+
+
+_MULTIPROCESSORS: dict = {}
+
+
+def _multiprocessors() -> int:
+    """The current GPU's streaming multiprocessors (asked once per GPU)."""
+    index = xp.cuda.Device().id
+    if index not in _MULTIPROCESSORS:
+        _MULTIPROCESSORS[index] = int(xp.cuda.Device(index).attributes["MultiProcessorCount"])
+    return _MULTIPROCESSORS[index]
+
+
+def word2vec_shared_bytes(itemsize: int, window: int, negative: int, threads: int, lanes: int) -> int:
+    """Bytes of shared memory a block of word2vec.cu's kernel takes (the layout in its header)."""
+    outs, span = negative + 1, 2 * window
+    pairs = span * outs
+    return 16 + itemsize * (pairs * (lanes + 1) + pairs + outs * threads) + 4 * (span + outs)
+
+
+def word2vec_launch(itemsize: int, dim: int, window: int, negative: int) -> tuple | None:
+    """(threads, lanes, shared bytes) of a block of word2vec.cu's kernel: 128 threads, and up
+    to 32 lanes over the dimension per dot product, fewer where 48 KiB of shared memory is
+    short; None where not even 32 threads with one lane fit.
+
+    >>> word2vec_launch(4, 100, 5, 5)
+    (128, 32, 11312)
+    """
+    widest = 1 << min(5, max(0, dim.bit_length() - 1))
+    for threads in (128, 64, 32):
+        for lanes in (32, 16, 8, 4, 2, 1):
+            size = word2vec_shared_bytes(itemsize, window, negative, threads, lanes)
+            if lanes <= widest and size <= 48 * 1024:
+                return threads, lanes, size
+    return None
+
+
+# ------------------------------------------------------------ generated ElementwiseKernels
+def bind_fused_elementwise(reference, program):
+    """One generated ElementwiseKernel per program and float32/float64 dtype on a GPU, CuPy
+    broadcasting the inputs; the reference for half floats and without a GPU."""
+    if not ON_GPU:
+        return reference
+    sources: dict = {}
+
+    def run(*arrays):
+        dtype = np.dtype(arrays[0].dtype)
+        if dtype.name not in elementwise_source.CTYPES or any(a.dtype != dtype for a in arrays):
+            return reference(*arrays)
+        key = (dtype.name, len(arrays))
+        if key not in sources:
+            sources[key] = elementwise_source.fused_elementwise(program, len(arrays), dtype.name)
+        return cuda.elementwise(sources[key])(*arrays)
+
+    return run
+
+
+def _device_float64(value):
+    """`value` (a 0-d device array or a number) as a float64 device array, read nowhere else."""
+    return value.astype(np.float64) if isinstance(value, xp.ndarray) else from_host(np.asarray(value, np.float64))
+
+
+def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """One generated kernel per variable on a GPU, reading `lr` and `step` on the device (never
+    on the host); elsewhere the reference's arithmetic in array ops, as free of host reads."""
+    lr, step = _device_float64(lr), _device_float64(step)
+    dtype = dtype_of(param)
+    if ON_GPU and dtype.name in elementwise_source.CTYPES and all(dtype_of(a) == dtype for a in (m, v, grad)):
+        source = elementwise_source.adam_update(dtype.name, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+        return tuple(cuda.elementwise(source)(param, m, v, grad, lr, step))
+    bias1 = (1.0 - xp.power(beta1, step)).astype(dtype)
+    bias2 = (1.0 - xp.power(beta2, step)).astype(dtype)
+    m_new = beta1 * m + (1.0 - beta1) * grad
+    v_new = beta2 * v + (1.0 - beta2) * grad * grad
+    # with epsilon_on_sqrt_v the reference's epsilon is a float64 scalar, and the step float64 too
+    eps = epsilon / xp.sqrt(1.0 - xp.power(beta2, step)) if epsilon_on_sqrt_v else epsilon
+    p_new = param - lr.astype(dtype) * (m_new / bias1) / (xp.sqrt(v_new / bias2) + eps)
+    return p_new.astype(dtype), m_new.astype(dtype), v_new.astype(dtype)
 
 
 def gather(x, indices, axis):
-    return xp.take(x, xp.asarray(indices), axis=axis)
+    """Indices are checked on the device (read at the end of the step) and clipped into
+    range meanwhile."""
+    return xp.take(x, check_index_range("gather", xp.asarray(indices), x.shape[axis], axis), axis=axis)
 
 
 # ------------------------------------------------------------ dense math
@@ -199,20 +330,81 @@ def fused_matmul(a, w, b, activation):
     return _bias_activation(xp.matmul(a, w), b, activation)
 
 
+# ------------------------------------------------------------ window ops (im2col views, one GEMM each)
 def conv2d(x, w, strides, padding, dilations):
-    """im2col as a strided view of the padded input, contracted with the filter in one
-    tensordot (one GEMM)."""
-    kh, kw = w.shape[0], w.shape[1]
-    h, wd = x.shape[1], x.shape[2]
-    oh, ow, top, left = conv_geometry("conv2d", h, wd, kh, kw, strides, padding, dilations)
-    bottom = padded_extent(h, oh, kh, strides[0], dilations[0], top) - h - top
-    right = padded_extent(wd, ow, kw, strides[1], dilations[1], left) - wd - left
-    padded = xp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
-    span_h, span_w = (kh - 1) * dilations[0] + 1, (kw - 1) * dilations[1] + 1
-    windows = xp.lib.stride_tricks.sliding_window_view(padded, (span_h, span_w), axis=(1, 2))
-    windows = windows[:, : (oh - 1) * strides[0] + 1 : strides[0], : (ow - 1) * strides[1] + 1 : strides[1]]
-    windows = windows[..., :: dilations[0], :: dilations[1]]  # [n, oh, ow, c, kh, kw]
-    return xp.tensordot(windows, w, axes=((3, 4, 5), (2, 0, 1))).astype(x.dtype, copy=False)
+    return window_ops.conv(xp, x, w, strides, padding, dilations, "conv2d")
+
+
+def conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    return window_ops.conv_filter_grad(xp, x, dy, filter_size, strides, padding, dilations, "conv2d_filter_grad")
+
+
+def conv2d_input_grad(dy, w, input_size, strides, padding, dilations):
+    return window_ops.conv_input_grad(xp, dy, w, input_size, strides, padding, dilations, "conv2d_transpose")
+
+
+def conv3d(x, w, strides, padding, dilations):
+    return window_ops.conv(xp, x, w, strides, padding, dilations, "conv3d")
+
+
+def conv3d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    return window_ops.conv_filter_grad(xp, x, dy, filter_size, strides, padding, dilations, "conv3d_filter_grad")
+
+
+def conv3d_input_grad(dy, w, input_size, strides, padding, dilations):
+    return window_ops.conv_input_grad(xp, dy, w, input_size, strides, padding, dilations, "conv3d_transpose")
+
+
+def depthwise_conv2d(x, w, strides, padding, dilations):
+    return window_ops.depthwise(xp, x, w, strides, padding, dilations)
+
+
+def depthwise_conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations):
+    return window_ops.depthwise_filter_grad(xp, x, dy, filter_size, strides, padding, dilations)
+
+
+def depthwise_conv2d_input_grad(dy, w, input_size, strides, padding, dilations):
+    return window_ops.depthwise_input_grad(xp, dy, w, input_size, strides, padding, dilations)
+
+
+def max_pool2d(x, ksize, strides, padding):
+    return window_ops.max_pool(xp, x, ksize, strides, padding, "max_pool2d")
+
+
+def max_pool2d_grad(x, dy, ksize, strides, padding):
+    return window_ops.max_pool_grad(xp, x, dy, ksize, strides, padding, "max_pool2d")
+
+
+def max_pool2d_grad_grad(x, g, ksize, strides, padding):
+    return window_ops.max_pool_grad_grad(xp, x, g, ksize, strides, padding, "max_pool2d")
+
+
+def avg_pool2d(x, ksize, strides, padding):
+    return window_ops.avg_pool(xp, x, ksize, strides, padding, "avg_pool2d")
+
+
+def avg_pool2d_grad(dy, input_size, ksize, strides, padding):
+    return window_ops.avg_pool_grad(xp, dy, input_size, ksize, strides, padding, "avg_pool2d")
+
+
+def max_pool3d(x, ksize, strides, padding):
+    return window_ops.max_pool(xp, x, ksize, strides, padding, "max_pool3d")
+
+
+def max_pool3d_grad(x, dy, ksize, strides, padding):
+    return window_ops.max_pool_grad(xp, x, dy, ksize, strides, padding, "max_pool3d")
+
+
+def max_pool3d_grad_grad(x, g, ksize, strides, padding):
+    return window_ops.max_pool_grad_grad(xp, x, g, ksize, strides, padding, "max_pool3d")
+
+
+def avg_pool3d(x, ksize, strides, padding):
+    return window_ops.avg_pool(xp, x, ksize, strides, padding, "avg_pool3d")
+
+
+def avg_pool3d_grad(dy, input_size, ksize, strides, padding):
+    return window_ops.avg_pool_grad(xp, dy, input_size, ksize, strides, padding, "avg_pool3d")
 
 
 def fused_conv2d(x, w, b, activation, **conv):
@@ -234,3 +426,34 @@ def _segment(ufunc: str, init: float):
 segment_sum = _segment("add", 0.0)
 segment_max = _segment("maximum", -np.inf)
 segment_min = _segment("minimum", np.inf)
+
+
+# ------------------------------------------------------------ recurrent sequences (a GEMM and a cell kernel a step)
+def _cell_kernels():
+    """How the recurrent cells are compiled: generated ElementwiseKernels on a GPU, else None
+    (array operations)."""
+    return cuda.elementwise if ON_GPU else None
+
+
+def lstm_sequence(inputs, h0, c0, recurrent_kernel, *mask, go_backwards=False):
+    return cupy_recurrent.lstm_sequence(
+        xp, inputs, h0, c0, recurrent_kernel, *mask, go_backwards=go_backwards, elementwise=_cell_kernels()
+    )
+
+
+def lstm_sequence_grad(gys, gh, gc, h0, c0, recurrent_kernel, ys, cs, acts, *mask, go_backwards=False):
+    args = (gys, gh, gc, h0, c0, recurrent_kernel, ys, cs, acts, *mask)
+    return cupy_recurrent.lstm_sequence_grad(xp, *args, go_backwards=go_backwards, elementwise=_cell_kernels())
+
+
+def gru_sequence(inputs, h0, recurrent_kernel, recurrent_bias, *mask, reset_after=True, go_backwards=False):
+    args = (inputs, h0, recurrent_kernel, recurrent_bias, *mask)
+    attrs = {"reset_after": reset_after, "go_backwards": go_backwards}
+    return cupy_recurrent.gru_sequence(xp, *args, **attrs, elementwise=_cell_kernels())
+
+
+def gru_sequence_grad(gys, gh, h0, recurrent_kernel, ys, acts, *mask, reset_after=True, go_backwards=False):
+    attrs = {"reset_after": reset_after, "go_backwards": go_backwards}
+    return cupy_recurrent.gru_sequence_grad(
+        xp, gys, gh, h0, recurrent_kernel, ys, acts, *mask, **attrs, elementwise=_cell_kernels()
+    )

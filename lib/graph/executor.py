@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from tapeflow.backends import backend, numerics
+from tapeflow.backends.common import PENDING, check_pending, recording_at
 from tapeflow.devices import Device, parse_device
 from tapeflow.graph.ir import ASSIGN, QUEUE_OPS, READ, SIDE_EFFECT_OPS, GraphError, GraphIR, Value
 from tapeflow.ops.profiling import HOOKS
@@ -106,6 +107,8 @@ class Executor:
             dtypes = tuple(v.dtype.np for v in node.outputs)
             if not backend(where.family).HOLDS_NUMPY:  # a kernel's host result is copied in too
                 fn = _on_device(fn, conform, dtypes if op.num_outputs != 1 else dtypes[0])
+            if not backend(device.family).HOLDS_NUMPY:  # the checks it defers on the device name the node
+                fn = _recording_at(node, fn)
             owned = None
             if custom_run_node:
                 fn = functools.partial(self.run_node, node, fn)
@@ -172,11 +175,15 @@ class Executor:
                     for s, one, d in zip(out, r, dtype, strict=True):
                         env[s] = one if type(one) is np.ndarray and one.dtype == d else conform(one, d)
                 else:
+                    if PENDING.flags:  # checks deferred on a device pass before any variable changes
+                        check_pending(deferrable=True)
                     r = fn._value = conform(env[args[0]], fn.dtype.np)
                 if observer is not None:
                     observer(self.graph, node, args(env) if kind != _ASSIGN else (env[args[0]],), r, start)
                 for i in frees:
                     env[i] = None
+        if PENDING.flags:  # checks deferred on a device: one read per run
+            check_pending(deferrable=True)
         return [env[s] for s in self._fetch_slots]
 
     def run_node(self, node, kernel, *arrays):
@@ -248,6 +255,31 @@ def _on_device(fn, conform, dtypes):
     return lambda *arrays: conform(fn(*arrays), dtypes)
 
 
+def _recording_at(node, fn):
+    """`fn` with the checks it defers on a device failing as the node would on the host."""
+    failed = _failed_node(node)
+
+    def run(*arrays):
+        with recording_at(failed):
+            return fn(*arrays)
+
+    return run
+
+
+def _failed_node(node):
+    """The node's error for a check of its inputs that failed on a device (read later)."""
+    shapes = [_StaticShape(v) for v in node.inputs]
+    return lambda exc: _node_error(node, shapes, exc)
+
+
+class _StaticShape:
+    """A graph value's dtype and shape, standing for its array in an error message."""
+
+    def __init__(self, value: Value):
+        self.dtype = value.dtype.np
+        self.shape = tuple(value.shape)
+
+
 def _switched_to(device: Device, fn):
     """`fn` run with the numerics of `device` (a device of a family the run entered for
     another index), restoring them after."""
@@ -285,7 +317,8 @@ def _write_owned_rows(env, args, fn_and_variable, node):
     table, indices, updates = args(env)
     try:
         if table is variable._value and sole_owner(table, holders=3):  # the env slot, the variable and `table`
-            return in_place_rows(table, indices, updates)
+            with recording_at(_failed_node(node)):
+                return in_place_rows(table, indices, updates)
         return fn(table, indices, updates)
     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
         raise _node_error(node, [table, indices, updates], exc) from exc

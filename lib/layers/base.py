@@ -145,11 +145,13 @@ class InputSpec:
 
 # ------------------------------------------------------------- call context
 class _CallContext(threading.local):
-    """The `training` flag of the outermost layer call, inherited by nested calls, and the
-    tracer of the `compute_output_shape` probe running in this thread, if any."""
+    """The `training` flag of the outermost layer call, inherited by nested calls, the layers
+    whose calls are running (outermost first), and the tracer of the `compute_output_shape`
+    probe running in this thread, if any."""
 
     def __init__(self):
         self.training: list = []
+        self.calling: list = []
         self.probe: Tracer | None = None
 
 
@@ -366,6 +368,7 @@ class Layer:
         if not _CONTEXT.training:  # the outermost call: add_loss starts over
             self._clear_losses()
         _CONTEXT.training.append(bool(training))
+        _CONTEXT.calling.append(self)
         try:
             if self.compute_dtype is not self.dtype:  # mixed precision: weights are read in the compute dtype
                 with autocast_scope(self.compute_dtype):
@@ -375,6 +378,21 @@ class Layer:
             raise self._named(err) from err
         finally:
             _CONTEXT.training.pop()
+            _CONTEXT.calling.pop()
+
+    def _deferred_error(self, make_error):
+        """A function of a bad value giving `make_error(value)` named by the layers calling now,
+        as a raise inside this call would be: for an error found on a device and raised later
+        (an id out of range, read at the step's end)."""
+        callers = list(_CONTEXT.calling)
+
+        def error(value):
+            err = make_error(value)
+            for layer in reversed(callers):
+                err = layer._named(err)
+            return err
+
+        return error
 
     def _named(self, err: Exception) -> Exception:
         """`err` (a ValueError or TypeError from `call`) with this layer named in its message,

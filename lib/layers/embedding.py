@@ -8,6 +8,9 @@
 
 from __future__ import annotations
 
+import functools
+
+from tapeflow.backends.common import check_in_range
 from tapeflow.layers.base import Layer, serialize_constraint, serialize_initializer, serialize_regularizer
 from tapeflow.ops import nn
 from tapeflow.ops.math import cast, not_equal
@@ -79,14 +82,18 @@ class Embedding(Layer):
 
     def call(self, inputs):
         ids = inputs if inputs.dtype.kind == "i" else cast(inputs, "int64")
-        values = None if isinstance(ids, TracedTensor) else ids.numpy()  # a frozen graph checks when it runs
-        if values is not None and values.size and (values.min() < 0 or values.max() >= self.input_dim):
-            bad = values[(values < 0) | (values >= self.input_dim)].flat[0]
-            raise ValueError(
-                f"{self.name}: id {bad} is out of range [0, {self.input_dim}) (input_dim={self.input_dim}), "
-                f"in ids of shape {ids.shape}"
+        if not isinstance(ids, TracedTensor):  # a frozen graph checks when it runs
+            # on the host at once; on a device without reading it (the error comes at the step's end)
+            check_in_range(
+                ids._value, 0, self.input_dim, self._deferred_error(functools.partial(self._id_error, ids.shape))
             )
         return nn.embedding_lookup(self.embeddings, ids)
+
+    def _id_error(self, shape, bad) -> ValueError:
+        return ValueError(
+            f"{self.name}: id {bad} is out of range [0, {self.input_dim}) (input_dim={self.input_dim}), "
+            f"in ids of shape {shape}"
+        )
 
     def compute_mask(self, inputs, mask=None):
         if not self.mask_zero:

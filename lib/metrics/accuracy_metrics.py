@@ -14,7 +14,7 @@ from tapeflow.metrics.functions import (
     top_k_categorical_accuracy,
 )
 from tapeflow.metrics.metric import Metric, _snake
-from tapeflow.metrics.reduction_metrics import Mean, MeanMetricWrapper
+from tapeflow.metrics.reduction_metrics import Mean, MeanMetricWrapper, per_sample
 
 
 class Accuracy(MeanMetricWrapper):
@@ -155,4 +155,4 @@ class AutoAccuracy(Mean):
             self.resolved = self._from_loss() or self._from_shapes(y_true, y_pred)
         fn = _ACCURACY_FNS[self.resolved]
         kwargs = {"threshold": self._threshold} if self.resolved == "binary_accuracy" else {}
-        super().update_state(fn(y_true, y_pred, **kwargs), sample_weight)
+        super().update_state(per_sample(fn, y_true, y_pred, **kwargs), sample_weight)

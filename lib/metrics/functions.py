@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeflow.metrics.metric import _class_ids, _same_rank
+from tapeflow.metrics.metric import _array, _class_ids, _same_rank
 
 
 # ------------------------------------------------- per-sample metric values
@@ -34,7 +34,7 @@ def categorical_accuracy(y_true, y_pred) -> np.ndarray:
     >>> categorical_accuracy([[0, 1], [1, 0]], [[0.2, 0.8], [0.3, 0.7]]).tolist()
     [1.0, 0.0]
     """
-    t, p = np.asarray(y_true), np.asarray(y_pred)
+    t, p = _array(y_true), _array(y_pred)
     if t.shape != p.shape or p.ndim < 1:
         raise ValueError(f"categorical_accuracy: y_true shape {t.shape} and y_pred shape {p.shape} do not match")
     return (np.argmax(t, -1) == np.argmax(p, -1)).astype(np.float64)

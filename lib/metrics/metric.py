@@ -7,17 +7,37 @@ import re
 import numpy as np
 
 from tapeflow import dtypes, initializers
+from tapeflow.backends import backend
 from tapeflow.mixed_precision.policy import global_policy
-from tapeflow.tensor import Variable
+from tapeflow.tensor import Tensor, Variable
 
 
 def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
+def device_array(value):
+    """The array of a tensor held by an accelerator whose arrays take NumPy's functions (the
+    GPU's), else None: a metric computes there, and nothing is read to the host per batch.
+
+    >>> import tapeflow as tp
+    >>> device_array(tp.ones((2,))) is None
+    True
+    """
+    if not isinstance(value, Tensor) or value._value is None:
+        return None
+    kernels = backend(value.device.family)
+    return None if kernels.HOLDS_NUMPY or not kernels.FALLS_BACK_TO_REFERENCE else value._value
+
+
+def _array(value):
+    """A NumPy array of `value`, or the device array itself (`device_array`'s, never read)."""
+    return value if not isinstance(value, np.ndarray | np.generic) and hasattr(value, "get") else np.asarray(value)
+
+
 def _same_rank(owner: str, y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
     """Arrays whose ranks agree: a trailing size-1 axis on one side only is dropped."""
-    t, p = np.asarray(y_true), np.asarray(y_pred)
+    t, p = _array(y_true), _array(y_pred)
     if t.ndim == p.ndim + 1 and t.shape[-1:] == (1,):
         t = t[..., 0]
     elif p.ndim == t.ndim + 1 and p.shape[-1:] == (1,):
@@ -29,7 +49,7 @@ def _same_rank(owner: str, y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
 
 def _class_ids(owner: str, y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
     """Integer labels of shape y_pred.shape[:-1] (a trailing size-1 axis is dropped)."""
-    t, p = np.asarray(y_true), np.asarray(y_pred)
+    t, p = _array(y_true), _array(y_pred)
     if p.ndim < 1:
         raise ValueError(f"{owner}: y_pred must have a class axis, got shape {p.shape}")
     if t.ndim == p.ndim and t.shape[-1:] == (1,):

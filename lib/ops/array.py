@@ -341,7 +341,7 @@ def _gather_vjp(gs, xs, ys, axis):
 
 @defop("gather", infer=_gather_infer, vjp=_gather_vjp)
 def _GATHER(x, indices, axis):
-    check_index_range("gather", indices, x.shape[axis], axis)
+    indices = check_index_range("gather", indices, x.shape[axis], axis)
     return np.take(x, indices, axis=axis)
 
 
@@ -375,7 +375,7 @@ def _scatter_add_vjp(gs, xs, ys, axis):
 
 @defop("scatter_add", infer=_scatter_add_infer, vjp=_scatter_add_vjp)
 def _SCATTER_ADD(x, indices, updates, axis):
-    check_index_range("scatter_add", indices, x.shape[axis], axis)
+    indices = check_index_range("scatter_add", indices, x.shape[axis], axis)
     out = x.copy()  # (copy, not np.array: a reference also runs on CuPy arrays)
     index = (slice(None),) * axis + (indices,)
     np.add.at(out, index, updates)
@@ -405,10 +405,7 @@ def _gather_nd_infer(x, indices):
 
 
 def _nd_index(indices: np.ndarray, shape: tuple, name: str) -> tuple:
-    k = indices.shape[-1]
-    for axis in range(k):
-        check_index_range(name, indices[..., axis], shape[axis], axis)
-    return tuple(indices[..., axis] for axis in range(k))
+    return tuple(check_index_range(name, indices[..., axis], shape[axis], axis) for axis in range(indices.shape[-1]))
 
 
 @defop(

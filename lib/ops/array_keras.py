@@ -238,7 +238,7 @@ def _along_index(indices, axis: int) -> tuple:
 @defop("take_along_axis", infer=_take_along_axis_infer, vjp=_take_along_axis_vjp)
 def _TAKE_ALONG_AXIS(x, indices, axis):
     """x[..., indices[i], ...] at each position i (negative indices count from the end)."""
-    check_index_range("take_along_axis", indices, x.shape[axis], axis)
+    indices = check_index_range("take_along_axis", indices, x.shape[axis], axis)
     return x[_along_index(indices, axis)]
 
 
@@ -258,7 +258,7 @@ def _put_along_axis_add_infer(x, indices, updates, axis):
 )
 def _PUT_ALONG_AXIS_ADD(x, indices, updates, axis):
     """`x` with `updates` added at the positions take_along_axis reads; repeats accumulate."""
-    check_index_range("put_along_axis_add", indices, x.shape[axis], axis)
+    indices = check_index_range("put_along_axis_add", indices, x.shape[axis], axis)
     out = x.copy()
     np.add.at(out, _along_index(indices, axis), updates)
     return out

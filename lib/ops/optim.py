@@ -33,15 +33,30 @@ def _adam_infer(param, m, v, grad, lr, step, **_):
 
 @defop("adam_update", infer=_adam_infer, num_outputs=3)
 def _ADAM(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
-    lr, step = float(lr), float(step)
+    if not _on_device(lr) and not _on_device(step):  # numbers or host arrays
+        lr, step = float(lr), float(step)
+        correct1, correct2 = 1.0 - beta1**step, 1.0 - beta2**step
+    else:  # scalars on a device stay there: reading them would stall it at every step
+        step = step.astype(np.float64)
+        lr, correct1, correct2 = (_like_a_float(s, param) for s in (lr, 1.0 - beta1**step, 1.0 - beta2**step))
     if epsilon_on_sqrt_v:
         epsilon = epsilon / np.sqrt(1.0 - beta2**step)
     m_new = beta1 * m + (1.0 - beta1) * grad
     v_new = beta2 * v + (1.0 - beta2) * grad * grad
-    m_hat = m_new / (1.0 - beta1**step)
-    v_hat = v_new / (1.0 - beta2**step)
+    m_hat = m_new / correct1
+    v_hat = v_new / correct2
     p_new = param - lr * m_hat / (np.sqrt(v_hat) + epsilon)
     return p_new.astype(param.dtype), m_new.astype(param.dtype), v_new.astype(param.dtype)
+
+
+def _on_device(value) -> bool:
+    return hasattr(value, "astype") and not isinstance(value, np.ndarray | np.generic)
+
+
+def _like_a_float(scalar, like):
+    """A 0-d device scalar in the dtype of `like`: what a Python float becomes in arithmetic
+    with the array `like`, so that a device step computes what the host step does."""
+    return scalar.astype(like.dtype)
 
 
 def adam_update(

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.backends.common import check_index_range
+from tapeflow.backends.common import check_index_range, checked_index_range
 from tapeflow.ops.array import concat, gather, scatter_add
 from tapeflow.ops.creation import ones_like, zeros
 from tapeflow.ops.math import cast, multiply
@@ -57,7 +57,7 @@ def _unique_sum_vjp(gs, xs, ys, num_rows):
 def _UNIQUE_SUM(indices, values, num_rows):
     """(sorted distinct row numbers, the position of each index among them, the values of
     equal rows summed in order of appearance); indices lie in [-num_rows, num_rows)."""
-    check_index_range("unique_sum", indices, num_rows, 0)
+    indices = check_index_range("unique_sum", indices, num_rows, 0)
     rows = indices.astype(np.int64, copy=False)
     unique, inverse = np.unique(np.where(rows < 0, rows + num_rows, rows), return_inverse=True)
     sums = np.zeros_like(values, shape=(unique.shape[0], *values.shape[1:]))
@@ -111,7 +111,7 @@ def _scatter_update_vjp(gs, xs, ys):
 @defop("scatter_update", infer=_scatter_update_infer, vjp=_scatter_update_vjp)
 def _SCATTER_UPDATE(x, indices, updates):
     """`x` with rows `indices` replaced by `updates` (indices distinct)."""
-    check_index_range("scatter_update", indices, x.shape[0], 0)
+    indices = check_index_range("scatter_update", indices, x.shape[0], 0)
     out = x.copy()
     out[indices] = updates
     return out
@@ -227,19 +227,27 @@ def write_rows(var: Variable, sparse_delta: IndexedSlices, mode: str) -> Variabl
         return var.assign(scatter_update(var, indices, values))
     table = var._value
     ids = indices._value.astype(np.int64, copy=False)
-    check_index_range(f"Variable.scatter_{mode}", ids, table.shape[0], 0)
+    ids, ok = checked_index_range(f"Variable.scatter_{mode}", ids, table.shape[0], 0)
     if not sole_owner(table, holders=2):  # the variable and the local name `table`
         table = np.array(table, copy=True)
-    write_rows_in_place(table, ids, values._value, mode)
+    write_rows_in_place(table, ids, _whole_or_nothing(ok, table, ids, values._value, mode), mode)
     var._value = table
     return var
 
 
 def in_place_rows(x: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
     """scatter_update into `x` itself (the graph executor's form for a variable it owns)."""
-    check_index_range("scatter_update", indices, x.shape[0], 0)
-    write_rows_in_place(x, indices, updates, "update")
+    indices, ok = checked_index_range("scatter_update", indices, x.shape[0], 0)
+    write_rows_in_place(x, indices, _whole_or_nothing(ok, x, indices, updates, "update"), "update")
     return x
+
+
+def _whole_or_nothing(ok, table, indices, rows, mode: str):
+    """`rows` to write into `table` where the device flag `ok` says every index was in range,
+    else rows that leave the table as it was (None: checked on the host already)."""
+    if ok is None:
+        return rows
+    return np.where(ok, rows, table[indices] if mode == "update" else 0)
 
 
 __all__ = ["IndexedSlices", "coalesce", "convert_to_tensor", "scatter_update"]

@@ -3,9 +3,10 @@
 Each epoch is one call of the op over the whole corpus: the op's threads walk their
 shares of the corpus, subsample it, and update both embedding tables in place without a
 Python producer, as the original word2vec tool does. The learning rate falls linearly
-from `alpha` to `min_alpha` over all epochs. With `device=` ("xla:0", "gpu:0", or the CPU)
-the tables live on that device instead and train in batches of pairs drawn on the host
-(tapeflow.word2vec.batched).
+from `alpha` to `min_alpha` over all epochs. With `device="gpu:0"` on a GPU the op runs there
+as one fused CUDA kernel, the tables staying on the GPU until training ends; with another
+`device=` ("xla:0", or the CPU) the tables live on that device and train in batches of pairs
+drawn on the host (tapeflow.word2vec.batched).
 
 >>> import tapeflow as tp
 >>> sentences = [["the", "cat", "sat", "on", "the", "mat"], ["the", "dog", "sat"]] * 50
@@ -18,12 +19,14 @@ the tables live on that device instead and train in batches of pairs drawn on th
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterable
 
 import numpy as np
 
+from tapeflow.backends import backend
 from tapeflow.data.text import Corpus, Vocabulary
 from tapeflow.devices import device, parse_device
 from tapeflow.ops.creation import tensor
@@ -49,9 +52,10 @@ class Word2Vec:
         seed: seeds the initial vectors and every random draw.
         alpha, min_alpha: the learning rate at the start and at the end.
         verbose: print one progress line per epoch.
-        device: None trains with the fused CPU kernel; a device ("xla:0", "gpu:0", "cpu")
-            trains there in batches of `batch_size` (center, context) pairs.
-        batch_size: pairs per step with `device`.
+        device: None trains with the fused CPU kernel; "gpu:0" on a GPU with the fused GPU
+            kernel; another device ("xla:0", "cpu") trains there in batches of `batch_size`
+            (center, context) pairs.
+        batch_size: pairs per step with a device that trains in batches.
     """
 
     def __init__(
@@ -116,28 +120,30 @@ class Word2Vec:
         keep = self.vocab.keep_probabilities(self.sample)
         cum = negative_table(self.vocab.counts)
         self.history = []
-        if self.device is not None:
+        # a backend with a fused kernel of its own (CuPy on a GPU) runs the op; others train in batches
+        fused_on_gpu = self.device is not None and getattr(backend(self.device.family), "FUSED_WORD2VEC", False)
+        if self.device is not None and not fused_on_gpu:
             return self._train_in_batches(corpus, keep, cum)
-        decay = (self.alpha - self.min_alpha) / self.epochs
-        for epoch in range(self.epochs):
-            start = time.perf_counter()
-            syn0, syn1, counts = word2vec_sgns_train(
-                self.syn0,
-                self.syn1,
-                corpus.ids,
-                corpus.offsets,
-                keep,
-                cum,
-                self.alpha - decay * epoch,
-                self.alpha - decay * (epoch + 1),
-                self.seed * 1_000_003 + epoch,
-                window=self.window,
-                negative=self.negative,
-                threads=self.threads,
-            )
-            seconds = time.perf_counter() - start
-            self.syn0, self.syn1 = syn0.numpy(), syn1.numpy()
-            self._log(epoch, *counts.numpy().tolist(), seconds)
+        with device(self.device) if fused_on_gpu else contextlib.nullcontext():
+            syn0, syn1 = tensor(self.syn0), tensor(self.syn1)  # kept where they are trained until the end
+            walk = [tensor(a) for a in (corpus.ids, corpus.offsets, keep, cum)]
+            decay = (self.alpha - self.min_alpha) / self.epochs
+            for epoch in range(self.epochs):
+                start = time.perf_counter()
+                syn0, syn1, counts = word2vec_sgns_train(
+                    syn0,
+                    syn1,
+                    *walk,
+                    self.alpha - decay * epoch,
+                    self.alpha - decay * (epoch + 1),
+                    self.seed * 1_000_003 + epoch,
+                    window=self.window,
+                    negative=self.negative,
+                    threads=self.threads,
+                )
+                counted = counts.numpy().tolist()  # waits for the epoch's work
+                self._log(epoch, *counted, time.perf_counter() - start)
+        self.syn0, self.syn1 = syn0.numpy(), syn1.numpy()
         return self
 
     def _train_in_batches(self, corpus: Corpus, keep, cum) -> Word2Vec:

@@ -1,11 +1,13 @@
-"""CUDA sources for the GPU backend, compiled on first use through CuPy's RawModule.
+"""CUDA sources for the GPU backend, compiled on first use through CuPy.
 
 Each ``<name>.cu`` file holds ``extern "C"`` kernels named ``<kernel>_f32`` and
 ``<kernel>_f64``. `kernel(name, function)` compiles a file the first time one of its
-kernels is asked for (NVRTC, cached by CuPy on disk) and keeps the module.
+kernels is asked for (NVRTC, in CuPy's default C++ dialect, cached by CuPy on disk) and keeps
+the module. `elementwise(source)` makes the ElementwiseKernel of a generated
+`elementwise_source.KernelSource` (compiled by CuPy on its first call for each device).
 
 >>> sorted(SOURCES)
-['scatter_add_rows', 'softmax_xent']
+['scatter_add_rows', 'softmax_xent', 'word2vec']
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import functools
 from pathlib import Path
 
 from tapeflow import _compat
+from tapeflow._kernels.cuda.elementwise_source import OPTIONS, KernelSource
 
 _HERE = Path(__file__).resolve().parent
 SOURCES = {path.stem: path for path in _HERE.glob("*.cu")}
@@ -22,9 +25,24 @@ SOURCES = {path.stem: path for path in _HERE.glob("*.cu")}
 @functools.cache
 def _module(name: str):
     cupy = _compat.require_cupy()
-    return cupy.RawModule(code=SOURCES[name].read_text(), options=("--std=c++14",))
+    return cupy.RawModule(code=SOURCES[name].read_text())
 
 
 def kernel(name: str, function: str):
     """The compiled kernel `function` of source file `name` (compiled on the first call)."""
     return _module(name).get_function(function)
+
+
+@functools.lru_cache(maxsize=1024)
+def elementwise(source: KernelSource):
+    """The ElementwiseKernel of a generated source, one per distinct text."""
+    cupy = _compat.require_cupy()
+    return cupy.ElementwiseKernel(
+        source.in_params,
+        source.out_params,
+        source.operation,
+        name=source.name,
+        preamble=source.preamble,
+        loop_prep=source.loop_prep,
+        options=OPTIONS,
+    )

@@ -1,6 +1,7 @@
 // Fused sparse softmax cross-entropy: one block per row computes the row's max and
 // log-sum-exp with shared-memory reductions, then writes the loss and the gradient
-// (softmax minus the one-hot label) in the same pass. T is float or double.
+// (softmax minus the one-hot label) in the same pass. T is float or double. blockDim.x is a
+// power of two. Infinity is built from its bits: NVRTC has no INFINITY macro.
 template <typename T>
 __device__ void sparse_softmax_xent(const T* logits, const long long* labels, T* loss, T* backprop,
                                     int rows, int classes) {
@@ -10,7 +11,7 @@ __device__ void sparse_softmax_xent(const T* logits, const long long* labels, T*
     if (row >= rows) return;
     const T* z = logits + (long long)row * classes;
     T* g = backprop + (long long)row * classes;
-    T m = -INFINITY;
+    T m = -T(__int_as_float(0x7f800000));
     for (int c = threadIdx.x; c < classes; c += blockDim.x) m = max(m, z[c]);
     shared[threadIdx.x] = m;
     __syncthreads();

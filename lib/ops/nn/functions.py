@@ -551,7 +551,7 @@ def _sparse_xent_vjp(gs, xs, ys):
 
 @defop("sparse_softmax_cross_entropy_with_logits", infer=_sparse_xent_infer, vjp=_sparse_xent_vjp, num_outputs=2)
 def _SPARSE_XENT(logits, labels):
-    check_labels("sparse_softmax_cross_entropy_with_logits", labels, logits.shape[1])
+    labels = check_labels("sparse_softmax_cross_entropy_with_logits", labels, logits.shape[1])
     m = logits.max(axis=1, keepdims=True)
     shifted = logits - m
     lse = np.log(np.exp(shifted).sum(axis=1, keepdims=True))
