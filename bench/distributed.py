@@ -1,6 +1,6 @@
 """Synchronous data-parallel training on Dask against one process, side by side in one run.
 
-    python bench/distributed.py [--quick] [--only stragglers|pipeline|compression|embedding]
+    python bench/distributed.py [--quick] [--only stragglers|pipeline|compression|embedding|queues]
 
 Every measurement runs in a fresh subprocess, one after another. A step's time is its
 marginal cost: the difference between `fit` epochs of 2k and k steps, divided by k (the
@@ -47,6 +47,11 @@ reported as the time of a one-step epoch).
   Then the same table in an embedding-bag model trained by `DataParallel` (sparse pushes,
   row-delta answers): mean step time and loopback bytes per step over the last three
   quarters of an epoch.
+- Queues: hand-offs through cluster queues against actor calls. The pipeline above at
+  m = 4 with `transport="actors"` and `transport="queues"` (median step, as above); and
+  the MLP on 2 `DataParallel` replicas reading arrays copied to their workers (the
+  default) against dequeuing their shards from a queue on the first worker, which a
+  producer task there fills before each epoch (marginal step cost, as above).
 """
 
 from __future__ import annotations
@@ -126,6 +131,33 @@ def _measure(kind: str, steps: int, distribute, repeats: int, after_long=None, b
         after_long(result)
     result["epoch1"] = _epoch_seconds(kind, 1, distribute, repeats, batch)[0]
     return result
+
+
+def _produce(q, rows: int, features: tuple, batch: int) -> int:
+    """Enqueue `rows` random (x, label) rows, a batch at a time (a producer task)."""
+    rng = np.random.default_rng(rows)
+    for _ in range(0, rows, batch):
+        q.enqueue_many([rng.random((batch, *features), dtype=np.float32), rng.integers(0, 10, batch)], timeout=120)
+    return rows
+
+
+def _queue_epoch_seconds(kind: str, steps: int, distribute, repeats: int) -> float:
+    """Best wall time of a `steps`-step epoch (after a warm-up epoch) whose replicas dequeue
+    their shards from a queue on the cluster's first worker, filled before each epoch."""
+    import tapeflow as tp
+
+    model, features, batch = _model(kind)
+    model.compile(optimizer=tp.optimizers.Adam(1e-3), loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cluster = distribute.cluster
+    q = tp.queue.FIFOQueue(steps * batch, ["float32", "int64"], shapes=[features, ()], cluster=cluster)
+    best = float("inf")
+    for attempt in range(repeats + 1):
+        filled = cluster.client.submit(_produce, q, steps * batch, features, batch, workers=[q.worker], pure=False)
+        filled.result(timeout=300)
+        start = time.perf_counter()
+        model.fit(q, batch_size=batch, steps_per_epoch=steps, epochs=1, verbose=0, distribute=distribute)
+        best = best if attempt == 0 else min(best, time.perf_counter() - start)
+    return best
 
 
 def _median_batch_seconds(kind: str, steps: int) -> dict:
@@ -308,7 +340,11 @@ def worker(args) -> dict:
     if args.mode == "pipe":
         with tp.distributed.Cluster(n_workers=2, threads_per_worker=1) as cluster:
             strategy = tp.distributed.Pipeline(
-                cluster, stages=4, micro_batches=args.micro, compression=args.compression or None
+                cluster,
+                stages=4,
+                micro_batches=args.micro,
+                compression=args.compression or None,
+                transport=args.transport,
             )
 
             def pipeline_figures(result):
@@ -319,6 +355,11 @@ def worker(args) -> dict:
             return _measure(args.kind, args.steps, strategy, args.repeats, pipeline_figures, args.batch)
     workers = args.replicas + args.backups
     with tp.distributed.Cluster(n_workers=workers, threads_per_worker=1) as cluster:
+        if args.mode == "dist-queue":
+            strategy = tp.distributed.DataParallel(cluster, replicas=args.replicas)
+            short = _queue_epoch_seconds(args.kind, args.steps, strategy, args.repeats)
+            long = _queue_epoch_seconds(args.kind, 2 * args.steps, strategy, args.repeats)
+            return {"step": (long - short) / args.steps}
         if args.mode == "async":
             strategy = tp.distributed.AsyncParameterServer(cluster, replicas=args.replicas)
 
@@ -424,6 +465,35 @@ def main(quick: bool) -> None:
     pipeline(repeats, mlp_steps)
     compression(10_000 if quick else 30_000, 1 if quick else 3)
     embedding(null_steps)
+    queues(repeats, mlp_steps)
+
+
+def queues(repeats: int, steps: int, rounds: int = 3) -> None:
+    """The queues section: hand-offs through cluster queues against actor calls. The two
+    ways alternate for `rounds` rounds (a subprocess each) and the best of each is shown,
+    so that a change of the machine's load falls on both alike."""
+    print("\nqueues against actor calls (best of", rounds, "alternating rounds)")
+    print("  pipeline: MLP 784-512-512-512-10, 4 stages on 2 workers, batch 256, m = 4 micro-batches")
+    best: dict = {}
+    for _ in range(rounds):
+        for transport in ("actors", "queues"):
+            r = run(mode="pipe", kind="mlp4", micro=4, transport=transport, steps=steps, repeats=repeats)
+            if transport not in best or r["step"] < best[transport]["step"]:
+                best[transport] = r
+    print("  transport   ms/step  bubble")
+    for transport, r in best.items():
+        print(f"  {transport:9s}  {r['step'] * 1e3:8.1f}  {r['bubble']:6.2f}")
+    print(f"  queues / actors: {best['queues']['step'] / best['actors']['step']:.2f}x the step time")
+    print("  data input: MLP 784-256-256-10, Adam, batch 128, DataParallel on 2 replicas (marginal step cost)")
+    kw = dict(kind="mlp", replicas=2, backups=0, steps=steps, repeats=repeats)
+    fed = {"dist": [], "dist-queue": []}
+    for _ in range(rounds):
+        for mode in fed:
+            fed[mode].append(run(mode=mode, **kw)["step"])
+    arrays, queued = min(fed["dist"]), min(fed["dist-queue"])
+    print(f"  arrays copied to the workers   {arrays * 1e3:8.1f} ms/step")
+    print(f"  shards dequeued from a queue   {queued * 1e3:8.1f} ms/step")
+    print(f"  queue / arrays: {queued / arrays:.2f}x the step time")
 
 
 def pipeline(repeats: int, steps: int) -> None:
@@ -465,7 +535,8 @@ if __name__ == "__main__":
     parser.add_argument("--micro", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--compression", type=str, default="", help=argparse.SUPPRESS)
     parser.add_argument("--rows", type=int, default=0, help=argparse.SUPPRESS)
-    sections = ["stragglers", "pipeline", "compression", "embedding"]
+    parser.add_argument("--transport", type=str, default="queues", help=argparse.SUPPRESS)
+    sections = ["stragglers", "pipeline", "compression", "embedding", "queues"]
     parser.add_argument("--only", choices=sections, help="run one section only")
     args = parser.parse_args()
     if args.worker:
@@ -478,5 +549,7 @@ if __name__ == "__main__":
         compression(10_000 if args.quick else 30_000, 1 if args.quick else 3)
     elif args.only == "embedding":
         embedding(20 if args.quick else 100)
+    elif args.only == "queues":
+        queues(1 if args.quick else 3, 10 if args.quick else 30)
     else:
         main(args.quick)

@@ -179,4 +179,20 @@ class RemoteQueue(QueueBase):
         return f"<RemoteQueue {self.kind} {self.name!r} on {self.worker} capacity={self.capacity} dtypes={dtypes}>"
 
 
+def held_here(queue: RemoteQueue):
+    """The eager queue behind the proxy `queue` when the calling process is the worker that
+    holds it (its calls then skip Dask's RPC), else `queue` itself: both have the same methods.
+
+    >>> held_here("not a proxy")
+    'not a proxy'
+    """
+    if not isinstance(queue, RemoteQueue):
+        return queue
+    try:
+        held = _compat.require_distributed().get_worker().state.actors.get(queue._actor.key)
+    except (ValueError, AttributeError, ImportError):  # not on a worker, or a Dask without these
+        return queue
+    return held.queue if isinstance(held, QueueActor) else queue
+
+
 serve_remote_queues(create)

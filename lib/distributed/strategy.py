@@ -27,7 +27,9 @@ from tapeflow.distributed.epoch_data import EpochStream, first_batch
 from tapeflow.distributed.gradient_graph import freeze_gradient_step
 from tapeflow.distributed.inference import evaluate_on_cluster, predict_on_cluster
 from tapeflow.distributed.parameters import master_copy
+from tapeflow.distributed.queue_input import queue_sample
 from tapeflow.distributed.runtime.liveness import WorkerLost, find_lost, lost_workers, wait_for_workers
+from tapeflow.queue.queues import QueueBase
 
 MAX_RECOVERIES = 3  # failures in a row restarting from the same checkpoint before fit gives up
 POLL_INTERVAL = 0.02  # seconds between the client's looks at a log of steps
@@ -154,8 +156,9 @@ class TrainingSession:
             )
         self.dataset = x if isinstance(x, Dataset) else None
         self.stream: EpochStream | None = None  # the Dataset's current epoch
-        if self.dataset is not None:
-            x, y = first_batch(self.dataset)
+        queue = x if isinstance(x, QueueBase) else None  # the replicas dequeue their rows: see queue_input
+        if self.dataset is not None or queue is not None:
+            x, y = first_batch(self.dataset) if queue is None else queue_sample(queue, batch_size, model, strategy.name)
             batch_size = len(y)
             self.batch_sizes = {batch_size}
             if not model.built:
@@ -164,6 +167,8 @@ class TrainingSession:
             self.batch_sizes = {min(batch_size, len(y)), len(y) % batch_size} - {0}
         self.x, self.y, self.batch_size = x, y, batch_size
         self.arrays = None if self.dataset is not None else [*x, y] if isinstance(x, tuple) else [x, y]
+        if queue is not None:
+            self.arrays = [queue]
         strategy.steps, strategy.checkpoints, strategy.recoveries = [], [], []
         self.with_predictions = bool(model.compiled_metrics)
         self.files: CheckpointFiles | None = None

@@ -1,7 +1,8 @@
 """Tracing on a cluster: every worker records its part of each step (the graph nodes of
-its replica or stage, sends and receives, parameter pushes and pulls, as the single-process
-profiler does), and the client merges the workers' events into its own timeline, with each
-worker's clock mapped onto the client's.
+its replica or stage, and the runtime's spans: "replica_step", the compute of a replica's
+step; "push" and "pull", a replica's parameter pushes and pulls; "send" and "recv", values
+between pipeline stages; each with the bytes it moved), and the client merges the workers'
+events into its own timeline, with each worker's clock mapped onto the client's.
 
 Clocks: each process stamps events with its own monotonic counter. A worker reports the
 pair (monotonic, wall) it read at one instant; the client measures the offset of the
@@ -48,7 +49,7 @@ def _worker_stop() -> dict:
         "monotonic_ns": monotonic,
         "wall_ns": wall,
         "events": [
-            (e.name, e.kind, e.op, e.start_ns, e.end_ns, e.thread, e.device, e.input_shapes, e.output_bytes)
+            (e.name, e.kind, e.op, e.start_ns, e.end_ns, e.thread, e.device, e.input_shapes, e.output_bytes, e.args)
             for e in events
         ],
     }
@@ -94,5 +95,6 @@ class ClusterTrace:
         for worker, report in reports.items():
             shift = report["wall_ns"] - report["monotonic_ns"] - self.offsets.get(worker, 0)
             shift += client_monotonic - client_wall
-            for name, kind, op, start, end, thread, device, shapes, nbytes in report["events"]:
-                profile.add(Event(name, kind, op, start + shift, end + shift, thread, device, shapes, nbytes, worker))
+            for name, kind, op, start, end, thread, device, shapes, nbytes, args in report["events"]:
+                event = Event(name, kind, op, start + shift, end + shift, thread, device, shapes, nbytes, worker, args)
+                profile.add(event)

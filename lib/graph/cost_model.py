@@ -6,7 +6,9 @@ value takes to cross from one device to another (a latency and a bandwidth per p
 `simulate(graph, model)` plays a placed graph's step through the model: each device runs
 one node at a time in graph order, a node starts once its inputs have arrived, and a value
 crosses each link once per destination. The cost-model placer (`tapeflow.graph.placer`)
-uses the same rules to choose devices.
+uses the same rules to choose devices. Given the graph's partitions, `simulate` plays the
+step as the partitioned runtime runs it instead: a partition starts once every value it
+receives has arrived, and sends its values when it ends.
 
 >>> import tapeflow as tp
 >>> model = CostModel(flops_per_s=1e10, bytes_per_s=1e10, overhead_s=1e-6)
@@ -145,17 +147,24 @@ class CostModel:
             return nbytes / self.local_bytes_per_s
         return self.link_latency_s + nbytes / self.link_bytes_per_s
 
-    def refine(self, profile, graph: GraphIR) -> CostModel:
-        """A copy whose `op_scale` makes each op's estimate match its mean time in a profile
-        (`tapeflow.profiler`) of runs of `graph`."""
+    def refine(self, profile, graph: GraphIR, statistic: str = "mean") -> CostModel:
+        """A copy whose `op_scale` makes each op's estimate match its time in a profile
+        (`tapeflow.profiler`) of runs of `graph`: each node's mean time over its runs, or
+        with `statistic="min"` its shortest (the run least disturbed by other work)."""
+        if statistic not in ("mean", "min"):
+            raise ValueError(f"CostModel.refine: statistic must be 'mean' or 'min', got {statistic!r}")
         by_name = {n.name: n for n in graph.nodes}
-        measured: dict = {}
+        runs: dict = {}
         for event in profile.events:
             node = by_name.get(event.name) if event.kind == "node" else None
             if node is not None and node.op == event.op:
-                entry = measured.setdefault(node.op, [0.0, 0.0])
-                entry[0] += event.duration_ns / 1e9
-                entry[1] += CostModel.node_seconds(self, node) / self.op_scale.get(node.op, 1.0)
+                runs.setdefault(node.name, []).append(event.duration_ns / 1e9)
+        measured: dict = {}
+        for name, seconds in runs.items():
+            node = by_name[name]
+            entry = measured.setdefault(node.op, [0.0, 0.0])
+            entry[0] += min(seconds) if statistic == "min" else sum(seconds) / len(seconds)
+            entry[1] += CostModel.node_seconds(self, node) / self.op_scale.get(node.op, 1.0)
         scale = dict(self.op_scale)
         for op, (seconds, estimate) in measured.items():
             if estimate > 0 and seconds > 0:
@@ -268,6 +277,7 @@ class Simulator:
         self.link_free: dict = {}
         self.available: dict = {}  # (id(value), device) -> seconds
         self.made_on: dict = {}  # id(value) -> (device, finish)
+        self.sent_at: dict = {}  # id(value) -> when it leaves for other devices, if not at its finish
         self.start: dict = {}
         self.finish: dict = {}
         self.busy: dict = {}
@@ -283,6 +293,7 @@ class Simulator:
         source, ready = self.made_on[id(v)]
         if source == device:
             return ready
+        ready = self.sent_at.get(id(v), ready)
         seconds = self.model.transfer_seconds(value_bytes(v), source, device)
         link = (source, device)
         begin = max(ready, self.link_free.get(link, 0.0))
@@ -320,10 +331,30 @@ class Simulator:
         )
 
 
-def simulate(graph: GraphIR, model: CostModel) -> SimulatedStep:
+def simulate(graph: GraphIR, model: CostModel, partitions: list | None = None) -> SimulatedStep:
     """Play one step of a placed graph (every node has a device, or all run on the
-    graph's own) through `model`."""
+    graph's own) through `model`. With `partitions`, lists of node names in an order they
+    can run one after the other (`[[n.name for n in p.graph.nodes] for p in
+    partition(graph).partitions]`; names the graph lacks, its sends and receives, are
+    skipped), each partition waits for every value it receives from another device before
+    its first node, and its values leave for other devices when its last node ends."""
     sim = Simulator(graph, model)
-    for node in graph.nodes:
-        sim.run(node, node.device or str(graph.device))
+    if partitions is None:
+        for node in graph.nodes:
+            sim.run(node, node.device or str(graph.device))
+        return sim.result()
+    by_name = {n.name: n for n in graph.nodes}
+    for names in partitions:
+        nodes = [by_name[name] for name in names if name in by_name]
+        if not nodes:
+            continue
+        device = nodes[0].device or str(graph.device)
+        members = {id(n) for n in nodes}
+        received = [v for n in nodes for v in n.inputs if v.producer is not None and id(v.producer) not in members]
+        gate = max([sim._arrival(v, device, commit=True) for v in received], default=0.0)
+        sim.device_free[device] = max(sim.device_free.get(device, 0.0), gate)
+        for node in nodes:
+            sim.run(node, device)
+        for node in nodes:
+            sim.sent_at.update((id(v), sim.device_free[device]) for v in node.outputs)
     return sim.result()

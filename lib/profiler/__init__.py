@@ -1,5 +1,6 @@
-"""Performance tracing: a timeline of every eager op, every graph node the executor runs
-and `fit`'s phases (data, step, callbacks), written as a Chrome trace that Perfetto and
+"""Performance tracing: a timeline of every eager op, every graph node the executor runs,
+`fit`'s phases (data, step, callbacks) and the distributed runtime's spans (pushes, pulls,
+sends, receives, replica steps, with their bytes), written as a Chrome trace that Perfetto and
 chrome://tracing open, summarized per op, or drawn as a PNG.
 
 >>> import tapeflow as tp
@@ -9,7 +10,7 @@ chrome://tracing open, summarized per op, or drawn as a PNG.
 True
 """
 
-from tapeflow.profiler.recording import Event, Profile, active, phase, start, stop, timed_batches, trace
+from tapeflow.profiler.recording import Event, Profile, active, phase, span, start, stop, timed_batches, trace
 from tapeflow.profiler.report import chrome_trace, plot_timeline, read_chrome_trace, summary, write_chrome_trace
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "phase",
     "plot_timeline",
     "read_chrome_trace",
+    "span",
     "start",
     "stop",
     "summary",

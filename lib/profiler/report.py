@@ -97,6 +97,7 @@ def chrome_trace(profile) -> dict:
                     "device": e.device,
                     "input_shapes": e.input_shapes,
                     "output_bytes": e.output_bytes,
+                    **e.args,
                 },
             }
         )
@@ -128,7 +129,7 @@ def read_chrome_trace(path) -> dict:
 
 def plot_timeline(profile, path, max_events: int = 20000) -> str:
     """Draw the timeline to a PNG at `path`: a row per (process, thread), a bar per event,
-    coloured by kind (phases behind, ops and graph nodes in front). Needs matplotlib."""
+    coloured by kind (phases behind, then transfers, ops and graph nodes in front). Needs matplotlib."""
     # lazily: matplotlib is an optional extra, needed only to draw
     import matplotlib
 
@@ -139,9 +140,9 @@ def plot_timeline(profile, path, max_events: int = 20000) -> str:
     events = sorted(profile.events, key=lambda e: e.start_ns)[:max_events]
     lanes = sorted({(e.process, e.thread) for e in events})
     row = {lane: i for i, lane in enumerate(lanes)}
-    colours = {"phase": "#c9d7e8", "op": "#e4572e", "node": "#17bebb"}
+    colours = {"phase": "#c9d7e8", "op": "#e4572e", "node": "#17bebb", "comm": "#f0a202"}
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.6 * max(len(lanes), 1)))
-    for kind, height in (("phase", 0.8), ("node", 0.5), ("op", 0.5)):
+    for kind, height in (("phase", 0.8), ("comm", 0.65), ("node", 0.5), ("op", 0.5)):
         spans = [e for e in events if e.kind == kind]
         for lane in lanes:
             bars = [

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow import _compat
-from tapeflow.distributed.epoch_data import rows_reader
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
 from tapeflow.distributed.parameters.variable_blocks import Block, join_blocks
+from tapeflow.distributed.queue_input import replica_reader
 from tapeflow.distributed.runtime.local_actor import in_process
 from tapeflow.distributed.runtime.tasks import actor_answer
+from tapeflow.profiler.recording import span
 
 
 @dataclass(frozen=True)
@@ -47,29 +48,37 @@ def run_async_replica(job: AsyncReplicaJob, graphs: dict, data, order: np.ndarra
     _compat.require_distributed().secede()  # a long-running task leaves the worker's thread pool
     shards, log = [in_process(ps) for ps in shards], in_process(log)
     runner = GradientRunner(graphs, job.layout)
-    reader = rows_reader(data)
+    reader = replica_reader(data, job.timeout)
     taking = log.take()
-    answers = _all(job, [ps.pull() for ps in shards], "pull")
+    answers = _pull(job, shards)
     batch = actor_answer(taking, job.timeout, "the update log")
     applied = 0
     while batch is not None and answers is not None:
         pulled, parameters = _parameters(job, answers)
         rows = order[job.offsets[batch] : job.offsets[batch + 1]]
-        loss, arrays, predictions = runner.run(parameters, *reader.take(rows))
+        with span("replica_step", kind="phase", args={"replica": job.replica, "batch": int(batch)}):
+            loss, arrays, predictions = runner.run(parameters, *reader.take(rows))
         if job.delay:
             time.sleep(job.delay)
         commit = log.commit(batch, job.replica, pulled, float(loss), predictions)
         step, batch = actor_answer(commit, job.timeout, f"the update log (batch {batch})")
         if step is not None:
-            pushes = [
-                ps.push(step, [b.take(arrays[b.variable]) for b in blocks])
-                for ps, blocks in zip(shards, job.blocks, strict=True)
-            ]
-            answers = _all(job, pushes, f"step {step}")
+            sent = [[b.take(arrays[b.variable]) for b in blocks] for blocks in job.blocks]
+            with span("push", sent, args={"replica": job.replica, "step": step}):
+                pushes = [ps.push(step, blocks) for ps, blocks in zip(shards, sent, strict=True)]
+                answers = _all(job, pushes, f"step {step}")
             applied += 1
         elif batch is not None:
-            answers = _all(job, [ps.pull() for ps in shards], "pull")
+            answers = _pull(job, shards)
     return applied
+
+
+def _pull(job: AsyncReplicaJob, shards: list):
+    """Every shard's newest parameters (see `_all`), as a "pull" span of a recorded profile."""
+    with span("pull", args={"replica": job.replica}) as pulled:
+        answers = _all(job, [ps.pull() for ps in shards], "pull")
+        pulled.moved(answers)
+    return answers
 
 
 def _all(job: AsyncReplicaJob, calls: list, what: str):

@@ -57,3 +57,14 @@ def decode(payload: np.ndarray, compression: str | None, dtype: str = "float32")
     if compression == "float16":
         return payload.astype(np.float32)
     return (payload.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def sent_dtype(dtype: str, compression: str | None) -> str:
+    """The dtype of what is sent for a value of `dtype` under `compression`.
+
+    >>> sent_dtype("float32", "bfloat16"), sent_dtype("float32", "float16"), sent_dtype("int64", "float16")
+    ('uint16', 'float16', 'int64')
+    """
+    if compression is None or dtype != "float32":
+        return dtype
+    return "float16" if compression == "float16" else "uint16"

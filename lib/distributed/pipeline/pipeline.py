@@ -27,12 +27,14 @@ from tapeflow.distributed.inference import MAX_LOSSES
 from tapeflow.distributed.parameters.master_copy import optimizer_config, weight_decays
 from tapeflow.distributed.pipeline.compression import check_compression
 from tapeflow.distributed.pipeline.layer_stages import LayerStages, check_sequential, micro_batches
+from tapeflow.distributed.pipeline.queue_links import check_transport
 from tapeflow.distributed.pipeline.stages import Roles, StageGroup, StagesLost, stage_specs
 from tapeflow.distributed.runtime.liveness import wait_for_workers
 from tapeflow.distributed.strategy import Strategy, TrainingSession
 from tapeflow.graph.structure import TensorSpec
 from tapeflow.graph.trace import freeze
 from tapeflow.ops.registry import as_tensor
+from tapeflow.queue.queues import QueueBase
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,14 @@ class Pipeline(Strategy):
     """Pipelined model-parallel training over `stages` stages on the workers of `cluster`
     (at most `stages` of them), `micro_batches` micro-batches per step; pass it to
     `model.fit(..., distribute=...)`. `compression` ("float16" or "bfloat16") converts
-    the float32 values crossing between workers to 16 bits. `timeout` bounds every wait.
-    After `fit`, `steps` holds a `PipelineStep` per step. One replica of the model runs,
-    spread over the stages."""
+    the float32 values crossing between workers to 16 bits. `transport` says how the stages
+    hand each other micro-batch activations (forward) and gradients (backward): "queues",
+    a cluster queue per transfer on the receiving stage's worker
+    (`tapeflow.distributed.pipeline.queue_links`; the faster in `bench/distributed.py
+    --only queues`), or "actors", calls on the receiving stage's actor; both move values
+    worker to worker and train alike. `timeout` bounds every wait. After `fit`,
+    `steps` holds a `PipelineStep` per step. One replica of the model runs, spread over
+    the stages."""
 
     def __init__(
         self,
@@ -68,6 +75,7 @@ class Pipeline(Strategy):
         micro_batches: int = 1,
         *,
         compression: str | None = None,
+        transport: str = "queues",
         timeout: float = 60.0,
     ):
         check_count("stages", stages, minimum=1, owner=self.name)
@@ -76,6 +84,7 @@ class Pipeline(Strategy):
         self.stages = stages
         self.micro_batches = micro_batches
         self.compression = check_compression(compression, self.name)
+        self.transport = check_transport(transport, self.name)
 
     def _needs(self) -> str:
         return "the stages need at least"
@@ -143,8 +152,10 @@ class Pipeline(Strategy):
         stages = LayerStages(model, self.stages, workers)
         spec = TensorSpec((None, *x.shape[1:]), as_tensor(x[:1]).dtype)
         graph = freeze(lambda inputs: stages.forward(inputs, training=False), spec, name=f"{model.name}_forward")
-        specs = stage_specs({None: graph}, stages.devices, Roles(outputs=(0,)), self.compression, self.timeout)
-        group = StageGroup(self.cluster, specs, stages.stage_workers, {"inputs": x}, self.timeout, method)
+        roles = Roles(outputs=(0,))
+        specs = stage_specs({None: graph}, stages.devices, roles, self.compression, self.timeout, self.transport)
+        columns = {"inputs": x}
+        group = StageGroup(self.cluster, specs, stages.stage_workers, columns, self.timeout, method, self.micro_batches)
         try:
             for start in starts:
                 rows = np.arange(start, min(start + batch_size, len(x)))
@@ -161,7 +172,10 @@ class Pipeline(Strategy):
             group.close()
 
     def __repr__(self) -> str:
-        return f"Pipeline(stages={self.stages}, micro_batches={self.micro_batches}, compression={self.compression!r})"
+        return (
+            f"Pipeline(stages={self.stages}, micro_batches={self.micro_batches}, compression={self.compression!r}, "
+            f"transport={self.transport!r})"
+        )
 
 
 class PipelineSession(TrainingSession):
@@ -169,7 +183,7 @@ class PipelineSession(TrainingSession):
     `close`. A lost worker ends `fit`: the model keeps the weights of the epoch's start."""
 
     def __init__(self, strategy: Pipeline, model, x, y, batch_size: int):
-        if isinstance(x, Dataset) or isinstance(x, tuple):
+        if isinstance(x, Dataset | QueueBase | tuple):
             raise ValueError("Pipeline: fit(distribute=Pipeline(...)) takes one input array x and labels y")
         check_sequential(model)
         m = strategy.micro_batches
@@ -196,10 +210,10 @@ class PipelineSession(TrainingSession):
             outputs=(1 + n,) if self.with_predictions else (),
             optimizer_config=optimizer_config(self.optimizer),
         )
-        specs = stage_specs(graphs, stages.devices, roles, strategy.compression, strategy.timeout)
+        specs = stage_specs(graphs, stages.devices, roles, strategy.compression, strategy.timeout, strategy.transport)
         self.predictions = next(iter(graphs.values())).outputs[-1].name
         columns = {"inputs": self.x, "labels": self.y}
-        self.group = StageGroup(strategy.cluster, specs, stages.stage_workers, columns, strategy.timeout)
+        self.group = StageGroup(strategy.cluster, specs, stages.stage_workers, columns, strategy.timeout, "fit", m)
 
     def graph_sizes(self, parts: int | None = None) -> set[int]:
         """Micro-batch sizes: each batch is cut into `micro_batches` parts."""

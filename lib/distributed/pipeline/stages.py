@@ -1,8 +1,9 @@
 """The stages of a partitioned graph on workers: `StageWorker`, a Dask actor that holds
 the partitions of one device and runs them micro-batch by micro-batch, sending values to
-the other stages' actors worker to worker; `stage_specs`, which says what each actor
-runs; and `StageGroup`, the client's handle on them, with every wait bounded and lost
-workers named. docs/distributed.md tells how a step flows through the stages.
+the other stages worker to worker (by calls on their actors, or through queues on their
+workers: `queue_links`); `stage_specs`, which says what each actor runs; and
+`StageGroup`, the client's handle on them, with every wait bounded and lost workers named.
+docs/distributed.md tells how a step flows through the stages.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tapeflow import optimizers
 from tapeflow.devices import WorkerDevice
 from tapeflow.distributed.gradient_graph import graph_bytes
 from tapeflow.distributed.pipeline.compression import decode, encode
+from tapeflow.distributed.pipeline.queue_links import QueueLinks, make_queues
 from tapeflow.distributed.runtime.liveness import WorkerLost, find_lost, lost_workers
 from tapeflow.distributed.runtime.local_actor import in_process
 from tapeflow.distributed.runtime.tasks import actor_answer, start_actor, stop_actors, watched_result
@@ -26,6 +28,7 @@ from tapeflow.graph.partition import Transfer, partition
 from tapeflow.graph.runnable import load_graph
 from tapeflow.ops.registry import as_tensor
 from tapeflow.ops.transfer import rendezvous
+from tapeflow.profiler.recording import span
 
 PROBE_WAIT = 2.0  # seconds each stage gets to answer a probe when a call on the stages is late
 
@@ -46,7 +49,8 @@ class StageSpec:
     trains (state names) with the values of their gradients and whether weight decay
     applies, the loss it computes (or None) and the other graph outputs it computes and
     returns (`outputs`, value names), the optimizer (None when it only runs forward), the
-    compression and the timeout of every wait."""
+    compression, the transport of the values it receives and sends ("actors" or
+    "queues") and the timeout of every wait."""
 
     device: str
     partitions: dict
@@ -58,6 +62,7 @@ class StageSpec:
     outputs: tuple[str, ...] = ()
     optimizer_config: dict | None = None
     compression: str | None = None
+    transport: str = "actors"
     timeout: float = 60.0
 
 
@@ -74,7 +79,9 @@ class Roles:
     optimizer_config: dict | None = None
 
 
-def stage_specs(graphs: dict, devices: list[str], roles: Roles, compression, timeout: float) -> list[StageSpec]:
+def stage_specs(
+    graphs: dict, devices: list[str], roles: Roles, compression, timeout: float, transport: str = "actors"
+) -> list[StageSpec]:
     """One StageSpec per device of `devices`, from the partitions of each graph of `graphs`
     (by micro-batch size); the variables of `roles` are trained where they live."""
     by_device: dict[str, dict] = {d: {} for d in devices}
@@ -113,6 +120,7 @@ def stage_specs(graphs: dict, devices: list[str], roles: Roles, compression, tim
                 outputs=tuple(outputs[i] for i in roles.outputs if outputs[i] in made),
                 optimizer_config=roles.optimizer_config,
                 compression=compression,
+                transport=transport,
                 timeout=timeout,
             )
         )
@@ -121,7 +129,7 @@ def stage_specs(graphs: dict, devices: list[str], roles: Roles, compression, tim
 
 class StageWorker:
     """The actor of one device: its partitions, its variables and their optimizer, and an
-    inbox for the values other stages send it."""
+    inbox for the values other stages send it by calls (or its ends of the queues)."""
 
     def __init__(self, spec: StageSpec):
         self.spec = spec
@@ -145,14 +153,20 @@ class StageWorker:
             )
         self.data: dict[str, np.ndarray] = {}
         self.peers: dict = {}
+        self.links: QueueLinks | None = None
         self.inbox: dict[tuple, np.ndarray] = {}
         self.stopped = False
         self._arrived = threading.Condition()
 
     # ------------------------------------------------------------ setup
-    async def connect(self, peers: dict) -> None:
-        """Take the actors of the other devices, by device name."""
+    async def connect(self, peers: dict, queues: dict | None = None) -> None:
+        """Take the actors of the other devices, by device name, and with the "queues"
+        transport the transfer queues (proxies by transfer key)."""
         self.peers = dict(peers)
+        if self.spec.transport == "queues":
+            if self.links is not None:
+                self.links.close()
+            self.links = QueueLinks(queues, self.spec.device, self.spec.timeout)
 
     async def load_data(self, columns: dict) -> None:
         """Take the data columns (graph input name -> array of all rows) this device reads."""
@@ -200,6 +214,16 @@ class StageWorker:
             self._arrived.notify_all()
 
     def _take(self, step: int, micro_batch: int, transfer: Transfer) -> np.ndarray:
+        with span("recv", args={"from": transfer.source, "value": transfer.value, "step": step}) as received:
+            value = self._arrival(step, micro_batch, transfer)
+            received.moved(value)
+        return value
+
+    def _arrival(self, step: int, micro_batch: int, transfer: Transfer) -> np.ndarray:
+        if self.links is not None:
+            compression = self._compression(transfer)
+            payload = self.links.take(step, micro_batch, transfer, compression, lambda: self.stopped)
+            return decode(payload, compression, transfer.dtype)
         where = (step, micro_batch, transfer.key)
         with self._arrived:
             arrived = self._arrived.wait_for(lambda: where in self.inbox or self.stopped, self.spec.timeout)
@@ -250,8 +274,13 @@ class StageWorker:
                 busy += time.perf_counter() - begun
                 store.update((v.name, a) for v, a in zip(graph.outputs, results, strict=True))
                 for t in part.sends:
-                    payload = encode(table.pop(t.key), self._compression(t))
-                    calls.append((t, peers[t.destination].receive(step, mb, t.key, payload)))
+                    with span("send", args={"to": t.destination, "value": t.value, "step": step}) as sending:
+                        payload = encode(table.pop(t.key), self._compression(t))
+                        if self.links is not None:
+                            calls.append((t, self.links.send(step, mb, t, payload)))
+                        else:
+                            calls.append((t, peers[t.destination].receive(step, mb, t.key, payload)))
+                        sending.moved(payload)
                     sent += payload.nbytes
                     between += payload.nbytes if _crosses(t) else 0
         for t, call in calls:
@@ -335,15 +364,24 @@ class StageGroup:
     scheduler every half second whether a worker holding a stage left (then the wait
     raises WorkerLost). A call not answered in time ends with a TimeoutError naming the
     stages that do not answer a probe. Errors name `method` (the Model method running).
-    `close` releases the actors; a worker lost while they start raises StagesLost."""
+    With the "queues" transport, each transfer gets a queue on its receiver's worker, room
+    for the values of two steps of `micro_batches`. `close` releases the actors and queues;
+    a worker lost while they start raises StagesLost."""
 
     def __init__(
-        self, cluster, specs: list[StageSpec], workers: list[str], columns: dict, timeout: float, method: str = "fit"
+        self,
+        cluster,
+        specs: list[StageSpec],
+        workers: list[str],
+        columns: dict,
+        timeout: float,
+        method: str = "fit",
+        micro_batches: int = 1,
     ):
         self.cluster, self.specs, self.workers, self.timeout = cluster, specs, list(workers), float(timeout)
-        self.method = method
+        self.method, self.micro_batches = method, micro_batches
         self.devices = [spec.device for spec in specs]
-        self.actors, self._held = [], []
+        self.actors, self._held, self.queues = [], [], {}
         try:
             self._start(columns)
         except Exception as error:
@@ -363,7 +401,16 @@ class StageGroup:
         ]
         self.actors = self.answers(self._held, "start")
         peers = dict(zip(self.devices, self.actors, strict=True))
-        self.answers([a.connect(peers) for a in self.actors], "connect")
+        if any(spec.transport == "queues" for spec in self.specs):
+            receivers = [
+                (t, spec.compression if _crosses(t) else None, w)
+                for spec, w in zip(self.specs, self.workers, strict=True)
+                for parts in spec.partitions.values()
+                for p in parts
+                for t in p.recvs
+            ]
+            self.queues = make_queues(self.cluster, receivers, 2 * self.micro_batches + 2)
+        self.answers([a.connect(peers, self.queues) for a in self.actors], "connect")
         data = [{n: columns[n] for n in spec.feeds} for spec in self.specs]
         self.answers([a.load_data(d) for a, d in zip(self.actors, data, strict=True)], "data")
 
@@ -445,7 +492,7 @@ class StageGroup:
         stop_actors(zip(self.actors, self.workers, strict=True), alive)
 
     def close(self) -> None:
-        """Release the stage actors (safe to call twice)."""
+        """Release the stage actors and the queues between them (safe to call twice)."""
         if self._held:
             self.cluster.client.cancel(self._held, force=True)
-        self._held, self.actors = [], []
+        self._held, self.actors, self.queues = [], [], {}  # a queue lives as long as the client's proxy

@@ -20,15 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow import _compat
-from tapeflow.distributed.epoch_data import rows_reader
 from tapeflow.distributed.gradient_graph import GradientLayout, GradientRunner
 from tapeflow.distributed.parameters.variable_blocks import Block, join_blocks
+from tapeflow.distributed.queue_input import replica_reader
 from tapeflow.distributed.runtime.local_actor import in_process
 from tapeflow.distributed.runtime.stragglers import Stragglers
 from tapeflow.distributed.runtime.tasks import actor_answer
 from tapeflow.distributed.sparse_rows import SparseRows
 from tapeflow.distributed.sync.epoch_plan import EpochPlan
 from tapeflow.graph.executor import RunCancelled
+from tapeflow.profiler.recording import span
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
     shards, log = [in_process(ps) for ps in shards], in_process(log)
     runner = GradientRunner(graphs, job.layout)
     plan, replica = job.plan, job.replica
-    reader = rows_reader(data)
+    reader = replica_reader(data, job.timeout)
     results = _Results(log, job)
     applied, step, answers, parameters = 0, plan.first_step, None, None
     while step < plan.end:
@@ -69,19 +70,19 @@ def run_replica(job: ReplicaJob, graphs: dict, data: list, order: np.ndarray, sh
             # with backup workers a shard still computing when its step fills up is dropped
             cancelled = log.closed(step, job.timeout).done if plan.backup_workers else None
             try:
-                loss, arrays, predictions = runner.run(parameters, *reader.take(rows), cancelled=cancelled)
+                with span("replica_step", kind="phase", args={"replica": replica, "step": step}):
+                    loss, arrays, predictions = runner.run(parameters, *reader.take(rows), cancelled=cancelled)
                 _slowed(job.stragglers.delay(replica, step, plan.parts), cancelled)
             except RunCancelled:
                 step += 1
                 continue
             if results.commit((step, shard, replica, len(rows), float(loss), predictions)):
-                pushes = [
-                    ps.push(step, shard, len(rows), [b.take(arrays[b.variable]) for b in blocks])
-                    for ps, blocks in zip(shards, job.blocks, strict=True)
-                ]
-                answers = [
-                    actor_answer(p, job.timeout, f"parameter shard {i} (step {step})") for i, p in enumerate(pushes)
-                ]
+                sent = [[b.take(arrays[b.variable]) for b in blocks] for blocks in job.blocks]
+                with span("push", sent, args={"replica": replica, "step": step}):
+                    pushes = [ps.push(step, shard, len(rows), part) for ps, part in zip(shards, sent, strict=True)]
+                    answers = [
+                        actor_answer(p, job.timeout, f"parameter shard {i} (step {step})") for i, p in enumerate(pushes)
+                    ]
                 applied += 1
         step += 1
     results.flush(wait=True)
@@ -137,10 +138,12 @@ def _parameters(shards: list, job: ReplicaJob, step: int, answers=None, previous
     target = step
     while True:
         if answers is None:
-            calls = [ps.pull(target) for ps in shards]
-            answers = [
-                actor_answer(c, job.timeout, f"parameter shard {i} (step {target})") for i, c in enumerate(calls)
-            ]
+            with span("pull", args={"replica": job.replica, "step": target}) as pulled:
+                calls = [ps.pull(target) for ps in shards]
+                answers = [
+                    actor_answer(c, job.timeout, f"parameter shard {i} (step {target})") for i, c in enumerate(calls)
+                ]
+                pulled.moved([arrays for _, _, arrays in answers])
         if any(status == "stop" for status, _, _ in answers):
             return target, None
         if all(status == "ok" for status, _, _ in answers):
