@@ -5,10 +5,13 @@ value takes to cross from one device to another (a latency and a bandwidth per p
 
 `simulate(graph, model)` plays a placed graph's step through the model: each device runs
 one node at a time in graph order, a node starts once its inputs have arrived, and a value
-crosses each link once per destination. The cost-model placer (`tapeflow.graph.placer`)
-uses the same rules to choose devices. Given the graph's partitions, `simulate` plays the
-step as the partitioned runtime runs it instead: a partition starts once every value it
-receives has arrived, and sends its values when it ends.
+crosses each link once per destination, one value after the other (`link_busy_s`). The
+cost-model placer (`tapeflow.graph.placer`) uses the same rules to choose devices. Given
+the graph's partitions, `simulate` plays the step as the partitioned runtime runs it
+instead: a partition starts once every value it receives has arrived, and sends its
+values one after the other when it ends (its device busy `send_overhead_s` each).
+`simulate_pipeline` plays several micro-batches through the partitions in the order the
+pipeline's stages run them.
 
 >>> import tapeflow as tp
 >>> model = CostModel(flops_per_s=1e10, bytes_per_s=1e10, overhead_s=1e-6)
@@ -101,7 +104,11 @@ class CostModel:
         overhead_s: fixed cost of dispatching one node.
         link_bytes_per_s: bandwidth of a transfer between two devices of different workers.
         link_latency_s: fixed cost of one such transfer.
+        link_busy_s: how long one such transfer holds the link besides its bytes, the next
+            one waiting (the rest of the latency overlaps it); None: all of the latency.
         local_bytes_per_s: bandwidth between two devices of one worker.
+        send_overhead_s: the sender's own time for each value a partition sends to another
+            device (encoding it and handing it over), when `simulate` plays partitions.
         op_scale: per op name, a factor on the estimate (`refine` measures them).
         device_speed: per device name, a factor on its rates (2.0: twice as fast).
     """
@@ -111,17 +118,23 @@ class CostModel:
     overhead_s: float = 5e-6
     link_bytes_per_s: float = 5e8
     link_latency_s: float = 5e-4
+    link_busy_s: float | None = None
     local_bytes_per_s: float = 5e9
+    send_overhead_s: float = 0.0
     op_scale: dict = field(default_factory=dict)
     device_speed: dict = field(default_factory=dict)
 
     def __post_init__(self):
         for name in ("flops_per_s", "bytes_per_s", "link_bytes_per_s", "local_bytes_per_s"):
             _positive(name, getattr(self, name))
-        for name in ("overhead_s", "link_latency_s"):
+        for name in ("overhead_s", "link_latency_s", "send_overhead_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise ValueError(f"CostModel: {name} must be a finite number >= 0, got {value!r}")
+        if self.link_busy_s is not None:
+            value = self.link_busy_s
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise ValueError(f"CostModel: link_busy_s must be None or a finite number >= 0, got {value!r}")
         for label, table in (("op_scale", self.op_scale), ("device_speed", self.device_speed)):
             if not isinstance(table, dict):
                 raise TypeError(f"CostModel: {label} must be a dict, got {type(table).__name__}")
@@ -150,11 +163,14 @@ class CostModel:
     def refine(self, profile, graph: GraphIR, statistic: str = "mean") -> CostModel:
         """A copy whose `op_scale` makes each op's estimate match its time in a profile
         (`tapeflow.profiler`) of runs of `graph`: each node's mean time over its runs, or
-        with `statistic="min"` its shortest (the run least disturbed by other work)."""
+        with `statistic="min"` its shortest (the run least disturbed by other work); and
+        whose `send_overhead_s` is the mean (or shortest) of the profile's "send" spans, if
+        it has any."""
         if statistic not in ("mean", "min"):
             raise ValueError(f"CostModel.refine: statistic must be 'mean' or 'min', got {statistic!r}")
         by_name = {n.name: n for n in graph.nodes}
         runs: dict = {}
+        sends = [e.duration_ns / 1e9 for e in profile.events if e.kind == "comm" and e.name == "send"]
         for event in profile.events:
             node = by_name.get(event.name) if event.kind == "node" else None
             if node is not None and node.op == event.op:
@@ -169,7 +185,10 @@ class CostModel:
         for op, (seconds, estimate) in measured.items():
             if estimate > 0 and seconds > 0:
                 scale[op] = seconds / estimate
-        return CostModel(**{**self.to_dict(), "op_scale": scale})
+        changed: dict = {"op_scale": scale}
+        if sends:
+            changed["send_overhead_s"] = min(sends) if statistic == "min" else sum(sends) / len(sends)
+        return CostModel(**{**self.to_dict(), **changed})
 
     def to_dict(self) -> dict:
         return {
@@ -178,7 +197,9 @@ class CostModel:
             "overhead_s": self.overhead_s,
             "link_bytes_per_s": self.link_bytes_per_s,
             "link_latency_s": self.link_latency_s,
+            "link_busy_s": self.link_busy_s,
             "local_bytes_per_s": self.local_bytes_per_s,
+            "send_overhead_s": self.send_overhead_s,
             "op_scale": dict(self.op_scale),
             "device_speed": dict(self.device_speed),
         }
@@ -299,7 +320,10 @@ class Simulator:
         begin = max(ready, self.link_free.get(link, 0.0))
         arrival = begin + seconds
         if commit:
-            self.link_free[link] = arrival
+            held = seconds
+            if self.model.link_busy_s is not None and _worker(source) != _worker(device):
+                held += self.model.link_busy_s - self.model.link_latency_s
+            self.link_free[link] = begin + held
             self.available[key] = arrival
             self.transfers += 1
             self.transfer_bytes += value_bytes(v)
@@ -319,6 +343,19 @@ class Simulator:
         self.start[node.name], self.finish[node.name] = begin, end
         for v in node.outputs:
             self.made_on[id(v)] = (device, end)
+
+    def send(self, nodes: list, device: str, readers: dict) -> None:
+        """The values of a partition of `nodes` that just ran on `device` leave it, one
+        after the other, each once per other device reading it (`readers`: the graph's
+        consumers), the device busy `send_overhead_s` per value sent."""
+        at = self.device_free.get(device, 0.0)
+        for node in nodes:
+            for v in node.outputs:
+                targets = {r.device or str(self.graph.device) for r in readers.get(id(v), ())} - {device}
+                at += len(targets) * self.model.send_overhead_s
+                self.sent_at[id(v)] = at
+        self.busy[device] = self.busy.get(device, 0.0) + at - self.device_free.get(device, 0.0)
+        self.device_free[device] = at
 
     def result(self) -> SimulatedStep:
         return SimulatedStep(
@@ -343,7 +380,7 @@ def simulate(graph: GraphIR, model: CostModel, partitions: list | None = None) -
         for node in graph.nodes:
             sim.run(node, node.device or str(graph.device))
         return sim.result()
-    by_name = {n.name: n for n in graph.nodes}
+    by_name, readers = {n.name: n for n in graph.nodes}, graph.consumers()
     for names in partitions:
         nodes = [by_name[name] for name in names if name in by_name]
         if not nodes:
@@ -355,6 +392,84 @@ def simulate(graph: GraphIR, model: CostModel, partitions: list | None = None) -
         sim.device_free[device] = max(sim.device_free.get(device, 0.0), gate)
         for node in nodes:
             sim.run(node, device)
-        for node in nodes:
-            sim.sent_at.update((id(v), sim.device_free[device]) for v in node.outputs)
+        sim.send(nodes, device, readers)
     return sim.result()
+
+
+def simulate_pipeline(
+    graph: GraphIR, model: CostModel, partitions: list, micro_batches: int, after: dict | None = None
+) -> SimulatedStep:
+    """Play one pipelined step: `micro_batches` micro-batches of a placed graph (traced at
+    the micro-batch size) through its `partitions` (lists of node names, as for `simulate`),
+    in the order the pipeline's stages run them: each device takes its partitions in the
+    order given and, for each, every micro-batch in turn; one waits until the device is
+    free and every value it receives for that micro-batch has arrived, and its values leave
+    when it ends. `after` adds seconds at the end of a device's step (by device name: its
+    update). `start` and `finish` are keyed by (node name, micro-batch).
+
+    >>> import tapeflow as tp
+    >>> model = CostModel(flops_per_s=1e9, bytes_per_s=1e12, overhead_s=0.0, link_latency_s=0.0)
+    >>> def f(x):
+    ...     with tp.device("/worker:0"):
+    ...         h = tp.matmul(x, x)
+    ...     with tp.device("/worker:1"):
+    ...         return tp.matmul(h, h)
+    >>> g = tp.freeze(f, tp.TensorSpec((100, 100)), optimize=False)
+    >>> parts = [[n.name] for n in g.nodes]
+    >>> one = model.node_seconds(g.nodes[0])   # each matmul, 2 ms; each transfer, 80 us
+    >>> sent = model.transfer_seconds(40_000, "/worker:0/cpu:0", "/worker:1/cpu:0")
+    >>> step = simulate_pipeline(g, model, parts, micro_batches=4)
+    >>> abs(step.step_seconds - (4 * one + sent + one)) < 1e-12   # worker 1 trails worker 0 by one micro-batch
+    True
+    """
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        raise ValueError(f"simulate_pipeline: micro_batches must be an int >= 1, got {micro_batches!r}")
+    after = after or {}
+    by_name, readers = {n.name: n for n in graph.nodes}, graph.consumers()
+    sims = [Simulator(graph, model) for _ in range(micro_batches)]
+    for sim in sims[1:]:  # the micro-batches share the devices and the links
+        sim.device_free, sim.link_free, sim.busy = sims[0].device_free, sims[0].link_free, sims[0].busy
+    queues: dict = {}  # device -> the (nodes, micro-batch) it runs, in order
+    for names in partitions:
+        nodes = [by_name[name] for name in names if name in by_name]
+        if nodes:
+            device = nodes[0].device or str(graph.device)
+            queues.setdefault(device, []).extend((nodes, mb) for mb in range(micro_batches))
+    for device in after:
+        if device not in queues:
+            raise ValueError(f"simulate_pipeline: `after` names {device}, where no partition runs")
+    heads = dict.fromkeys(queues, 0)
+    while any(heads[d] < len(q) for d, q in queues.items()):
+        ready = []
+        for device, queue in queues.items():
+            if heads[device] == len(queue):
+                continue
+            nodes, mb = queue[heads[device]]
+            sim, members = sims[mb], {id(n) for n in nodes}
+            received = [v for n in nodes for v in n.inputs if v.producer is not None and id(v.producer) not in members]
+            if all(id(v) in sim.made_on for v in received):
+                gate = max([sim._arrival(v, device, commit=False) for v in received], default=0.0)
+                ready.append((max(gate, sim.device_free.get(device, 0.0)), device, received))
+        if not ready:
+            raise ValueError(f"simulate_pipeline: the partitions of {graph.name} wait for each other (out of order)")
+        _, device, received = min(ready, key=lambda r: r[0])
+        nodes, mb = queues[device][heads[device]]
+        heads[device] += 1
+        sim = sims[mb]
+        gate = max([sim._arrival(v, device, commit=True) for v in received], default=0.0)
+        sim.device_free[device] = max(sim.device_free.get(device, 0.0), gate)
+        for node in nodes:
+            sim.run(node, device)
+        sim.send(nodes, device, readers)
+    free = sims[0].device_free
+    for device, seconds in after.items():
+        free[device] = free.get(device, 0.0) + seconds
+        sims[0].busy[device] = sims[0].busy.get(device, 0.0) + seconds
+    return SimulatedStep(
+        max(free.values(), default=0.0),
+        {(name, mb): t for mb, sim in enumerate(sims) for name, t in sim.start.items()},
+        {(name, mb): t for mb, sim in enumerate(sims) for name, t in sim.finish.items()},
+        sims[0].busy,
+        sum(sim.transfers for sim in sims),
+        sum(sim.transfer_bytes for sim in sims),
+    )

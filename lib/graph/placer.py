@@ -35,7 +35,7 @@ the shape rules' sizes as the only cost):
 from __future__ import annotations
 
 from tapeflow.devices import canonical_placement, is_local_name
-from tapeflow.graph.cost_model import Simulator, value_bytes
+from tapeflow.graph.cost_model import Simulator, simulate, value_bytes
 from tapeflow.graph.ir import ASSIGN, READ, GraphError, GraphIR
 
 DEFAULT_DEVICE = "/worker:0/cpu:0"
@@ -54,9 +54,11 @@ def place(
     With a `cost_model` (`tapeflow.graph.cost_model.CostModel`), unplaced nodes go, in graph
     order, to the device among `devices` (or, without them, those the graph names and
     `default`) where the simulated step would finish them first, counting the transfers
-    of their inputs; `constraints` maps node names to a worker ("/worker:1": any device of
-    worker 1) or a device the node must run on. Explicit devices and variables' homes are
-    kept as in the greedy rule."""
+    of their inputs; then nodes without inputs (reads, constants) and the variables placed
+    here move to where their values are read. `constraints` maps node names to a worker
+    ("/worker:1": any device of worker 1) or a device the node must run on. Explicit devices
+    and variables' homes are kept as in the greedy rule. Without constraints, the greedy
+    rule's placement is kept instead where the cost model finds its step no slower."""
     allowed = None if devices is None else [canonical_placement(d) for d in devices]
     default = canonical_placement(default or (allowed[0] if allowed else DEFAULT_DEVICE))
     for node in graph.nodes:
@@ -78,9 +80,28 @@ def place(
         raise PlacementError(f"{graph.name}: constraints are honoured by the cost-model placer; pass cost_model=")
     if cost_model is not None:
         candidates = allowed or list(dict.fromkeys([*(n.device for n in graph.nodes if n.device), default]))
-        _place_by_cost(graph, candidates, homes, cost_model, _constraint_sets(graph, candidates, constraints or {}))
+        given = [n.device for n in graph.nodes]
+        _place_by_cost(
+            graph, dict(homes), cost_model, candidates, _constraint_sets(graph, candidates, constraints or {})
+        )
+        if not constraints:  # the rule knows no constraints; without them, the faster of the two in simulation
+            by_cost = [n.device for n in graph.nodes]
+            cost_seconds = simulate(graph, cost_model).step_seconds
+            for node, device in zip(graph.nodes, given, strict=True):
+                node.device = device
+            _place_by_rule(graph, unplaced, dict(homes), default)
+            if cost_seconds < simulate(graph, cost_model).step_seconds:
+                for node, device in zip(graph.nodes, by_cost, strict=True):
+                    node.device = device
         graph.changed()
         return len(unplaced)
+    _place_by_rule(graph, unplaced, homes, default)
+    graph.changed()
+    return len(unplaced)
+
+
+def _place_by_rule(graph: GraphIR, unplaced: list, homes: dict, default: str) -> None:
+    """The greedy rule (steps 1-5 of the module docstring) for the nodes of `unplaced`."""
     for node in unplaced:
         if node.op in (READ, ASSIGN) and node.attrs["variable"] in homes:
             node.device = homes[node.attrs["variable"]]
@@ -103,8 +124,6 @@ def place(
     for node in graph.nodes:
         if node.op in (READ, ASSIGN):
             node.device = homes[node.attrs["variable"]]
-    graph.changed()
-    return len(unplaced)
 
 
 def _constraint_sets(graph: GraphIR, candidates: list[str], constraints: dict) -> dict[str, list[str]]:
@@ -124,11 +143,12 @@ def _constraint_sets(graph: GraphIR, candidates: list[str], constraints: dict) -
     return out
 
 
-def _place_by_cost(graph: GraphIR, candidates: list[str], homes: dict, cost_model, constraints: dict) -> None:
+def _place_by_cost(graph: GraphIR, homes: dict, cost_model, candidates: list[str], constraints: dict) -> None:
     """The cost-model rule: in graph order, each unplaced node goes where the simulated step
     finishes it first (the earlier candidate on a tie); a variable's reads and writes
     follow the first of them placed."""
     simulator = Simulator(graph, cost_model)
+    explicit_homes, placed_here = set(homes), {id(n) for n in graph.nodes if n.device is None}
     for node in graph.nodes:
         variable = node.attrs.get("variable") if node.op in (READ, ASSIGN) else None
         if node.device is None:
@@ -140,6 +160,40 @@ def _place_by_cost(graph: GraphIR, candidates: list[str], homes: dict, cost_mode
         if variable is not None:
             homes.setdefault(variable, node.device)
         simulator.run(node, node.device)
+    _colocate_sources(graph, placed_here, explicit_homes, constraints, candidates)
+
+
+def _colocate_sources(graph: GraphIR, placed_here: set, explicit_homes: set, constraints: dict, candidates) -> None:
+    """The cost-model rule's second pass. Scored one by one, a node without inputs (a read, a
+    constant) finishes first on an idle device, and then every reader pays a transfer; so
+    such a node moves to the device that reads most of its bytes, and a variable placed here
+    (all its reads and writes) moves to where its reads are read and its new values made."""
+    readers = graph.consumers()
+    uses: dict[str, list] = {}
+    for node in graph.nodes:
+        if node.op in (READ, ASSIGN):
+            uses.setdefault(node.attrs["variable"], []).append(node)
+    for variable, nodes in uses.items():
+        if variable in explicit_homes or any(id(n) not in placed_here for n in nodes):
+            continue
+        traffic = [
+            (r.device, value_bytes(v)) for n in nodes if n.op == READ for v in n.outputs for r in readers.get(id(v), ())
+        ]
+        traffic += [
+            (v.producer.device, value_bytes(v)) for n in nodes if n.op == ASSIGN for v in n.inputs if v.producer
+        ]
+        allowed = set(candidates).intersection(*(constraints.get(n.name, candidates) for n in nodes))
+        home = _busiest([(d, size) for d, size in traffic if d in allowed])
+        if home is not None:
+            for n in nodes:
+                n.device = home
+    for node in graph.nodes:
+        if id(node) in placed_here and not node.inputs and node.op not in (READ, ASSIGN):
+            options = constraints.get(node.name, candidates)
+            reads = [
+                (r.device, value_bytes(v)) for v in node.outputs for r in readers.get(id(v), ()) if r.device in options
+            ]
+            node.device = _busiest(reads) or node.device
 
 
 def _variable_homes(graph: GraphIR) -> dict[str, str]:

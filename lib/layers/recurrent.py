@@ -785,6 +785,34 @@ class _CellRNN(RNN):
     def from_config(cls, config):
         return cls(**config)
 
+    _sequence_op: str | None = None  # the op that runs a whole sequence of this layer's cell
+
+    def _runs_as_one_op(self, mask) -> bool:
+        """Whether the whole sequence can run as one `_sequence_op`: while training (an
+        inference graph keeps the steps, which export to ONNX), with Keras's default
+        activations, no dropout, and no zeroed outputs under a mask."""
+        cell = self.cell
+        sequence = cell._sequence
+        return (
+            self._sequence_op is not None
+            and sequence is not None
+            and sequence["training"]
+            and type(cell) is self._cell_class
+            and cell.activation is activations.tanh
+            and cell.recurrent_activation is activations.sigmoid
+            and not (cell.dropout or cell.recurrent_dropout)
+            and not (mask is not None and self.zero_output_for_mask)
+        )
+
+    def _runs_fused_here(self, mask, inputs) -> bool:
+        """`_runs_as_one_op`, on a device whose backend runs the sequence op."""
+        return self._runs_as_one_op(mask) and get_op(self._sequence_op).runs_on(inputs.device.family)
+
+
+def _in_dtype_of(projected, value):
+    """`value` in the dtype of the projected inputs (the compute dtype under a mixed precision policy)."""
+    return value if value is None or value.dtype == projected.dtype else cast(value, projected.dtype)
+
 
 class SimpleRNN(_CellRNN):
     """A fully connected RNN over [batch, time, features] inputs:
@@ -923,6 +951,7 @@ class LSTM(_CellRNN):
     """
 
     _cell_class = LSTMCell
+    _sequence_op = "lstm_sequence"
 
     def __init__(
         self,
@@ -978,38 +1007,18 @@ class LSTM(_CellRNN):
             **kwargs,
         )
 
-    def _runs_as_one_op(self, mask) -> bool:
-        """Whether the whole sequence can run as one `lstm_sequence` op: while training (an
-        inference graph keeps the steps, which export to ONNX), with Keras's default
-        activations, no dropout, and no zeroed outputs under a mask."""
-        cell = self.cell
-        sequence = cell._sequence
-        return (
-            sequence is not None
-            and sequence["training"]
-            and type(cell) is LSTMCell
-            and cell.activation is activations.tanh
-            and cell.recurrent_activation is activations.sigmoid
-            and not (cell.dropout or cell.recurrent_dropout)
-            and not (mask is not None and self.zero_output_for_mask)
-        )
-
     def _run(self, inputs, mask, states):
-        if not self._runs_as_one_op(mask) or not get_op("lstm_sequence").runs_on(inputs.device.family):
+        if not self._runs_fused_here(mask, inputs):
             return super()._run(inputs, mask, states)
         batch, steps = inputs.shape[0], inputs.shape[1]
         checked = None if mask is None else self._checked_mask(mask, batch, steps)
         projected = self.cell.project(inputs)
-
-        def computed(t):  # in the projection's dtype: the compute dtype under a mixed precision policy
-            return t if t.dtype == projected.dtype else cast(t, projected.dtype)
-
         h0, c0 = states
         ys, h, c = lstm_sequence(
             projected,
-            computed(h0),
-            computed(c0),
-            computed(self.cell.recurrent_kernel),
+            _in_dtype_of(projected, h0),
+            _in_dtype_of(projected, c0),
+            _in_dtype_of(projected, self.cell.recurrent_kernel),
             checked,
             go_backwards=self.go_backwards,
         )
@@ -1063,6 +1072,7 @@ class GRU(_CellRNN):
     """
 
     _cell_class = GRUCell
+    _sequence_op = "gru_sequence"
 
     def __init__(
         self,
@@ -1118,39 +1128,19 @@ class GRU(_CellRNN):
             **kwargs,
         )
 
-    def _runs_as_one_op(self, mask) -> bool:
-        """Whether the whole sequence can run as one `gru_sequence` op: while training (an
-        inference graph keeps the steps, which export to ONNX), with Keras's default
-        activations, no dropout, and no zeroed outputs under a mask."""
-        cell = self.cell
-        sequence = cell._sequence
-        return (
-            sequence is not None
-            and sequence["training"]
-            and type(cell) is GRUCell
-            and cell.activation is activations.tanh
-            and cell.recurrent_activation is activations.sigmoid
-            and not (cell.dropout or cell.recurrent_dropout)
-            and not (mask is not None and self.zero_output_for_mask)
-        )
-
     def _run(self, inputs, mask, states):
-        if not self._runs_as_one_op(mask) or not get_op("gru_sequence").runs_on(inputs.device.family):
+        if not self._runs_fused_here(mask, inputs):
             return super()._run(inputs, mask, states)
         batch, steps = inputs.shape[0], inputs.shape[1]
         checked = None if mask is None else self._checked_mask(mask, batch, steps)
         cell = self.cell
         projected = cell.project(inputs)
-
-        def computed(t):  # in the projection's dtype: the compute dtype under a mixed precision policy
-            return t if t is None or t.dtype == projected.dtype else cast(t, projected.dtype)
-
         recurrent_bias = cell.bias[1] if cell.bias is not None and cell.reset_after else None
         ys, h = gru_sequence(
             projected,
-            computed(states[0]),
-            computed(cell.recurrent_kernel),
-            computed(recurrent_bias),
+            _in_dtype_of(projected, states[0]),
+            _in_dtype_of(projected, cell.recurrent_kernel),
+            _in_dtype_of(projected, recurrent_bias),
             checked,
             reset_after=cell.reset_after,
             go_backwards=self.go_backwards,
