@@ -1,37 +1,50 @@
-"""Training benchmark: tapeflow's `model.fit` against the same training loop in PyTorch.
+"""Training benchmark: tapeflow's `model.fit`, `train_on_batch` and eager GradientTape step
+against the same training in PyTorch and in Keras 3 on JAX.
 
-    .venv/bin/python bench/train.py             # about a minute on 2 cores
-    .venv/bin/python bench/train.py --rounds 5  # more rounds, for a busy machine
+    .venv/bin/python bench/train.py                       # both workloads, every system
+    .venv/bin/python bench/train.py --workloads mlp       # the MLP alone
+    .venv/bin/python bench/train.py --rounds 5            # more rounds, for a busy machine
+    .venv/bin/python bench/train.py --systems tapeflow keras-jax
 
 Two workloads, with the same data (a Fashion-MNIST slice, random images when the files
 are missing), the same threads and the same optimizer:
 
-- the MLP 784-256-256-10 (ReLU), Adam, batch 128;
+- the MNIST tutorial's MLP: 784-256-256-10 (ReLU), dropout 0.2 after each hidden layer,
+  Adam, batch 128;
 - TensorFlow's "Deep MNIST" CNN (5x5x32 and 5x5x64 convolutions, each followed by a 2x2
-  max-pool, dense 1024 with dropout 0.5, then 10 logits), Adam, batch 50. tapeflow
-  runs it on NHWC images and PyTorch on NCHW ones.
+  max-pool, dense 1024 with dropout 0.5, then 10 logits), Adam, batch 50. tapeflow and
+  Keras run it on NHWC images and PyTorch on NCHW ones.
 
-Each timed call is one `model.fit` epoch of a few steps (shuffling, batching, loss and
-accuracy included), with the step frozen into a graph (`compile`'s default, as Keras's
-`run_eagerly=False`) and run eagerly on the tape (`compile(jit=False)`).
-On the PyTorch side it is the loop that `fit` stands for: a shuffled
-pass that does forward, loss, backward and an Adam step, and keeps a running loss and
-accuracy.
+The systems, each timed over one pass of a few batches per call:
 
-Each library trains in a process of its own, one process at a time, so that the two
-never share the cores (nor load two OpenMP runtimes into one process). The processes
-alternate over several rounds, which spreads slow spells of a shared machine over both.
-A process reports its step times and its peak resident set during training, less the
-resident set after imports and data. Reported: the median step time over all rounds, the
-spread of the per-round medians, and the ratio tapeflow / PyTorch.
-Targets: step time at most 1.2x PyTorch's for the MLP and 1.3x for the CNN, and peak
-memory at most PyTorch's.
+- tapeflow: one `model.fit` epoch (shuffling, batching, loss and accuracy included), the
+  step frozen into a graph (`compile`'s default, as Keras's `run_eagerly=False`);
+- tapeflow-tob: `model.train_on_batch` on each batch in turn (the frozen step, without
+  fit's loop);
+- tapeflow-tape: the eager step a user writes: forward pass, loss, `tp.GradientTape`
+  gradients and `optimizer.apply_gradients`, on the tape;
+- tapeflow-eager: one `model.fit` epoch with `compile(jit=False)`;
+- pytorch: the loop that `fit` stands for: a shuffled pass doing forward, loss, backward
+  and an Adam step, keeping a running loss and accuracy;
+- keras-jax, keras-jax-tob: Keras 3 on JAX, `model.fit` and `train_on_batch` (in the
+  bench-only environment `.venv-bench`; left out where it is missing).
+
+Each system trains in a process of its own, one process at a time, pinned to as many cores
+as threads, so that two never share the cores (nor load two OpenMP runtimes into one
+process). The processes alternate over several rounds, which spreads slow spells of a
+shared machine over all of them. A process reports its step times and its peak resident
+set during training, less the resident set after imports and data. Reported: the median
+step time over all rounds, the per-round medians, and each system's ratio to PyTorch's
+and to Keras-on-JAX's `fit`, all measured in the same run.
+Targets for tapeflow's `fit`: at most 0.9x Keras-on-JAX's `fit` for the MLP; at most 1.2x
+PyTorch's step for the MLP and 1.3x for the CNN; peak memory at most PyTorch's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,20 +53,34 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import THREADS, pin_threads  # noqa: E402
+from _harness import THREADS, bench_python, pin_threads  # noqa: E402
 
 pin_threads()
 
 import numpy as np  # noqa: E402
 
-# name: (batch size, steps per timed call, timed calls per round, step-time target)
+# name: (batch size, steps per timed call, timed calls per round)
 WORKLOADS = {
-    "mlp": (128, 20, 8, 1.2),
-    "cnn": (50, 5, 4, 1.3),
+    "mlp": (128, 20, 8),
+    "cnn": (50, 5, 4),
 }
+# tapeflow fit's step-time targets: (against PyTorch, against Keras on JAX)
+TARGETS = {"mlp": (1.2, 0.9), "cnn": (1.3, None)}
 WARMUP_CALLS = 2
-TITLES = {"mlp": "MLP 784-256-256-10, Adam, batch 128", "cnn": "Deep-MNIST CNN, Adam, batch 50"}
-LIBRARIES = ("tapeflow", "tapeflow-eager", "pytorch")
+TITLES = {
+    "mlp": "MLP 784-256-256-10 with dropout, Adam, batch 128",
+    "cnn": "Deep-MNIST CNN, Adam, batch 50",
+}
+SYSTEMS = (
+    "tapeflow",
+    "tapeflow-tob",
+    "tapeflow-tape",
+    "tapeflow-eager",
+    "pytorch",
+    "keras-jax",
+    "keras-jax-tob",
+)
+KERAS = ("keras-jax", "keras-jax-tob")
 
 
 # -------------------------------------------------------------------- data
@@ -69,24 +96,29 @@ def load_slice(n: int) -> tuple[np.ndarray, np.ndarray, str]:
         return rng.random((n, 28, 28), dtype=np.float32), rng.integers(0, 10, n), "random images"
 
 
-def workload_data(name: str, x: np.ndarray, y: np.ndarray, library: str):
-    """The inputs one library's model takes: flat rows for the MLP, NHWC or NCHW images for the CNN."""
+def workload_data(name: str, x: np.ndarray, y: np.ndarray, system: str):
+    """The inputs one system's model takes: flat rows for the MLP, NHWC or NCHW images for the CNN."""
     if name == "mlp":
         return x.reshape(len(x), 784), y
-    return (x[..., None] if library == "tapeflow" else x[:, None]).copy(), y
+    return (x[:, None] if system == "pytorch" else x[..., None]).copy(), y
 
 
 # ------------------------------------------------------------------ models
-def tapeflow_trainer(name: str, x: np.ndarray, y: np.ndarray, jit="auto"):
-    """A function that runs one `model.fit` epoch over (x, y), the step frozen or eager."""
-    import tapeflow as tp
-
-    tp.set_num_threads(THREADS)
-    layers = tp.layers
+def keras_style_model(keras, name: str):
+    """The workload's network in a Keras-style API: `keras` is tapeflow itself or Keras 3."""
+    layers = keras.layers
     if name == "mlp":
-        stack = [layers.Dense(256, activation="relu"), layers.Dense(256, activation="relu"), layers.Dense(10)]
+        stack = [
+            layers.Input((784,)),
+            layers.Dense(256, activation="relu"),
+            layers.Dropout(0.2),
+            layers.Dense(256, activation="relu"),
+            layers.Dropout(0.2),
+            layers.Dense(10),
+        ]
     else:
         stack = [
+            layers.Input((28, 28, 1)),
             layers.Conv2D(32, 5, padding="same", activation="relu"),
             layers.MaxPooling2D(2),
             layers.Conv2D(64, 5, padding="same", activation="relu"),
@@ -96,25 +128,81 @@ def tapeflow_trainer(name: str, x: np.ndarray, y: np.ndarray, jit="auto"):
             layers.Dropout(0.5),
             layers.Dense(10),
         ]
-    model = tp.Sequential(stack)
+    return keras.Sequential(stack)
+
+
+def _batches(x: np.ndarray, y: np.ndarray, batch: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(x[i : i + batch], y[i : i + batch]) for i in range(0, len(x), batch)]
+
+
+def tapeflow_trainer(name: str, x: np.ndarray, y: np.ndarray, mode: str = "fit"):
+    """A function that runs one pass over (x, y): a `model.fit` epoch (the step frozen, or
+    eager for mode "eager"), `train_on_batch` per batch ("tob"), or the eager GradientTape
+    step per batch ("tape")."""
+    # lazily: a worker process loads only the system it times
+    import tapeflow as tp
+
+    tp.set_num_threads(THREADS)
+    tp.random.seed(0)
+    model = keras_style_model(tp, name)
+    loss = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=tp.optimizers.Adam(1e-3), loss=loss, metrics=["accuracy"], jit=mode != "eager")
+    batch = WORKLOADS[name][0]
+    if mode in ("fit", "eager"):
+        return lambda: model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+    batches = _batches(x, y, batch)
+    if mode == "tob":
+        return lambda: [model.train_on_batch(xb, yb) for xb, yb in batches]
+    optimizer, variables = model.optimizer, model.trainable_weights
+    tensors = [(tp.tensor(xb), tp.tensor(yb)) for xb, yb in batches]
+
+    def tape_pass():
+        for xb, yb in tensors:
+            with tp.GradientTape() as tape:
+                value = loss(yb, model(xb, training=True))
+            optimizer.apply_gradients(zip(tape.gradient(value, variables), variables, strict=True))
+        return float(value)
+
+    return tape_pass
+
+
+def keras_trainer(name: str, x: np.ndarray, y: np.ndarray, mode: str = "fit"):
+    """Keras 3 on JAX: a function that runs one `model.fit` epoch, or `train_on_batch` per batch."""
+    os.environ["KERAS_BACKEND"] = "jax"
+    # lazily: a worker process loads only the system it times
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras_style_model(keras, name)
     model.compile(
-        optimizer=tp.optimizers.Adam(1e-3),
-        loss=tp.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
-        jit=jit,
     )
     batch = WORKLOADS[name][0]
-    return lambda: model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+    if mode == "fit":
+        return lambda: model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+    batches = _batches(x, y, batch)
+    return lambda: [model.train_on_batch(xb, yb) for xb, yb in batches]
 
 
 def pytorch_trainer(name: str, x: np.ndarray, y: np.ndarray):
     """A function that runs the PyTorch equivalent of one `model.fit` epoch over (x, y)."""
+    # lazily: a worker process loads only the system it times
     import torch
     from _models import torch_model
     from torch import nn
 
     torch.set_num_threads(THREADS)
-    model = torch_model(name)
+    torch.manual_seed(0)
+    if name == "mlp":
+        model = nn.Sequential(
+            *(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.2)),
+            *(nn.Linear(256, 256), nn.ReLU(), nn.Dropout(0.2)),
+            nn.Linear(256, 10),
+        )
+    else:
+        model = torch_model(name)
     optimizer = torch.optim.Adam(model.parameters(), 1e-3, eps=1e-7)
     xs, ys = torch.from_numpy(x), torch.from_numpy(y)
     batch = WORKLOADS[name][0]
@@ -141,8 +229,12 @@ def pytorch_trainer(name: str, x: np.ndarray, y: np.ndarray):
 
 TRAINERS = {
     "tapeflow": tapeflow_trainer,
-    "tapeflow-eager": lambda name, x, y: tapeflow_trainer(name, x, y, jit=False),
+    "tapeflow-tob": lambda name, x, y: tapeflow_trainer(name, x, y, mode="tob"),
+    "tapeflow-tape": lambda name, x, y: tapeflow_trainer(name, x, y, mode="tape"),
+    "tapeflow-eager": lambda name, x, y: tapeflow_trainer(name, x, y, mode="eager"),
     "pytorch": pytorch_trainer,
+    "keras-jax": keras_trainer,
+    "keras-jax-tob": lambda name, x, y: keras_trainer(name, x, y, mode="tob"),
 }
 
 
@@ -165,45 +257,51 @@ def _reset_peak() -> bool:
         return False
 
 
-def worker(library: str, name: str, data: str) -> None:
-    """Run in a fresh process: train one library on one workload and print a JSON report."""
-    ours = library.startswith("tapeflow")
-    __import__("tapeflow" if ours else "torch")
+def _pin_cores() -> None:
+    """Keep this process on THREADS cores (where the machine has more), as every system is."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cores) > THREADS:
+        os.sched_setaffinity(0, cores[:THREADS])
+
+
+def worker(system: str, name: str, data: str) -> None:
+    """Run in a fresh process: train one system on one workload and print a JSON report."""
+    _pin_cores()
     with np.load(data) as arrays:
-        x, y = workload_data(name, arrays["x"], arrays["y"], "tapeflow" if ours else library)
+        x, y = workload_data(name, arrays["x"], arrays["y"], system)
     reset = _reset_peak()
     baseline = _status_kb("VmRSS") if reset else _status_kb("VmHWM")
-    fit = TRAINERS[library](name, x, y)
+    run = TRAINERS[system](name, x, y)
     for _ in range(WARMUP_CALLS):
-        fit()
+        run()
     seconds = []
     for _ in range(WORKLOADS[name][2]):
         start = time.perf_counter()
-        fit()
+        run()
         seconds.append(time.perf_counter() - start)
     report = {"seconds": seconds, "baseline_kb": baseline, "peak_kb": _status_kb("VmHWM"), "exact": reset}
     print(json.dumps(report))
 
 
-def run_worker(library: str, name: str, data: Path) -> dict:
+def run_worker(system: str, name: str, data: Path) -> dict:
     """One worker process's report; its step times in seconds per step."""
-    cmd = [sys.executable, __file__, "--worker", library, name, str(data)]
+    python = bench_python() if system in KERAS else sys.executable
+    cmd = [python, __file__, "--worker", system, name, str(data)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"{library} on {name} failed:\n{result.stderr}")
+        raise RuntimeError(f"{system} on {name} failed:\n{result.stderr[-4000:]}")
     report = json.loads(result.stdout.strip().splitlines()[-1])
     report["step_seconds"] = [s / WORKLOADS[name][1] for s in report.pop("seconds")]
     return report
 
 
 # -------------------------------------------------------------------- main
-def bench(name: str, data: Path, rounds: int) -> dict:
-    """Every round runs both libraries, one after the other; the first alternates between rounds."""
-    reports = {lib: [] for lib in LIBRARIES}
+def bench(name: str, data: Path, rounds: int, systems: list[str]) -> dict:
+    """Every round runs every system, one after the other; the order reverses every other round."""
+    reports = {system: [] for system in systems}
     for round_ in range(rounds):
-        order = LIBRARIES if round_ % 2 == 0 else LIBRARIES[::-1]
-        for lib in order:
-            reports[lib].append(run_worker(lib, name, data))
+        for system in systems if round_ % 2 == 0 else systems[::-1]:
+            reports[system].append(run_worker(system, name, data))
     return reports
 
 
@@ -221,77 +319,83 @@ def summarize(reports: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="processes per library and workload")
+    parser.add_argument("--rounds", type=int, default=3, help="processes per system and workload")
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
-    parser.add_argument("--worker", nargs=3, metavar=("LIBRARY", "WORKLOAD", "DATA"), help=argparse.SUPPRESS)
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS), help="the systems to time")
+    parser.add_argument("--worker", nargs=3, metavar=("SYSTEM", "WORKLOAD", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker)
         return
 
+    # lazily: the parent process reads the data and the build facts; each worker imports only its own system
     import tapeflow as tp
 
-    n = max(batch * steps for batch, steps, *_ in WORKLOADS.values())
+    systems = list(args.systems)
+    if bench_python() is None and any(s in KERAS for s in systems):
+        print("Keras on JAX left out: .venv-bench is missing (make bench-env builds it)")
+        systems = [s for s in systems if s not in KERAS]
+    n = max(batch * steps for batch, steps, _ in WORKLOADS.values())
     x, y, source = load_slice(n)
-    torch_version = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
-    ).stdout.strip()
-    print(f"threads: {THREADS}; kernels: {', '.join(tp.build_info())}; torch {torch_version}; data: {source}")
-    print(f"each library in its own process, {args.rounds} rounds, one process at a time")
-    rows = []
+    versions = [f"{THREADS} threads", f"kernels: {', '.join(tp.build_info())}"]
+    if "pytorch" in systems:
+        versions.append("torch " + _version(sys.executable, "torch"))
+    if any(s in KERAS for s in systems):
+        versions.append(f"keras {_version(bench_python(), 'keras')} on jax {_version(bench_python(), 'jax')}")
+    print(f"{'; '.join(versions)}; data: {source}")
+    print(f"each system in its own process, {args.rounds} rounds, one process at a time")
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.workloads:
             batch, steps = WORKLOADS[name][:2]
             data = Path(tmp) / f"{name}.npz"
             np.savez(data, x=x[: batch * steps], y=y[: batch * steps])
-            reports = bench(name, data, args.rounds)
-            theirs = summarize(reports["pytorch"])
-            rows.append((name, summarize(reports["tapeflow"]), theirs))
-            rows.append((f"{name}-eager", summarize(reports["tapeflow-eager"]), theirs))
-    print_report(rows)
+            reports = bench(name, data, args.rounds, systems)
+            results[name] = {system: summarize(r) for system, r in reports.items()}
+    for name, summaries in results.items():
+        print_report(name, summaries)
 
 
-def print_report(rows) -> None:
-    header = (
-        f"{'workload':36s} {'tapeflow':>9s} {'pytorch':>9s} {'ratio':>6s} {'target':>7s}  "
-        f"{'samples/s tp':>12s} {'pytorch':>8s}  {'peak MiB tp':>11s} {'pytorch':>8s} {'mem ok':>6s}"
-    )
+def _version(python: str, module: str) -> str:
+    code = f"import {module}; print({module}.__version__)"
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, env=env).stdout.strip() or "?"
+
+
+def print_report(name: str, summaries: dict) -> None:
+    batch = WORKLOADS[name][0]
+    torch_ = summaries.get("pytorch")
+    keras = summaries.get("keras-jax")
+    print(f"\n{TITLES[name]} (ms per training step)")
+    header = f"{'system':15s} {'ms/step':>8s} {'samples/s':>10s} {'peak MiB':>9s} {'/pytorch':>9s} {'/keras-jax':>10s}"
     print(header)
     print("-" * len(header))
-    for name, ours, theirs in rows:
-        batch, target = WORKLOADS[_workload(name)][0], WORKLOADS[_workload(name)][3]
-        ratio = ours["median"] / theirs["median"]
-        mark = "" if ours["exact"] and theirs["exact"] else "*"
+    for system, ours in summaries.items():
+        mark = "" if ours["exact"] else "*"
+        vs_torch = f"{ours['median'] / torch_['median']:8.2f}x" if torch_ else f"{'-':>9s}"
+        vs_keras = f"{ours['median'] / keras['median']:9.2f}x" if keras else f"{'-':>10s}"
         print(
-            f"{_title(name):36s} {ours['median'] * 1e3:7.1f}ms {theirs['median'] * 1e3:7.1f}ms {ratio:5.2f}x "
-            f"{'<=' + format(target, '.1f') + 'x':>7s}{' ' if ratio <= target else '!'} "
-            f"{batch / ours['median']:12.0f} {batch / theirs['median']:8.0f}  "
-            f"{ours['peak_mb']:10.1f}{mark} {theirs['peak_mb']:7.1f}{mark} "
-            f"{'yes' if ours['peak_mb'] <= theirs['peak_mb'] else 'no':>6s}"
+            f"{system:15s} {ours['median'] * 1e3:8.2f} {batch / ours['median']:10.0f} "
+            f"{ours['peak_mb']:8.1f}{mark} {vs_torch} {vs_keras}"
         )
-    print("step times are medians per training step over all rounds; '!' marks a ratio above its target.")
+    fit = summaries.get("tapeflow")
+    if fit is not None:
+        for reference, peer, target in zip(("pytorch", "keras-jax"), (torch_, keras), TARGETS[name], strict=True):
+            if peer is not None and target is not None:
+                ratio = fit["median"] / peer["median"]
+                verdict = "met" if ratio <= target else "missed"
+                print(f"target: tapeflow fit <= {target}x {reference}: {ratio:.2f}x, {verdict}")
+        if torch_ is not None:
+            print(f"peak memory at most PyTorch's: {'yes' if fit['peak_mb'] <= torch_['peak_mb'] else 'no'}")
     print("per-round medians (ms/step), to show the noise:")
-    for name, ours, theirs in rows:
-        ratios = [a / b for a, b in zip(ours["rounds"], theirs["rounds"], strict=True)]
-        print(
-            f"  {name}: tapeflow {_ms(ours['rounds'])}  pytorch {_ms(theirs['rounds'])}  "
-            f"ratio {min(ratios):.2f}-{max(ratios):.2f}x"
-        )
-    if any(not (ours["exact"] and theirs["exact"]) for _, ours, theirs in rows):
+    for system, ours in summaries.items():
+        print(f"  {system}: {_ms(ours['rounds'])}")
+    if any(not s["exact"] for s in summaries.values()):
         print("* peak since start-up (this kernel cannot reset VmHWM), so the import peak may hide training's.")
 
 
-def _workload(row: str) -> str:
-    return row.removesuffix("-eager")
-
-
-def _title(row: str) -> str:
-    """The workload's title, shortened for the row of the eager step."""
-    return TITLES[row] if row in TITLES else TITLES[_workload(row)].split(",")[0] + ", jit=False"
-
-
 def _ms(seconds: list[float]) -> str:
-    return "/".join(f"{s * 1e3:.1f}" for s in seconds)
+    return "/".join(f"{s * 1e3:.2f}" for s in seconds)
 
 
 if __name__ == "__main__":

@@ -156,11 +156,12 @@ class FrozenStep:
     def __call__(self, data):
         optimizers = self._optimizers()
         rates, steps = [], []
+        trainable = self.model._trainable_now()
         for optimizer in optimizers:
-            dtype = next((v.dtype for v in self.model.trainable_weights), "float32")
+            dtype = next((v.dtype for v in trainable), "float32")
             rates.append(as_tensor(float(optimizer.learning_rate), dtype=dtype))
             steps.append(as_tensor(float(optimizer.iterations + 1), dtype=dtype))
-        trained = hash(tuple(map(id, self.model.trainable_weights)))
+        trained = hash(tuple(map(id, trainable)))
         self._current = (_signature(data), trained)
         returned, calls = self.function(data, rates, steps, trained)
         trace = self.traces[self._current]

@@ -453,15 +453,55 @@ def shuffled_batches(elements: Dataset, rows: int, batch_size: int, seed: int, e
 class Batch(tuple):
     """(x, y, sample_weight) of one batch cut from ArrayData (the parts it lacks are None)."""
 
-    @staticmethod
-    def of(arrays: ArrayData):
-        has = [part is not None for part in (arrays.x, arrays.y, arrays.sample_weight)]
 
-        def split(element):
-            parts = iter(element if sum(has) > 1 else (element,))
-            return Batch(next(parts) if present else None for present in has)
+def shuffled_order(rows: int, seed: int, epoch: int) -> np.ndarray:
+    """The row order of one shuffled epoch: the order `shuffled_batches` takes the rows
+    in (a shuffle whose buffer holds every row), as one array of row numbers.
 
-        return split
+    >>> data = ArrayData(np.arange(6))
+    >>> [int(i) for b in shuffled_batches(data.dataset(), 6, 4, 3, 0) for i in b] == shuffled_order(6, 3, 0).tolist()
+    True
+    """
+    rng = np.random.default_rng([epoch_seed(seed, epoch), 0])
+    draws = rng.integers(0, np.arange(rows, 0, -1)).tolist()  # each from the rows still left
+    rows_left = list(range(rows))
+    # the draw from the first `last + 1` rows left is swapped to `last`: the order, back to front
+    for last, j in zip(range(rows - 1, -1, -1), draws):  # noqa: B905 - as many draws as rows
+        rows_left[j], rows_left[last] = rows_left[last], rows_left[j]
+    return np.array(rows_left[::-1], dtype=np.intp)
+
+
+def array_batches(arrays: ArrayData, batch_size: int, order: np.ndarray | None = None) -> Iterator:
+    """The (x, y, sample_weight) `Batch`es of one pass over `arrays`, `batch_size` rows
+    each: read-only views of consecutive rows of C-contiguous arrays without `order` (an
+    array with another layout is copied, one batch at a time), else the rows `order` lists,
+    one gather per array and batch.
+
+    >>> data = ArrayData(np.arange(10.0).reshape(5, 2), np.arange(5))
+    >>> [(x.shape, y.tolist(), w) for x, y, w in array_batches(data, 2, np.array([4, 0, 1, 3, 2]))]
+    [((2, 2), [4, 0], None), ((2, 2), [1, 3], None), ((1, 2), [2], None)]
+    """
+    parts = (arrays.x, arrays.y, arrays.sample_weight)
+    leaves = tree.flatten(parts)
+    rows = len(arrays)
+    for start in range(0, rows, batch_size):
+        if order is None:
+            cut = slice(start, start + batch_size)
+            picked = [None if a is None else _rows_view(a, cut) for a in leaves]
+        else:
+            chosen = order[start : start + batch_size]
+            picked = [None if a is None else np.take(a, chosen, axis=0) for a in leaves]
+        yield Batch(tree.pack_sequence_as(parts, picked))
+
+
+def _rows_view(array: np.ndarray, rows: slice) -> np.ndarray:
+    """`array[rows]` as a read-only view (the caller's data stays as it is), or a
+    C-contiguous copy where the rows are not contiguous in memory."""
+    if not array.flags.c_contiguous:
+        return np.ascontiguousarray(array[rows])
+    view = array[rows]
+    view.flags.writeable = False
+    return view
 
 
 # ---------------------------------------------------------------- the adapter
@@ -504,6 +544,9 @@ class DataAdapter:
     ):
         names = None if targets is None else targets.output_names
         self.where, self.batch_size, self.targets = where, batch_size, targets
+        if isinstance(x, QueueBase) and for_strategy:  # the strategy's replicas dequeue their own rows
+            self._strategy_queue(x, y, sample_weight, steps, validation_split)
+            return
         if isinstance(x, QueueBase):  # read as a generator of its batches, until closed and drained
             x = queue_batches(x, batch_size, where, y, sample_weight)
         source = _source(x, y, sample_weight, where, names)
@@ -524,7 +567,7 @@ class DataAdapter:
         self.source = source
         finite_py = isinstance(source, PyDataset) and source.num_batches is not None
         self.seed = shuffle_seed(seed) if shuffle and (not streamed or finite_py) else None
-        self._elements = self.batches = None
+        self.batches = None
         if for_strategy:
             if isinstance(source, PyDataset) or is_generator(source):
                 raise ValueError(
@@ -542,8 +585,7 @@ class DataAdapter:
         elif is_generator(source):
             make_pass, cardinality = (lambda epoch: source), UNKNOWN_CARDINALITY
         else:
-            split = Batch.of(source)
-            make_pass, cardinality = (lambda epoch: map(split, self._pass(epoch))), -(-len(source) // batch_size)
+            make_pass, cardinality = self._array_pass, -(-len(source) // batch_size)
         self.batches = EpochBatches(
             make_pass, cardinality, steps, where, steps_argument, self._prepare, exhaustible=is_generator(source)
         )
@@ -554,10 +596,17 @@ class DataAdapter:
         """Whether a generator ran out of data (fit then stops, as Keras does)."""
         return self.batches is not None and self.batches.ran_out
 
+    def _strategy_queue(self, queue, y, sample_weight, steps, validation_split) -> None:
+        """A queue for a strategy, whose replicas dequeue `steps` batches an epoch themselves."""
+        queue_batches(queue, self.batch_size, self.where, y, sample_weight)  # checks y and sample_weight
+        if steps is None or validation_split:
+            raise ValueError(f"{self.where}: a queue as x with distribute= needs steps_per_epoch (no validation_split)")
+        self.source, self.held_out, self.seed, self.batches, self.steps = queue, None, None, None, steps
+
     @property
     def arrays(self) -> tuple:
-        """What a strategy starts on: (x, y) arrays, or (the Dataset, None)."""
-        if isinstance(self.source, Dataset):
+        """What a strategy starts on: (x, y) arrays, or (the Dataset or queue, None)."""
+        if isinstance(self.source, Dataset | QueueBase):
             return self.source, None
         return self.source.x, self.source.y
 
@@ -576,12 +625,14 @@ class DataAdapter:
         batch of arrays, in the order the epoch takes them."""
         if isinstance(self.source, Dataset):
             return self.source
+        if isinstance(self.source, QueueBase):  # positions only: each replica dequeues its rows
+            return [np.arange(k * self.batch_size, (k + 1) * self.batch_size) for k in range(self.steps)]
         return self._batched(ArrayData(np.arange(len(self.source))).dataset(), epoch)
 
-    def _pass(self, epoch: int) -> Dataset:
-        if self._elements is None:
-            self._elements = self.source.dataset()
-        return self._batched(self._elements, epoch)
+    def _array_pass(self, epoch: int) -> Iterator:
+        """One epoch of array data: its batches in row order, or in the epoch's shuffled order."""
+        order = None if self.seed is None else shuffled_order(len(self.source), self.seed, epoch)
+        return array_batches(self.source, self.batch_size, order)
 
     def _py_pass(self, epoch: int) -> Iterator:
         """One epoch of a PyDataset: `on_epoch_begin`, its batches (in a shuffled order with

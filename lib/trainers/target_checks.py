@@ -20,7 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tapeflow.backends.common import check_labels
 from tapeflow.losses.losses import binary_crossentropy, categorical_crossentropy, sparse_categorical_crossentropy
+from tapeflow.metrics.metric import device_array
 from tapeflow.tensor import Tensor
 from tapeflow.trainers.compile_losses import OutputLosses, per_output
 
@@ -68,9 +70,7 @@ def _class_ids(name: str, labels: np.ndarray, prediction: tuple, dtype: np.dtype
             raise ValueError(f"{name}: labels must be integer class ids, got {labels[labels != np.floor(labels)][0]}")
         with np.errstate(invalid="ignore"):
             labels = labels.astype(np.int64)
-    if labels.size and (labels.min() < 0 or labels.max() >= classes):
-        bad = labels[(labels < 0) | (labels >= classes)].flat[0]
-        raise ValueError(f"{name}: label {bad} is out of range [0, {classes})")
+    check_labels(name, labels, classes)  # on a device: checked there, read at the end of the step
 
 
 _CHECKS = (
@@ -112,7 +112,9 @@ class TargetChecks:
         for i, name, check, axis in self._checks:
             if targets[i] is None:
                 continue
-            labels = targets[i].numpy() if isinstance(targets[i], Tensor) else np.asarray(targets[i])
+            labels = device_array(targets[i])  # a GPU's targets are checked there
+            if labels is None:
+                labels = targets[i].numpy() if isinstance(targets[i], Tensor) else np.asarray(targets[i])
             shape, dtype = specs[i]
             dtype = np.dtype(dtype)
             dtype = dtype if dtype.kind == "f" and dtype.itemsize >= 4 else np.dtype(np.float32)

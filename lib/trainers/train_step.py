@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 from tapeflow import tree
 from tapeflow.autodiff import GradientTape
-from tapeflow.graph.function import Function
+from tapeflow.backends.common import check_pending
+from tapeflow.graph.function import Function, functions_run_eagerly
 from tapeflow.ops.math import add, cast, divide, multiply
 from tapeflow.ops.registry import as_tensor
 from tapeflow.optimizers import LossScaleOptimizer
@@ -110,6 +111,7 @@ def train_step(model, x, y, sample_weight=None, learning_rate=None, step=None) -
     result = batch_gradients(model, x, y, sample_weight, variables)
     pairs = zip(result.gradients, variables, strict=True)
     if learning_rate is None:
+        check_pending(deferrable=True)  # ids and labels checked on a device: before any weight changes
         model.optimizer.apply_gradients(pairs)
     else:
         model.optimizer.apply_gradients_at(pairs, learning_rate, step)
@@ -133,6 +135,7 @@ class Steps:
     def __init__(self, model):
         self.model = model
         self.frozen_train = self.frozen_test = self.frozen_predict = None  # tp.functions, made on first use
+        self._graphs: dict = {}  # the graphs the step functions traced, by the shapes of their tensors
 
     def train(self, x, y, sample_weight=None) -> tuple:
         if self.model.jit and TRACING.tracer is None:
@@ -145,7 +148,7 @@ class Steps:
     def test(self, x, y, sample_weight=None) -> tuple:
         if self.model.jit and TRACING.tracer is None:
             try:
-                return self.frozen()[1](x, y, sample_weight)
+                return self._run(self.frozen()[1], x, y, sample_weight)
             except FreezeError as err:
                 self._run_eagerly_after(err)
         return test_step(self.model, x, y, sample_weight)
@@ -160,7 +163,7 @@ class Steps:
 
                 self.frozen_predict = Function(predict, expected_traces=2)
             try:
-                return self.frozen_predict(x)
+                return self._run(self.frozen_predict, x)
             except FreezeError as err:
                 self._run_eagerly_after(err)
         return self.model(x, training=False)
@@ -185,13 +188,13 @@ class Steps:
         return self.frozen_train, self.frozen_test
 
     def _train_frozen(self, x, y, sample_weight) -> tuple:
-        optimizer, variables = self.model.optimizer, self.model.trainable_weights
+        optimizer, variables = self.model.optimizer, self.model._trainable_now()
         optimizer.build(variables)
         dtype = variables[0].dtype if variables else "float32"
         learning_rate = as_tensor(float(optimizer.learning_rate), dtype=dtype)
         step = as_tensor(float(optimizer.iterations + 1), dtype=dtype)
         trained = hash(tuple(map(id, variables)))
-        result = self.frozen()[0](x, y, sample_weight, learning_rate, step, trained)
+        result = self._run(self.frozen()[0], x, y, sample_weight, learning_rate, step, trained)
         optimizer.iterations += 1
         return result
 
@@ -207,3 +210,30 @@ class Steps:
         )
         model.jit = False
         self.frozen_train = self.frozen_test = self.frozen_predict = None
+        self._graphs = {}
+
+    def _run(self, function: Function, *args):
+        """`function(*args)`. Where each argument is one tensor, None or an int, the graph
+        that `function` traced for their shapes and dtypes runs straight away, without
+        the function binding and describing its arguments again at every step."""
+        key = [id(function)]
+        feeds = []
+        for arg in args:
+            if type(arg) is Tensor:
+                key.append((arg.shape, arg.dtype))
+                feeds.append(arg)
+            elif arg is None or type(arg) is int:
+                key.append(arg)
+            else:
+                return function(*args)
+        if functions_run_eagerly():
+            return function(*args)
+        key = tuple(key)
+        hit = self._graphs.get(key)
+        if hit is not None and function.graphs.get(hit[0]) is hit[1]:
+            return hit[1](*feeds)
+        result = function(*args)
+        signature = function._key(args, {})[0]
+        if signature in function.graphs:
+            self._graphs[key] = (signature, function.graphs[signature])
+        return result

@@ -31,6 +31,7 @@ The distributed strategies use the model through `compute_loss`, `update_metrics
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -39,9 +40,11 @@ from tapeflow import callbacks as callbacks_module
 from tapeflow import dtypes, mixed_precision, profiler, tree
 from tapeflow import metrics as metrics_module
 from tapeflow import optimizers as optimizers_module
+from tapeflow.backends.common import deferring_checks
 from tapeflow.data.dataset import Dataset
-from tapeflow.layers.base import layers_in
+from tapeflow.layers.base import Layer, layers_in
 from tapeflow.metrics.metric import Metric
+from tapeflow.queue.queues import QueueBase
 from tapeflow.tensor import FreezeError, Tensor
 from tapeflow.trainers import data_adapter as data
 from tapeflow.trainers.compile_losses import OutputLosses, per_output
@@ -63,6 +66,7 @@ class Trainer:
     _output_losses = None
     _loss_tracker = None
     _custom_steps = None
+    _held = None  # (metrics, their log names, weights, Metric attributes) while a run of steps holds them
     steps_per_execution = 1
 
     def compile(
@@ -137,6 +141,7 @@ class Trainer:
         self._loss_tracker = metrics_module.Mean(name="loss")
         self.jit = jit
         self.steps_per_execution = 1
+        self._held = None
         self._steps = Steps(self)
         self._custom_steps = {}
         self._targets = TargetChecks(self._output_losses, self._output_specs)
@@ -194,11 +199,17 @@ class Trainer:
         >>> [m.name for m in model.metrics]
         ['loss', 'mae', 'total']
         """
+        if self._held is not None:
+            return list(self._held[0])
+        return self._metrics_among(_tracked_metrics(self))
+
+    def _metrics_among(self, tracked: list[Metric]) -> list[Metric]:
+        """`metrics`, given the Metric attributes of the model and its layers."""
         own: list[Metric] = []
         if self._compiled:
             own = [self._loss_tracker, *self._output_metrics.metrics, *self._output_losses.trackers]
         seen = {id(m) for m in own}
-        for metric in _tracked_metrics(self):
+        for metric in tracked:
             if id(metric) not in seen:
                 seen.add(id(metric))
                 own.append(metric)
@@ -212,12 +223,41 @@ class Trainer:
 
     def _log_names(self) -> list[str]:
         """The name each of `metrics` logs under, in `metrics` order."""
-        names = {id(m): m.name for m in self.metrics}
+        if self._held is not None:
+            return list(self._held[1])
+        return self._log_names_of(self.metrics)
+
+    def _log_names_of(self, metrics: list[Metric]) -> list[str]:
+        names = {id(m): m.name for m in metrics}
         if self._compiled:
             compiled = [*self._output_metrics.metrics, *self._output_losses.trackers]
             logged = [*self._output_metrics.log_names, *self._output_losses.log_names]
             names.update(zip(map(id, compiled), logged, strict=True))
         return list(names.values())
+
+    @contextlib.contextmanager
+    def _holding_metrics(self, hold: bool = True):
+        """Within it (with `hold`), `metrics`, their log names and the weights are those
+        found on entry: the walk over the model's layers runs once rather than at every
+        step. A loop of steps holds them once the model is built, as they then stay the
+        same (a weight made (un)trainable meanwhile still counts: `_trainable_now`)."""
+        previous = self._held
+        if hold:
+            self._held = None
+            tracked = _tracked_metrics(self)
+            self._held = held = [self._metrics_among(tracked), None, self.weights, tracked]
+            held[1] = self._log_names_of(self.metrics)  # as the model lists them (a subclass may override it)
+        try:
+            yield
+        finally:
+            self._held = previous
+
+    def _trainable_now(self) -> list:
+        """`trainable_weights`, picked from the weights `_holding_metrics` holds while it holds them."""
+        held = self._held
+        if held is None or type(self).trainable_weights is not Layer.trainable_weights:
+            return self.trainable_weights
+        return [v for v in held[2] if v.trainable]
 
     def _in_keras_order(self, names) -> list[str]:
         """`names` in the order Keras 3 lists results: the loss, the compiled metrics whose
@@ -258,7 +298,9 @@ class Trainer:
 
     def get_metrics_result(self) -> dict:
         """Every metric's value so far, by log name, as Keras 3's method of this name."""
-        return {name: metric.result() for name, metric in zip(self._log_names(), self.metrics, strict=True)}
+        metrics = self.metrics
+        names = self._log_names() if self._held is not None else self._log_names_of(metrics)
+        return {name: metric.result() for name, metric in zip(names, metrics, strict=True)}
 
     def reset_metrics(self) -> None:
         """Start every metric in `metrics` over, as `fit` does at each epoch."""
@@ -368,7 +410,8 @@ class Trainer:
         if self._compiled:
             own = (self._loss_tracker, *self._output_metrics.metrics, *self._output_losses.trackers)
             compiled = {id(m) for m in own}
-        return any(id(m) not in compiled for m in _tracked_metrics(self))
+        tracked = _tracked_metrics(self) if self._held is None else self._held[3]
+        return any(id(m) not in compiled for m in tracked)
 
     def _frozen(self):
         """(train step, test step) as tp.functions, made on first use."""
@@ -485,7 +528,8 @@ class Trainer:
         validate_after = _validation_epochs(validation_freq)
         split = data.validation_fraction(validation_split, where)
         if distribute is not None:
-            self._check_distributable("fit", class_weight, sample_weight, steps_per_epoch)
+            steps = None if isinstance(x, QueueBase) else steps_per_epoch  # a queue's replicas take it
+            self._check_distributable("fit", class_weight, sample_weight, steps)
         train = data.DataAdapter(
             x,
             y,
@@ -528,6 +572,7 @@ class Trainer:
             )
             self.stop_training = False
             self._initial_epoch = None  # a callback restoring a checkpoint sets where to resume
+            batch_logs = _reads_batch_logs(cbs.callbacks, "on_train_batch_end")  # else read once an epoch
             cbs.on_train_begin()
             if self._initial_epoch is not None:
                 initial_epoch = self._initial_epoch
@@ -541,15 +586,19 @@ class Trainer:
                     logs = session.run_epoch(train.strategy_batches(epoch), cbs)
                 else:
                     logs = None
-                    for step, (xb, yb, swb) in enumerate(profiler.timed_batches(train.epoch(epoch))):
-                        with profiler.phase("callbacks"):
-                            cbs.on_train_batch_begin(step)
-                        with profiler.phase("step"):
-                            logs = _floats(step_function(pack_x_y_sample_weight(xb, yb, swb)))
-                        with profiler.phase("callbacks"):
-                            cbs.on_train_batch_end(step, logs)
-                        if self.stop_training:  # a callback stops training after this batch, as in Keras
-                            break
+                    with contextlib.ExitStack() as holding:
+                        holding.enter_context(deferring_checks())  # a device's checks: read once, at the epoch's end
+                        for step, (xb, yb, swb) in enumerate(profiler.timed_batches(train.epoch(epoch))):
+                            with profiler.phase("callbacks"):
+                                cbs.on_train_batch_begin(step)
+                            with profiler.phase("step"):
+                                logs = step_function(pack_x_y_sample_weight(xb, yb, swb))
+                            if not step:  # the first step built what it needed: the metrics stay as they are
+                                holding.enter_context(self._holding_metrics())
+                            with profiler.phase("callbacks"):
+                                cbs.on_train_batch_end(step, _floats(logs) if batch_logs else logs)
+                            if self.stop_training:  # a callback stops training after this batch, as in Keras
+                                break
                     if logs is None:  # a generator that ran out before this epoch
                         self.stop_training = True
                         break
@@ -590,10 +639,15 @@ class Trainer:
         self.reset_metrics()
         _hook(cbs, "on_test_begin")
         logs = None
-        for step, (xb, yb, swb) in enumerate(batches):
-            _hook(cbs, "on_test_batch_begin", step)
-            logs = _floats(step_function(pack_x_y_sample_weight(xb, yb, swb)))
-            _hook(cbs, "on_test_batch_end", step, logs)
+        batch_logs = cbs is not None and _reads_batch_logs(cbs.callbacks, "on_test_batch_end")
+        with contextlib.ExitStack() as holding:
+            holding.enter_context(deferring_checks())  # a device's checks: read once, at the end
+            for step, (xb, yb, swb) in enumerate(batches):
+                _hook(cbs, "on_test_batch_begin", step)
+                logs = step_function(pack_x_y_sample_weight(xb, yb, swb))
+                if not step:
+                    holding.enter_context(self._holding_metrics())
+                _hook(cbs, "on_test_batch_end", step, _floats(logs) if batch_logs else logs)
         logs = self._metrics_or_logs(logs if logs is not None else {})
         _hook(cbs, "on_test_end", logs)
         return logs
@@ -704,17 +758,19 @@ class Trainer:
         """
         self._check_compiled("train_on_batch")
         batch = data.one_batch(x, y, sample_weight, "train_on_batch", self._targets, class_weight)
-        self.reset_metrics()
-        logs = self._step_function("train_step")(pack_x_y_sample_weight(*batch))
-        return self._keras_result(logs, return_dict)
+        with self._holding_metrics(self.built):
+            self.reset_metrics()
+            logs = self._step_function("train_step")(pack_x_y_sample_weight(*batch))
+            return self._keras_result(logs, return_dict)
 
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict: bool = False):
         """The loss and metrics of one batch, without an update, in train_on_batch's forms."""
         self._check_compiled("test_on_batch")
         batch = data.one_batch(x, y, sample_weight, "test_on_batch", self._targets)
-        self.reset_metrics()
-        logs = self._step_function("test_step")(pack_x_y_sample_weight(*batch))
-        return self._keras_result(logs, return_dict)
+        with self._holding_metrics(self.built):
+            self.reset_metrics()
+            logs = self._step_function("test_step")(pack_x_y_sample_weight(*batch))
+            return self._keras_result(logs, return_dict)
 
     def predict_on_batch(self, x):
         """The model's outputs for one batch, as NumPy (a list or dict for several outputs).
@@ -760,6 +816,20 @@ def _validation_epochs(validation_freq):
     raise ValueError(
         f"fit: validation_freq must be an integer >= 1 or a list of epochs (from 1), got {validation_freq!r}"
     )
+
+
+def _reads_batch_logs(callbacks, hook: str) -> bool:
+    """Whether a callback looks at each batch's logs, which are then made floats (on a device,
+    a read per batch): one with its own batch-end `hook`, but for a progress bar that draws
+    no bar (verbose 0 or 2)."""
+    for cb in callbacks:
+        method = getattr(cb, hook, None)
+        if method is None or getattr(method, "__func__", None) is getattr(callbacks_module.Callback, hook, None):
+            continue
+        if isinstance(cb, callbacks_module.ProgbarLogger) and cb.verbose != 1:
+            continue
+        return True
+    return False
 
 
 def _floats(logs):
