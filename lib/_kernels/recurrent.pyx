@@ -16,6 +16,7 @@ from cython cimport floating
 from libc.math cimport exp, expf, tanh, tanhf
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
+from cython.parallel cimport parallel, prange
 from scipy.linalg.cython_blas cimport dgemm, sgemm
 
 # Float32 sigmoid and tanh over arrays, written branch-free so that the compiler vectorizes
@@ -91,6 +92,16 @@ def _bind_private_blas():
 
 BLAS_PRIVATE = _bind_private_blas()
 
+# Below this many multiply-adds of the recurrent gemms a sequence runs on one thread.
+cdef Py_ssize_t _PARALLEL_MIN = 1 << 22
+
+
+def _set_parallel_min(Py_ssize_t n):
+    """Change the size below which a sequence runs on one thread and return the old one (tests use 0)."""
+    global _PARALLEL_MIN
+    old, _PARALLEL_MIN = _PARALLEL_MIN, max(0, n)
+    return old
+
 
 cdef inline void _gemm(char* ta, char* tb, int n, int m, int k, floating* a, int lda, floating* b, int ldb,
                        floating beta, floating* c, int ldc) noexcept nogil:
@@ -102,6 +113,77 @@ cdef inline void _gemm(char* ta, char* tb, int n, int m, int k, floating* a, int
         _sgemm(ta, tb, &n, &m, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc)
     else:
         _dgemm(ta, tb, &n, &m, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc)
+
+
+cdef int _row_blocks(Py_ssize_t rows, Py_ssize_t work) noexcept nogil:
+    """How many blocks of batch rows a sequence runs as, one per thread: 1 below _PARALLEL_MIN
+    multiply-adds or with fewer than 8 rows a block."""
+    if work < _PARALLEL_MIN:
+        return 1
+    return <int>max(1, min(<Py_ssize_t>_num_threads, rows // 8))
+
+
+cdef void _lstm_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] c0,
+                             const floating[:, ::1] kernel, const unsigned char* mp, bint backwards,
+                             floating[:, :, ::1] ys, floating[:, :, ::1] cs, floating[:, :, ::1] acts,
+                             floating* hs, floating* cst, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+    """The sequence of batch rows [b0, b1): rows are independent, so blocks of them run on threads."""
+    cdef Py_ssize_t nt = xp.shape[1], ng = xp.shape[2], nu = h0.shape[1]
+    cdef Py_ssize_t s, t, b, u
+    cdef floating zi, zf, zc, zo, c_new, h_new
+    cdef floating* z
+    cdef floating* y
+    cdef floating* cc
+    for b in range(b0, b1):
+        memcpy(&hs[b * nu], &h0[b, 0], nu * sizeof(floating))
+        memcpy(&cst[b * nu], &c0[b, 0], nu * sizeof(floating))
+    for s in range(nt):
+        t = nt - 1 - s if backwards else s
+        for b in range(b0, b1):
+            memcpy(&acts[b, t, 0], &xp[b, t, 0], ng * sizeof(floating))
+        if b1 > b0:
+            _gemm("N", "N", <int>ng, <int>(b1 - b0), <int>nu, <floating*>&kernel[0, 0], <int>ng, &hs[b0 * nu],
+                  <int>nu, 1.0, &acts[b0, t, 0], <int>(nt * ng))
+        for b in range(b0, b1):
+            z = &acts[b, t, 0]
+            y = &ys[b, s, 0]
+            cc = &cs[b, s, 0]
+            if mp != NULL and mp[b * nt + t] == 0:
+                if s > 0:
+                    memcpy(y, &ys[b, s - 1, 0], nu * sizeof(floating))
+                else:
+                    memset(y, 0, nu * sizeof(floating))
+                memcpy(cc, &cst[b * nu], nu * sizeof(floating))
+                for u in range(ng):
+                    z[u] = 0.0
+                continue
+            if floating is float:
+                tapeflow_sigmoid_f32(z, 2 * nu)
+                tapeflow_tanh_f32(&z[2 * nu], &z[2 * nu], nu)
+                tapeflow_sigmoid_f32(&z[3 * nu], nu)
+                for u in range(nu):
+                    cc[u] = z[nu + u] * cst[b * nu + u] + z[u] * z[2 * nu + u]
+                tapeflow_tanh_f32(cc, y, nu)
+                for u in range(nu):
+                    y[u] = z[3 * nu + u] * y[u]
+                    cst[b * nu + u] = cc[u]
+                    hs[b * nu + u] = y[u]
+            else:
+                for u in range(nu):
+                    zi = _sigmoid(z[u])
+                    zf = _sigmoid(z[nu + u])
+                    zc = _tanh(z[2 * nu + u])
+                    zo = _sigmoid(z[3 * nu + u])
+                    z[u] = zi
+                    z[nu + u] = zf
+                    z[2 * nu + u] = zc
+                    z[3 * nu + u] = zo
+                    c_new = zf * cst[b * nu + u] + zi * zc
+                    h_new = zo * _tanh(c_new)
+                    cst[b * nu + u] = c_new
+                    hs[b * nu + u] = h_new
+                    cc[u] = c_new
+                    y[u] = h_new
 
 
 def lstm_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] c0,
@@ -116,74 +198,96 @@ def lstm_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const 
     cdef const unsigned char* mp = NULL
     if mask is not None:
         mp = &mask[0, 0]
-    cdef Py_ssize_t s, t, b, u
-    cdef floating zi, zf, zc, zo, c_new, h_new
+    cdef Py_ssize_t b, i
+    cdef int blocks = _row_blocks(nb, nt * nb * ng * nu)
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     cdef floating* hs = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
     cdef floating* cst = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
-    cdef floating* z
-    cdef floating* y
-    cdef floating* yp
-    cdef floating* cc
     if hs == NULL or cst == NULL:
         free(hs)
         free(cst)
         raise MemoryError()
+    if blocks <= 1:
+        with nogil:
+            _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst, 0, nb)
+    else:
+        with nogil, parallel(num_threads=blocks):
+            own = tapeflow_fpenv_swap(env)
+            for i in prange(blocks, schedule="static"):
+                _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst,
+                                   nb * i // blocks, nb * (i + 1) // blocks)
+            tapeflow_fpenv_swap(own)
     with nogil:
-        for b in range(nb):
-            memcpy(&hs[b * nu], &h0[b, 0], nu * sizeof(floating))
-            memcpy(&cst[b * nu], &c0[b, 0], nu * sizeof(floating))
-        for s in range(nt):
-            t = nt - 1 - s if backwards else s
-            for b in range(nb):
-                memcpy(&acts[b, t, 0], &xp[b, t, 0], ng * sizeof(floating))
-            if nb > 0 and nt > 0:
-                _gemm("N", "N", <int>ng, <int>nb, <int>nu, <floating*>&kernel[0, 0], <int>ng, hs, <int>nu,
-                      1.0, &acts[0, t, 0], <int>(nt * ng))
-            for b in range(nb):
-                z = &acts[b, t, 0]
-                y = &ys[b, s, 0]
-                cc = &cs[b, s, 0]
-                if mp != NULL and mp[b * nt + t] == 0:
-                    if s > 0:
-                        memcpy(y, &ys[b, s - 1, 0], nu * sizeof(floating))
-                    else:
-                        memset(y, 0, nu * sizeof(floating))
-                    memcpy(cc, &cst[b * nu], nu * sizeof(floating))
-                    for u in range(ng):
-                        z[u] = 0.0
-                    continue
-                if floating is float:
-                    tapeflow_sigmoid_f32(z, 2 * nu)
-                    tapeflow_tanh_f32(&z[2 * nu], &z[2 * nu], nu)
-                    tapeflow_sigmoid_f32(&z[3 * nu], nu)
-                    for u in range(nu):
-                        cc[u] = z[nu + u] * cst[b * nu + u] + z[u] * z[2 * nu + u]
-                    tapeflow_tanh_f32(cc, y, nu)
-                    for u in range(nu):
-                        y[u] = z[3 * nu + u] * y[u]
-                        cst[b * nu + u] = cc[u]
-                        hs[b * nu + u] = y[u]
-                else:
-                    for u in range(nu):
-                        zi = _sigmoid(z[u])
-                        zf = _sigmoid(z[nu + u])
-                        zc = _tanh(z[2 * nu + u])
-                        zo = _sigmoid(z[3 * nu + u])
-                        z[u] = zi
-                        z[nu + u] = zf
-                        z[2 * nu + u] = zc
-                        z[3 * nu + u] = zo
-                        c_new = zf * cst[b * nu + u] + zi * zc
-                        h_new = zo * _tanh(c_new)
-                        cst[b * nu + u] = c_new
-                        hs[b * nu + u] = h_new
-                        cc[u] = c_new
-                        y[u] = h_new
         for b in range(nb):
             memcpy(&h_last[b, 0], &hs[b * nu], nu * sizeof(floating))
             memcpy(&c_last[b, 0], &cst[b * nu], nu * sizeof(floating))
     free(hs)
     free(cst)
+
+
+cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, ::1] h0,
+                              const floating[:, ::1] c0, const floating[:, ::1] kernel,
+                              const floating[:, :, ::1] ys, const floating[:, :, ::1] cs,
+                              const floating[:, :, ::1] acts, const unsigned char* mp, bint backwards,
+                              floating[:, :, ::1] dxp, floating* dh, floating* dc, floating* carry,
+                              floating* hprev, Py_ssize_t* firsts, floating* tcs,
+                              Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+    """Back through time for batch rows [b0, b1) (independent rows, as forward)."""
+    cdef Py_ssize_t nt = acts.shape[1], ng = acts.shape[2], nu = h0.shape[1]
+    cdef Py_ssize_t s, t, b, u, first
+    cdef floating dhn, dcn, ai, af, ac, ao, tc, c_prev
+    cdef floating* dz
+    cdef const floating* a
+    cdef const floating* gy
+    cdef const floating* cp
+    cdef floating* dhr
+    cdef floating* dcr
+    cdef floating* cr
+    for s in range(nt - 1, -1, -1):
+        t = nt - 1 - s if backwards else s
+        for b in range(b0, b1):
+            dz = &dxp[b, t, 0]
+            first = firsts[b]
+            if s > first:
+                memcpy(&hprev[(b * nt + t) * nu], &ys[b, s - 1, 0], nu * sizeof(floating))
+            else:
+                memcpy(&hprev[(b * nt + t) * nu], &h0[b, 0], nu * sizeof(floating))
+            if mp != NULL and mp[b * nt + t] == 0:
+                for u in range(nu):
+                    carry[b * nu + u] += gys[b, s, u]
+                for u in range(ng):
+                    dz[u] = 0.0
+                continue
+            a = &acts[b, t, 0]
+            if floating is float:
+                tapeflow_tanh_f32(&cs[b, s, 0], tcs, nu)
+            else:
+                for u in range(nu):
+                    tcs[u] = _tanh(cs[b, s, u])
+            gy = &gys[b, s, 0]
+            cp = &cs[b, s - 1, 0] if s > 0 else &c0[b, 0]
+            dhr = &dh[b * nu]
+            dcr = &dc[b * nu]
+            cr = &carry[b * nu]
+            for u in range(nu):
+                dhn = dhr[u] + gy[u] + cr[u]
+                cr[u] = 0.0
+                ai = a[u]
+                af = a[nu + u]
+                ac = a[2 * nu + u]
+                ao = a[3 * nu + u]
+                c_prev = cp[u]
+                tc = tcs[u]
+                dcn = dcr[u] + dhn * ao * (1.0 - tc * tc)
+                dz[u] = dcn * ac * ai * (1.0 - ai)
+                dz[nu + u] = dcn * c_prev * af * (1.0 - af)
+                dz[2 * nu + u] = dcn * ai * (1.0 - ac * ac)
+                dz[3 * nu + u] = dhn * tc * ao * (1.0 - ao)
+                dcr[u] = dcn * af
+                dhr[u] = 0.0
+        if b1 > b0:
+            _gemm("T", "N", <int>nu, <int>(b1 - b0), <int>ng, <floating*>&kernel[0, 0], <int>ng, &dxp[b0, t, 0],
+                  <int>(nt * ng), 1.0, &dh[b0 * nu], <int>nu)
 
 
 def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const floating[:, ::1] gc,
@@ -192,28 +296,23 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
                   const unsigned char[:, ::1] mask, bint backwards,
                   floating[:, :, ::1] dxp, floating[:, ::1] dh0, floating[:, ::1] dc0, floating[:, ::1] dkernel):
     """Back through time from the gradients of ys, h_last and c_last: fills dxp, dh0, dc0 and
-    dkernel (the recurrent kernel's gradient, one gemm over every step at the end)."""
+    dkernel (the recurrent kernel's gradient, one gemm over every step at the end, its rows
+    split over the threads)."""
     cdef Py_ssize_t nb = acts.shape[0], nt = acts.shape[1], ng = acts.shape[2], nu = h0.shape[1]
     if ng != 4 * nu or kernel.shape[0] != nu or kernel.shape[1] != ng:
         raise ValueError(f"lstm_backward: inconsistent shapes {acts.shape}, {h0.shape}, {kernel.shape}")
     cdef const unsigned char* mp = NULL
     if mask is not None:
         mp = &mask[0, 0]
-    cdef Py_ssize_t s, t, b, u, first
-    cdef floating dy, dhn, dcn, ai, af, ac, ao, tc, c_prev
+    cdef Py_ssize_t s, t, b, u, i, u0, u1
+    cdef int blocks = _row_blocks(nb, nt * nb * ng * nu)
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     cdef floating* dh = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
     cdef floating* dc = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
     cdef floating* carry = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
     cdef floating* hprev = <floating*>malloc(max(1, nb * nt * nu) * sizeof(floating))
     cdef Py_ssize_t* firsts = <Py_ssize_t*>malloc(max(1, nb) * sizeof(Py_ssize_t))
-    cdef floating* tcs = <floating*>malloc(max(1, nu) * sizeof(floating))
-    cdef floating* dz
-    cdef const floating* a
-    cdef const floating* gy
-    cdef const floating* cp
-    cdef floating* dhr
-    cdef floating* dcr
-    cdef floating* cr
+    cdef floating* tcs = <floating*>malloc(max(1, blocks * nu) * sizeof(floating))
     if dh == NULL or dc == NULL or carry == NULL or hprev == NULL or firsts == NULL or tcs == NULL:
         free(tcs)
         free(dh)
@@ -235,59 +334,35 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
                     if mp[b * nt + t] != 0:
                         firsts[b] = s
                         break
-        for s in range(nt - 1, -1, -1):
-            t = nt - 1 - s if backwards else s
-            for b in range(nb):
-                dz = &dxp[b, t, 0]
-                first = firsts[b]
-                if s > first:
-                    memcpy(&hprev[(b * nt + t) * nu], &ys[b, s - 1, 0], nu * sizeof(floating))
-                else:
-                    memcpy(&hprev[(b * nt + t) * nu], &h0[b, 0], nu * sizeof(floating))
-                if mp != NULL and mp[b * nt + t] == 0:
-                    for u in range(nu):
-                        carry[b * nu + u] += gys[b, s, u]
-                    for u in range(ng):
-                        dz[u] = 0.0
-                    continue
-                a = &acts[b, t, 0]
-                if floating is float:
-                    tapeflow_tanh_f32(&cs[b, s, 0], tcs, nu)
-                else:
-                    for u in range(nu):
-                        tcs[u] = _tanh(cs[b, s, u])
-                gy = &gys[b, s, 0]
-                cp = &cs[b, s - 1, 0] if s > 0 else &c0[b, 0]
-                dhr = &dh[b * nu]
-                dcr = &dc[b * nu]
-                cr = &carry[b * nu]
-                for u in range(nu):
-                    dhn = dhr[u] + gy[u] + cr[u]
-                    cr[u] = 0.0
-                    ai = a[u]
-                    af = a[nu + u]
-                    ac = a[2 * nu + u]
-                    ao = a[3 * nu + u]
-                    c_prev = cp[u]
-                    tc = tcs[u]
-                    dcn = dcr[u] + dhn * ao * (1.0 - tc * tc)
-                    dz[u] = dcn * ac * ai * (1.0 - ai)
-                    dz[nu + u] = dcn * c_prev * af * (1.0 - af)
-                    dz[2 * nu + u] = dcn * ai * (1.0 - ac * ac)
-                    dz[3 * nu + u] = dhn * tc * ao * (1.0 - ao)
-                    dcr[u] = dcn * af
-                    dhr[u] = 0.0
-            if nb > 0:
-                _gemm("T", "N", <int>nu, <int>nb, <int>ng, <floating*>&kernel[0, 0], <int>ng, &dxp[0, t, 0],
-                      <int>(nt * ng), 1.0, dh, <int>nu)
+        for u in range(nu):
+            memset(&dkernel[u, 0], 0, ng * sizeof(floating))
+    if blocks <= 1:
+        with nogil:
+            _lstm_backward_rows(gys, h0, c0, kernel, ys, cs, acts, mp, backwards, dxp, dh, dc, carry, hprev,
+                                firsts, tcs, 0, nb)
+            if nb * nt > 0:
+                _gemm("N", "T", <int>ng, <int>nu, <int>(nb * nt), &dxp[0, 0, 0], <int>ng, hprev, <int>nu,
+                      1.0, &dkernel[0, 0], <int>ng)
+    else:
+        with nogil, parallel(num_threads=blocks):
+            own = tapeflow_fpenv_swap(env)
+            for i in prange(blocks, schedule="static"):
+                _lstm_backward_rows(gys, h0, c0, kernel, ys, cs, acts, mp, backwards, dxp, dh, dc, carry, hprev,
+                                    firsts, &tcs[i * nu], nb * i // blocks, nb * (i + 1) // blocks)
+            tapeflow_fpenv_swap(own)
+        with nogil, parallel(num_threads=blocks):
+            own = tapeflow_fpenv_swap(env)
+            for i in prange(blocks, schedule="static"):
+                u0 = nu * i // blocks
+                u1 = nu * (i + 1) // blocks
+                if u1 > u0:
+                    _gemm("N", "T", <int>ng, <int>(u1 - u0), <int>(nb * nt), &dxp[0, 0, 0], <int>ng, &hprev[u0],
+                          <int>nu, 1.0, &dkernel[u0, 0], <int>ng)
+            tapeflow_fpenv_swap(own)
+    with nogil:
         for b in range(nb):
             memcpy(&dh0[b, 0], &dh[b * nu], nu * sizeof(floating))
             memcpy(&dc0[b, 0], &dc[b * nu], nu * sizeof(floating))
-        for u in range(nu):
-            memset(&dkernel[u, 0], 0, ng * sizeof(floating))
-        if nb * nt > 0:
-            _gemm("N", "T", <int>ng, <int>nu, <int>(nb * nt), &dxp[0, 0, 0], <int>ng, hprev, <int>nu,
-                  1.0, &dkernel[0, 0], <int>ng)
     free(dh)
     free(dc)
     free(carry)
