@@ -389,6 +389,65 @@ cdef inline void _tanh_all(floating* v, Py_ssize_t n) noexcept nogil:
             v[k] = _tanh(v[k])
 
 
+cdef void _gru_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] kernel,
+                            const floating[::1] bias, const unsigned char* mp, bint reset_after, bint backwards,
+                            floating[:, :, ::1] ys, floating[:, :, ::1] acts, floating* hs,
+                            Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+    """The sequence of batch rows [b0, b1) (independent rows: blocks of them run on threads)."""
+    cdef Py_ssize_t nt = xp.shape[1], ng = xp.shape[2], nu = h0.shape[1]
+    cdef Py_ssize_t s, t, b, u, na = 4 * nu
+    cdef floating z
+    cdef floating* a
+    cdef floating* y
+    cdef floating* hp
+    cdef const floating* x
+    for b in range(b0, b1):
+        memcpy(&hs[b * nu], &h0[b, 0], nu * sizeof(floating))
+    for s in range(nt):
+        t = nt - 1 - s if backwards else s
+        if b1 > b0:
+            # the recurrent matmul of every gate (reset_after), or of z and r, into acts[b0:b1, t]
+            _gemm("N", "N", <int>(ng if reset_after else 2 * nu), <int>(b1 - b0), <int>nu,
+                  <floating*>&kernel[0, 0], <int>ng, &hs[b0 * nu], <int>nu, 0.0, &acts[b0, t, 0], <int>(nt * na))
+        for b in range(b0, b1):
+            a = &acts[b, t, 0]
+            x = &xp[b, t, 0]
+            hp = &hs[b * nu]
+            for u in range(2 * nu):
+                a[u] = x[u] + a[u] + bias[u]
+            _sigmoid_all(a, 2 * nu)
+            if reset_after:
+                for u in range(nu):
+                    a[3 * nu + u] = a[2 * nu + u] + bias[2 * nu + u]
+                    a[2 * nu + u] = x[2 * nu + u] + a[nu + u] * a[3 * nu + u]
+            else:
+                for u in range(nu):
+                    a[3 * nu + u] = a[nu + u] * hp[u]
+        if not reset_after and b1 > b0:
+            _gemm("N", "N", <int>nu, <int>(b1 - b0), <int>nu, <floating*>&kernel[0, 2 * nu], <int>ng,
+                  &acts[b0, t, 3 * nu], <int>(nt * na), 0.0, &acts[b0, t, 2 * nu], <int>(nt * na))
+        for b in range(b0, b1):
+            a = &acts[b, t, 0]
+            y = &ys[b, s, 0]
+            hp = &hs[b * nu]
+            if mp != NULL and mp[b * nt + t] == 0:
+                if s > 0:
+                    memcpy(y, &ys[b, s - 1, 0], nu * sizeof(floating))
+                else:
+                    memset(y, 0, nu * sizeof(floating))
+                memset(a, 0, na * sizeof(floating))
+                continue
+            if not reset_after:
+                x = &xp[b, t, 0]
+                for u in range(nu):
+                    a[2 * nu + u] = x[2 * nu + u] + a[2 * nu + u] + bias[2 * nu + u]
+            _tanh_all(&a[2 * nu], nu)
+            for u in range(nu):
+                z = a[u]
+                hp[u] = z * hp[u] + (1.0 - z) * a[2 * nu + u]
+                y[u] = hp[u]
+
+
 def gru_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] kernel,
                 const floating[::1] bias, const unsigned char[:, ::1] mask, bint reset_after, bint backwards,
                 floating[:, :, ::1] ys, floating[:, :, ::1] acts, floating[:, ::1] h_last):
@@ -405,61 +464,23 @@ def gru_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const f
     cdef const unsigned char* mp = NULL
     if mask is not None:
         mp = &mask[0, 0]
-    cdef Py_ssize_t s, t, b, u, na = 4 * nu
-    cdef floating z
+    cdef Py_ssize_t b, i
+    cdef int blocks = _row_blocks(nb, nt * nb * ng * nu)
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     cdef floating* hs = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
-    cdef floating* a
-    cdef floating* y
-    cdef floating* hp
-    cdef const floating* x
     if hs == NULL:
         raise MemoryError()
+    if blocks <= 1:
+        with nogil:
+            _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs, 0, nb)
+    else:
+        with nogil, parallel(num_threads=blocks):
+            own = tapeflow_fpenv_swap(env)
+            for i in prange(blocks, schedule="static"):
+                _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs,
+                                  nb * i // blocks, nb * (i + 1) // blocks)
+            tapeflow_fpenv_swap(own)
     with nogil:
-        for b in range(nb):
-            memcpy(&hs[b * nu], &h0[b, 0], nu * sizeof(floating))
-        for s in range(nt):
-            t = nt - 1 - s if backwards else s
-            if nb > 0:
-                # the recurrent matmul of every gate (reset_after), or of z and r, into acts[:, t]
-                _gemm("N", "N", <int>(ng if reset_after else 2 * nu), <int>nb, <int>nu, <floating*>&kernel[0, 0],
-                      <int>ng, hs, <int>nu, 0.0, &acts[0, t, 0], <int>(nt * na))
-            for b in range(nb):
-                a = &acts[b, t, 0]
-                x = &xp[b, t, 0]
-                hp = &hs[b * nu]
-                for u in range(2 * nu):
-                    a[u] = x[u] + a[u] + bias[u]
-                _sigmoid_all(a, 2 * nu)
-                if reset_after:
-                    for u in range(nu):
-                        a[3 * nu + u] = a[2 * nu + u] + bias[2 * nu + u]
-                        a[2 * nu + u] = x[2 * nu + u] + a[nu + u] * a[3 * nu + u]
-                else:
-                    for u in range(nu):
-                        a[3 * nu + u] = a[nu + u] * hp[u]
-            if not reset_after and nb > 0:
-                _gemm("N", "N", <int>nu, <int>nb, <int>nu, <floating*>&kernel[0, 2 * nu], <int>ng,
-                      &acts[0, t, 3 * nu], <int>(nt * na), 0.0, &acts[0, t, 2 * nu], <int>(nt * na))
-            for b in range(nb):
-                a = &acts[b, t, 0]
-                y = &ys[b, s, 0]
-                hp = &hs[b * nu]
-                if mp != NULL and mp[b * nt + t] == 0:
-                    if s > 0:
-                        memcpy(y, &ys[b, s - 1, 0], nu * sizeof(floating))
-                    else:
-                        memset(y, 0, nu * sizeof(floating))
-                    memset(a, 0, na * sizeof(floating))
-                    continue
-                if not reset_after:
-                    x = &xp[b, t, 0]
-                    for u in range(nu):
-                        a[2 * nu + u] = x[2 * nu + u] + a[2 * nu + u] + bias[2 * nu + u]
-                _tanh_all(&a[2 * nu], nu)
-                for u in range(nu):
-                    z = a[u]
-                    hp[u] = z * hp[u] + (1.0 - z) * a[2 * nu + u]
-                    y[u] = hp[u]
         for b in range(nb):
             memcpy(&h_last[b, 0], &hs[b * nu], nu * sizeof(floating))
     free(hs)

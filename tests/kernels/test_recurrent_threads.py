@@ -1,4 +1,5 @@
-"""The whole-sequence LSTM kernel split over threads by batch rows gives what one thread gives."""
+"""The whole-sequence LSTM kernel (forward and back) and GRU kernel (forward) split over threads by
+batch rows give what one thread gives."""
 
 import numpy as np
 import pytest
@@ -36,6 +37,33 @@ def test_threads_split_the_batch_without_changing_the_results(one_thread_then_ma
     alone = _run(dtype, masked, backwards)
     one_thread_then_many()
     split = _run(dtype, masked, backwards)
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    for k, (a, b) in enumerate(zip(alone, split, strict=True)):
+        np.testing.assert_allclose(b, a, rtol=tolerance, atol=tolerance, err_msg=f"output {k}")
+
+
+def _run_gru(dtype, masked, backwards, reset_after):
+    rng = np.random.default_rng(1)
+    nb, nt, nu = 37, 9, 6
+    xp = rng.standard_normal((nb, nt, 3 * nu)).astype(dtype)
+    h0 = rng.standard_normal((nb, nu)).astype(dtype)
+    kernel = (rng.standard_normal((nu, 3 * nu)) * 0.3).astype(dtype)
+    bias = rng.standard_normal(3 * nu).astype(dtype)
+    mask = (rng.random((nb, nt)) > 0.3).astype(np.uint8) if masked else None
+    ys, acts, h = np.empty((nb, nt, nu), dtype), np.empty((nb, nt, 4 * nu), dtype), np.empty((nb, nu), dtype)
+    recurrent.gru_forward(xp, h0, kernel, bias, mask, reset_after, backwards, ys, acts, h)
+    return ys, acts, h
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("reset_after", [False, True])
+def test_the_gru_forward_splits_the_batch_without_changing_the_results(
+    one_thread_then_many, dtype, masked, reset_after
+):
+    alone = _run_gru(dtype, masked, True, reset_after)
+    one_thread_then_many()
+    split = _run_gru(dtype, masked, True, reset_after)
     tolerance = 1e-5 if dtype == np.float32 else 1e-12
     for k, (a, b) in enumerate(zip(alone, split, strict=True)):
         np.testing.assert_allclose(b, a, rtol=tolerance, atol=tolerance, err_msg=f"output {k}")
