@@ -45,7 +45,7 @@ def _case(dtype, kind: str, masked: bool, seed: int = 0):
     return tuple(a.astype(dtype) for a in inputs), mask, tuple(a.astype(dtype) for a in seeds)
 
 
-def _check(got, want, dtype, exact: int, label: str) -> None:
+def check_results(got, want, dtype, exact: int, label: str) -> None:
     """The first `exact` results equal the reference's (float64 bit for bit), the rest to RTOL."""
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -111,8 +111,8 @@ def test_lstm_on_the_stand_in_equals_the_reference(monkeypatch, dtype, go_backwa
     reads = sum(HOST_READS.values())
     forward, backward = _lstm_both(dtype, go_backwards, masked, _on_backend)
     label = f"lstm {dtype.__name__} go_backwards={go_backwards} masked={masked}"
-    _check(*forward, dtype, exact=5, label=label)
-    _check(*backward, dtype, exact=3, label=label + " gradient")
+    check_results(*forward, dtype, exact=5, label=label)
+    check_results(*backward, dtype, exact=3, label=label + " gradient")
     assert sum(HOST_READS.values()) == reads + 9  # the results' copies to the host, nothing else
 
 
@@ -123,8 +123,8 @@ def test_gru_on_the_stand_in_equals_the_reference(monkeypatch, dtype, reset_afte
     reads = sum(HOST_READS.values())
     forward, backward = _gru_both(dtype, reset_after, go_backwards, masked, _on_backend)
     label = f"gru {dtype.__name__} reset_after={reset_after} go_backwards={go_backwards} masked={masked}"
-    _check(*forward, dtype, exact=3, label=label)
-    _check(*backward, dtype, exact=2, label=label + " gradient")
+    check_results(*forward, dtype, exact=3, label=label)
+    check_results(*backward, dtype, exact=2, label=label + " gradient")
     assert sum(HOST_READS.values()) == reads + 7
 
 
@@ -134,18 +134,18 @@ def test_empty_sequences_give_the_references_results(monkeypatch):
     h0, c0, gh, gc = (rng.standard_normal((2, 3)) for _ in range(4))
     x, kernel, gys = np.zeros((2, 0, 12)), rng.standard_normal((3, 12)), np.zeros((2, 0, 3))
     ref = get_op("lstm_sequence").reference(x, h0, c0, kernel, go_backwards=False)
-    _check(_on_backend("lstm_sequence", (x, h0, c0, kernel), {}), ref, np.float64, 5, "lstm")
+    check_results(_on_backend("lstm_sequence", (x, h0, c0, kernel), {}), ref, np.float64, 5, "lstm")
     args = (gys, gh, gc, h0, c0, kernel, ref[0], ref[3], ref[4])
     want = get_op("lstm_sequence_grad").reference(*args, go_backwards=False)
-    _check(_on_backend("lstm_sequence_grad", args, {}), want, np.float64, 4, "lstm gradient")
+    check_results(_on_backend("lstm_sequence_grad", args, {}), want, np.float64, 4, "lstm gradient")
     kernel, bias = rng.standard_normal((3, 9)), rng.standard_normal(9)
     for reset_after in (True, False):
         attrs = {"reset_after": reset_after, "go_backwards": True}
         ref = get_op("gru_sequence").reference(x[..., :9], h0, kernel, bias, **attrs)
-        _check(_on_backend("gru_sequence", (x[..., :9], h0, kernel, bias), attrs), ref, np.float64, 3, "gru")
+        check_results(_on_backend("gru_sequence", (x[..., :9], h0, kernel, bias), attrs), ref, np.float64, 3, "gru")
         args = (gys, gh, h0, kernel, ref[0], ref[2])
         want = get_op("gru_sequence_grad").reference(*args, **attrs)
-        _check(_on_backend("gru_sequence_grad", args, attrs), want, np.float64, 4, "gru gradient")
+        check_results(_on_backend("gru_sequence_grad", args, attrs), want, np.float64, 4, "gru gradient")
 
 
 # ------------------------------------------------------------ the GPU path: one kernel per cell kind
@@ -218,12 +218,12 @@ def test_the_gpu_path_builds_one_elementwise_kernel_per_cell_kind(monkeypatch, d
     run = _gpu_path(monkeypatch, _Recorder())
     for go_backwards, masked in LSTM_CASES:
         forward, backward = _lstm_both(dtype, go_backwards, masked, run)
-        _check(*forward, dtype, exact=5, label="lstm")
-        _check(*backward, dtype, exact=3, label="lstm gradient")
+        check_results(*forward, dtype, exact=5, label="lstm")
+        check_results(*backward, dtype, exact=3, label="lstm gradient")
     for reset_after, go_backwards, masked in GRU_CASES:
         forward, backward = _gru_both(dtype, reset_after, go_backwards, masked, run)
-        _check(*forward, dtype, exact=3, label="gru")
-        _check(*backward, dtype, exact=2, label="gru gradient")
+        check_results(*forward, dtype, exact=3, label="gru")
+        check_results(*backward, dtype, exact=2, label="gru gradient")
     sources = {recurrent_source.cell_source(c, "float32") for c in recurrent_source.CELLS}
     assert len(sources) == len(recurrent_source.CELLS)  # one text per cell kind and dtype
     assert recurrent_source.cell_source("lstm_forward", "float32") is recurrent_source.cell_source(
@@ -236,12 +236,12 @@ def test_the_gpu_path_builds_one_elementwise_kernel_per_cell_kind(monkeypatch, d
 def test_on_a_gpu_the_compiled_cells_give_the_references_numbers(dtype):
     for go_backwards, masked in LSTM_CASES:
         forward, backward = _lstm_both(dtype, go_backwards, masked, _on_backend)
-        _check(*forward, dtype, exact=0, label=f"lstm {go_backwards} {masked}")
-        _check(*backward, dtype, exact=0, label=f"lstm gradient {go_backwards} {masked}")
+        check_results(*forward, dtype, exact=0, label=f"lstm {go_backwards} {masked}")
+        check_results(*backward, dtype, exact=0, label=f"lstm gradient {go_backwards} {masked}")
     for reset_after, go_backwards, masked in GRU_CASES:
         forward, backward = _gru_both(dtype, reset_after, go_backwards, masked, _on_backend)
-        _check(*forward, dtype, exact=0, label=f"gru {reset_after} {go_backwards} {masked}")
-        _check(*backward, dtype, exact=0, label=f"gru gradient {reset_after} {go_backwards} {masked}")
+        check_results(*forward, dtype, exact=0, label=f"gru {reset_after} {go_backwards} {masked}")
+        check_results(*backward, dtype, exact=0, label=f"gru gradient {reset_after} {go_backwards} {masked}")
 
 
 # ------------------------------------------------------------ the generated CUDA C, compiled for the host
@@ -342,12 +342,12 @@ def test_the_generated_cells_compiled_for_the_host_run_the_ops_to_the_references
     exact = 0  # exp and tanh round differently: nothing is bit for bit
     for go_backwards, masked in LSTM_CASES:
         forward, backward = _lstm_both(dtype, go_backwards, masked, run)
-        _check(*forward, dtype, exact=exact, label=f"lstm {go_backwards} {masked}")
-        _check(*backward, dtype, exact=exact, label=f"lstm gradient {go_backwards} {masked}")
+        check_results(*forward, dtype, exact=exact, label=f"lstm {go_backwards} {masked}")
+        check_results(*backward, dtype, exact=exact, label=f"lstm gradient {go_backwards} {masked}")
     for reset_after, go_backwards, masked in GRU_CASES:
         forward, backward = _gru_both(dtype, reset_after, go_backwards, masked, run)
-        _check(*forward, dtype, exact=exact, label=f"gru {reset_after} {go_backwards} {masked}")
-        _check(*backward, dtype, exact=exact, label=f"gru gradient {reset_after} {go_backwards} {masked}")
+        check_results(*forward, dtype, exact=exact, label=f"gru {reset_after} {go_backwards} {masked}")
+        check_results(*backward, dtype, exact=exact, label=f"gru gradient {reset_after} {go_backwards} {masked}")
 
 
 @needs_compiler

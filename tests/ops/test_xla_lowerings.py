@@ -67,7 +67,7 @@ def _both(name: str, inputs, **attrs):
     return [c.numpy() for c in cpu], [x.numpy() for x in xla]
 
 
-def _same(name: str, inputs, exact: bool = False, **attrs) -> None:
+def check_same_as_cpu(name: str, inputs, exact: bool = False, **attrs) -> None:
     for k, (c, x) in enumerate(zip(*_both(name, inputs, **attrs), strict=True)):
         assert c.dtype == x.dtype, f"{name} output {k}: {x.dtype} on XLA, {c.dtype} on the CPU"
         if exact:
@@ -94,21 +94,21 @@ def test_the_lowered_ops_run_on_xla_without_a_cpu_fallback():
 def test_sorting_orders_nans_last_and_keeps_signed_zeros_stable():
     x = np.array([[1.0, 3.0, 3.0, np.nan, 2.0, -np.nan, 0.0, -0.0, -np.inf, 0.0]])
     for dtype in (np.float64, np.float32):
-        _same("sort", [x.astype(dtype)], exact=True, axis=1)
-        _same("argsort", [x.astype(dtype)], exact=True, axis=1)
-        _same("top_k", [x.astype(dtype)], exact=True, k=6, sorted=True)
+        check_same_as_cpu("sort", [x.astype(dtype)], exact=True, axis=1)
+        check_same_as_cpu("argsort", [x.astype(dtype)], exact=True, axis=1)
+        check_same_as_cpu("top_k", [x.astype(dtype)], exact=True, k=6, sorted=True)
 
 
 def test_searchsorted_places_nans_as_numpy_sorts_them():
     seq, values = np.array([1.0, 2.0, 2.0, np.nan]), np.array([[np.nan, 2.0], [5.0, -1.0]])
     for side in ("left", "right"):
-        _same("searchsorted", [seq, values], exact=True, side=side)
+        check_same_as_cpu("searchsorted", [seq, values], exact=True, side=side)
 
 
 def test_integer_cumprod_wraps_like_numpy():
     x = np.array([[3, -2, 7, 5, -1, 4, 6], [2**20, 2**20, 2**20, 1, 0, 9, 1]], dtype=np.int64)
-    _same("cumprod", [x], exact=True, axis=1)
-    _same("cumprod", [x.T.astype(np.int32)], exact=True, axis=0)
+    check_same_as_cpu("cumprod", [x], exact=True, axis=1)
+    check_same_as_cpu("cumprod", [x.T.astype(np.int32)], exact=True, axis=0)
 
 
 @pytest.mark.parametrize(
@@ -140,14 +140,14 @@ def test_cholesky_and_triangular_solves_read_one_triangle():
 
 
 def test_lu_pivots_ties_and_singular_matrices_as_getrf():
-    _same("lu_factor", [np.array([[1.0, 2.0, 3.0], [-1.0, 2.0, 0.0], [1.0, 0.0, 0.0]])])
-    _same("lu_factor", [np.zeros((2, 2))])
+    check_same_as_cpu("lu_factor", [np.array([[1.0, 2.0, 3.0], [-1.0, 2.0, 0.0], [1.0, 0.0, 0.0]])])
+    check_same_as_cpu("lu_factor", [np.zeros((2, 2))])
     rng = np.random.default_rng(6)
-    _same("solve", [rng.standard_normal((5, 5)) + 5 * np.eye(5), rng.standard_normal((2, 5, 3))])
+    check_same_as_cpu("solve", [rng.standard_normal((5, 5)) + 5 * np.eye(5), rng.standard_normal((2, 5, 3))])
 
 
 def test_max_pool3d_gradients_go_to_the_first_maximum():
     ones, g = np.ones((1, 3, 3, 3, 1)), np.random.default_rng(7).standard_normal((1, 3, 3, 3, 1))
     attrs = {"ksize": (2, 2, 2), "strides": (1, 1, 1), "padding": "VALID"}
-    _same("max_pool3d_grad", [ones, g[:, :2, :2, :2]], **attrs)
-    _same("max_pool3d_grad_grad", [ones, g], **attrs)
+    check_same_as_cpu("max_pool3d_grad", [ones, g[:, :2, :2, :2]], **attrs)
+    check_same_as_cpu("max_pool3d_grad_grad", [ones, g], **attrs)

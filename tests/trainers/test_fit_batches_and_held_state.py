@@ -24,7 +24,7 @@ def _model(metrics=("accuracy",)):
     return model
 
 
-def _assert_same_weights(a, b):
+def assert_same_weights(a, b):
     for wa, wb in zip(a.get_weights(), b.get_weights(), strict=True):
         np.testing.assert_array_equal(wa, wb)
 
@@ -89,7 +89,7 @@ def test_fit_on_arrays_trains_as_on_the_dataset_of_the_same_batches(shuffle):
         pipeline = da.shuffled_batches(data.dataset(), len(data), 8, 5, 0)
     reference = _model()
     expected = reference.fit(pipeline, epochs=1, verbose=0)
-    _assert_same_weights(model, reference)
+    assert_same_weights(model, reference)
     assert history.history == expected.history
 
 
@@ -97,11 +97,11 @@ def test_fortran_ordered_and_sliced_inputs_train_as_contiguous_ones():
     model, reference = _model(), _model()
     model.fit(np.asfortranarray(X), Y, batch_size=8, shuffle=False, epochs=2, verbose=0)
     reference.fit(X.copy(), Y, batch_size=8, shuffle=False, epochs=2, verbose=0)
-    _assert_same_weights(model, reference)
+    assert_same_weights(model, reference)
     wide = np.concatenate([X, X], axis=1)[:, :5]  # rows strided in memory
     sliced = _model()
     sliced.fit(wide, Y, batch_size=8, shuffle=False, epochs=2, verbose=0)
-    _assert_same_weights(sliced, reference)
+    assert_same_weights(sliced, reference)
 
 
 def test_fit_leaves_the_callers_arrays_as_they_were():
@@ -158,7 +158,7 @@ def test_train_on_batch_gives_the_logs_of_a_one_batch_fit():
     assert [sorted(d) for d in logs] == [sorted(h) for h in expected]
     for got, want in zip(logs, expected, strict=True):
         assert got == {k: v[0] for k, v in want.items()}
-    _assert_same_weights(model, reference)
+    assert_same_weights(model, reference)
     assert model._held is None
 
 
