@@ -14,7 +14,7 @@ from tapeflow._kernels.private_blas import private_blas
 
 from cython cimport floating
 from libc.math cimport exp, expf, tanh, tanhf
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 from cython.parallel cimport parallel, prange
 from scipy.linalg.cython_blas cimport dgemm, sgemm
@@ -486,30 +486,18 @@ def gru_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const f
     free(hs)
 
 
-def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const floating[:, ::1] h0,
-                 const floating[:, ::1] kernel, const floating[:, :, ::1] ys, const floating[:, :, ::1] acts,
-                 const unsigned char[:, ::1] mask, bint reset_after, bint backwards,
-                 floating[:, :, ::1] dxp, floating[:, ::1] dh0, floating[:, ::1] dkernel, floating[::1] dbias):
-    """Back through time from the gradients of ys and h_last: fills dxp [batch, time, 3 * units],
-    dh0, dkernel and dbias (the recurrent kernel's and bias's gradients, accumulated in place
-    step by step)."""
-    cdef Py_ssize_t nb = acts.shape[0], nt = acts.shape[1], na = acts.shape[2], nu = h0.shape[1]
-    cdef Py_ssize_t ng = 3 * nu
-    if na != 4 * nu or kernel.shape[0] != nu or kernel.shape[1] != ng or dbias.shape[0] != ng:
-        raise ValueError(f"gru_backward: inconsistent shapes {acts.shape}, {h0.shape}, {kernel.shape}")
-    cdef const unsigned char* mp = NULL
-    if mask is not None:
-        mp = &mask[0, 0]
+cdef void _gru_backward_rows(const floating[:, :, ::1] gys, const floating[:, ::1] h0,
+                             const floating[:, ::1] kernel, const floating[:, :, ::1] ys,
+                             const floating[:, :, ::1] acts, const unsigned char* mp, bint reset_after,
+                             bint backwards, floating[:, :, ::1] dxp, floating* dh, floating* carry, floating* hp,
+                             floating* dr, Py_ssize_t* firsts, floating* dk, floating* db,
+                             Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+    """Back through time for batch rows [b0, b1), adding their share of the recurrent kernel's and
+    bias's gradients into dk [units, 3 * units] and db [3 * units]."""
+    cdef Py_ssize_t nt = acts.shape[1], na = acts.shape[2], nu = h0.shape[1]
+    cdef Py_ssize_t ng = 3 * nu, m = b1 - b0
     cdef Py_ssize_t s, t, b, u
     cdef floating dhn, z, r, c, e, dz, dc
-    # dh: the state's gradient; carry: output gradients of masked steps, owed to the last step that ran;
-    # hp: the state each row's step read; dr: per reset_after, the gradient of the recurrent matmul
-    # [batch, 3 * units], or that of the reset state [batch, units]
-    cdef floating* dh = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
-    cdef floating* carry = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
-    cdef floating* hp = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
-    cdef floating* dr = <floating*>malloc(max(1, nb * ng) * sizeof(floating))
-    cdef Py_ssize_t* firsts = <Py_ssize_t*>malloc(max(1, nb) * sizeof(Py_ssize_t))
     cdef const floating* a
     cdef const floating* gy
     cdef floating* d
@@ -517,12 +505,114 @@ def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const
     cdef floating* cr
     cdef floating* hr
     cdef floating* rr
-    if dh == NULL or carry == NULL or hp == NULL or dr == NULL or firsts == NULL:
+    for s in range(nt - 1, -1, -1):
+        t = nt - 1 - s if backwards else s
+        for b in range(b0, b1):
+            hr = &hp[b * nu]
+            if s > firsts[b]:
+                memcpy(hr, &ys[b, s - 1, 0], nu * sizeof(floating))
+            else:
+                memcpy(hr, &h0[b, 0], nu * sizeof(floating))
+            d = &dxp[b, t, 0]
+            rr = &dr[b * ng] if reset_after else &dr[b * nu]
+            cr = &carry[b * nu]
+            gy = &gys[b, s, 0]
+            if mp != NULL and mp[b * nt + t] == 0:
+                for u in range(nu):
+                    cr[u] += gy[u]
+                memset(d, 0, ng * sizeof(floating))
+                memset(rr, 0, (ng if reset_after else nu) * sizeof(floating))
+                continue
+            a = &acts[b, t, 0]
+            dhr = &dh[b * nu]
+            for u in range(nu):
+                dhn = dhr[u] + gy[u] + cr[u]
+                cr[u] = 0.0
+                z = a[u]
+                c = a[2 * nu + u]
+                dz = dhn * (hr[u] - c) * z * (1.0 - z)
+                dc = dhn * (1.0 - z) * (1.0 - c * c)
+                d[u] = dz
+                d[2 * nu + u] = dc
+                dhr[u] = dhn * z
+                if reset_after:
+                    r = a[nu + u]
+                    e = a[3 * nu + u]
+                    d[nu + u] = dc * e * r * (1.0 - r)
+                    rr[u] = dz
+                    rr[nu + u] = d[nu + u]
+                    rr[2 * nu + u] = dc * r
+        if m == 0:
+            continue
+        if reset_after:
+            _gemm("T", "N", <int>nu, <int>m, <int>ng, <floating*>&kernel[0, 0], <int>ng, &dr[b0 * ng], <int>ng,
+                  1.0, &dh[b0 * nu], <int>nu)
+            _gemm("N", "T", <int>ng, <int>nu, <int>m, &dr[b0 * ng], <int>ng, &hp[b0 * nu], <int>nu, 1.0, dk, <int>ng)
+            for b in range(b0, b1):
+                for u in range(ng):
+                    db[u] += dr[b * ng + u]
+            continue
+        # without reset_after: the reset state's gradient first, then the gates z and r
+        _gemm("T", "N", <int>nu, <int>m, <int>nu, <floating*>&kernel[0, 2 * nu], <int>ng, &dxp[b0, t, 2 * nu],
+              <int>(nt * ng), 0.0, &dr[b0 * nu], <int>nu)
+        for b in range(b0, b1):
+            if mp != NULL and mp[b * nt + t] == 0:
+                continue
+            a = &acts[b, t, 0]
+            d = &dxp[b, t, 0]
+            rr = &dr[b * nu]
+            hr = &hp[b * nu]
+            dhr = &dh[b * nu]
+            for u in range(nu):
+                r = a[nu + u]
+                d[nu + u] = rr[u] * hr[u] * r * (1.0 - r)
+                dhr[u] += rr[u] * r
+        _gemm("T", "N", <int>nu, <int>m, <int>(2 * nu), <floating*>&kernel[0, 0], <int>ng, &dxp[b0, t, 0],
+              <int>(nt * ng), 1.0, &dh[b0 * nu], <int>nu)
+        _gemm("N", "T", <int>(2 * nu), <int>nu, <int>m, &dxp[b0, t, 0], <int>(nt * ng), &hp[b0 * nu], <int>nu,
+              1.0, dk, <int>ng)
+        _gemm("N", "T", <int>nu, <int>nu, <int>m, &dxp[b0, t, 2 * nu], <int>(nt * ng),
+              <floating*>&acts[b0, t, 3 * nu], <int>(nt * na), 1.0, &dk[2 * nu], <int>ng)
+        for b in range(b0, b1):
+            for u in range(ng):
+                db[u] += dxp[b, t, u]
+
+
+def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const floating[:, ::1] h0,
+                 const floating[:, ::1] kernel, const floating[:, :, ::1] ys, const floating[:, :, ::1] acts,
+                 const unsigned char[:, ::1] mask, bint reset_after, bint backwards,
+                 floating[:, :, ::1] dxp, floating[:, ::1] dh0, floating[:, ::1] dkernel, floating[::1] dbias):
+    """Back through time from the gradients of ys and h_last: fills dxp [batch, time, 3 * units],
+    dh0, dkernel and dbias (the recurrent kernel's and bias's gradients, accumulated in place
+    step by step; with several blocks of batch rows on threads, each block's share apart, then
+    summed in block order)."""
+    cdef Py_ssize_t nb = acts.shape[0], nt = acts.shape[1], na = acts.shape[2], nu = h0.shape[1]
+    cdef Py_ssize_t ng = 3 * nu
+    if na != 4 * nu or kernel.shape[0] != nu or kernel.shape[1] != ng or dbias.shape[0] != ng:
+        raise ValueError(f"gru_backward: inconsistent shapes {acts.shape}, {h0.shape}, {kernel.shape}")
+    cdef const unsigned char* mp = NULL
+    if mask is not None:
+        mp = &mask[0, 0]
+    cdef Py_ssize_t s, t, b, u, i, k
+    cdef int blocks = _row_blocks(nb, nt * nb * ng * nu)
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    # dh: the state's gradient; carry: output gradients of masked steps, owed to the last step that ran;
+    # hp: the state each row's step read; dr: per reset_after, the gradient of the recurrent matmul
+    # [batch, 3 * units], or that of the reset state [batch, units]; shares: each block's dkernel and dbias
+    cdef floating* dh = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* carry = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* hp = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
+    cdef floating* dr = <floating*>malloc(max(1, nb * ng) * sizeof(floating))
+    cdef Py_ssize_t* firsts = <Py_ssize_t*>malloc(max(1, nb) * sizeof(Py_ssize_t))
+    cdef Py_ssize_t share = nu * ng + ng
+    cdef floating* shares = <floating*>calloc(blocks * share if blocks > 1 else 1, sizeof(floating))
+    if dh == NULL or carry == NULL or hp == NULL or dr == NULL or firsts == NULL or shares == NULL:
         free(dh)
         free(carry)
         free(hp)
         free(dr)
         free(firsts)
+        free(shares)
         raise MemoryError()
     with nogil:
         for b in range(nb):
@@ -539,77 +629,26 @@ def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const
         for u in range(nu):
             memset(&dkernel[u, 0], 0, ng * sizeof(floating))
         memset(&dbias[0], 0, ng * sizeof(floating))
-        for s in range(nt - 1, -1, -1):
-            t = nt - 1 - s if backwards else s
-            for b in range(nb):
-                hr = &hp[b * nu]
-                if s > firsts[b]:
-                    memcpy(hr, &ys[b, s - 1, 0], nu * sizeof(floating))
-                else:
-                    memcpy(hr, &h0[b, 0], nu * sizeof(floating))
-                d = &dxp[b, t, 0]
-                rr = &dr[b * ng] if reset_after else &dr[b * nu]
-                cr = &carry[b * nu]
-                gy = &gys[b, s, 0]
-                if mp != NULL and mp[b * nt + t] == 0:
-                    for u in range(nu):
-                        cr[u] += gy[u]
-                    memset(d, 0, ng * sizeof(floating))
-                    memset(rr, 0, (ng if reset_after else nu) * sizeof(floating))
-                    continue
-                a = &acts[b, t, 0]
-                dhr = &dh[b * nu]
+    if blocks <= 1:
+        with nogil:
+            _gru_backward_rows(gys, h0, kernel, ys, acts, mp, reset_after, backwards, dxp, dh, carry, hp, dr,
+                               firsts, &dkernel[0, 0], &dbias[0], 0, nb)
+    else:
+        with nogil, parallel(num_threads=blocks):
+            own = tapeflow_fpenv_swap(env)
+            for i in prange(blocks, schedule="static"):
+                _gru_backward_rows(gys, h0, kernel, ys, acts, mp, reset_after, backwards, dxp, dh, carry, hp,
+                                   dr, firsts, &shares[i * share], &shares[i * share + nu * ng],
+                                   nb * i // blocks, nb * (i + 1) // blocks)
+            tapeflow_fpenv_swap(own)
+        with nogil:
+            for i in range(blocks):
                 for u in range(nu):
-                    dhn = dhr[u] + gy[u] + cr[u]
-                    cr[u] = 0.0
-                    z = a[u]
-                    c = a[2 * nu + u]
-                    dz = dhn * (hr[u] - c) * z * (1.0 - z)
-                    dc = dhn * (1.0 - z) * (1.0 - c * c)
-                    d[u] = dz
-                    d[2 * nu + u] = dc
-                    dhr[u] = dhn * z
-                    if reset_after:
-                        r = a[nu + u]
-                        e = a[3 * nu + u]
-                        d[nu + u] = dc * e * r * (1.0 - r)
-                        rr[u] = dz
-                        rr[nu + u] = d[nu + u]
-                        rr[2 * nu + u] = dc * r
-            if nb == 0:
-                continue
-            if reset_after:
-                _gemm("T", "N", <int>nu, <int>nb, <int>ng, <floating*>&kernel[0, 0], <int>ng, dr, <int>ng,
-                      1.0, dh, <int>nu)
-                _gemm("N", "T", <int>ng, <int>nu, <int>nb, dr, <int>ng, hp, <int>nu, 1.0, &dkernel[0, 0], <int>ng)
-                for b in range(nb):
-                    for u in range(ng):
-                        dbias[u] += dr[b * ng + u]
-                continue
-            # without reset_after: the reset state's gradient first, then the gates z and r
-            _gemm("T", "N", <int>nu, <int>nb, <int>nu, <floating*>&kernel[0, 2 * nu], <int>ng, &dxp[0, t, 2 * nu],
-                  <int>(nt * ng), 0.0, dr, <int>nu)
-            for b in range(nb):
-                if mp != NULL and mp[b * nt + t] == 0:
-                    continue
-                a = &acts[b, t, 0]
-                d = &dxp[b, t, 0]
-                rr = &dr[b * nu]
-                hr = &hp[b * nu]
-                dhr = &dh[b * nu]
-                for u in range(nu):
-                    r = a[nu + u]
-                    d[nu + u] = rr[u] * hr[u] * r * (1.0 - r)
-                    dhr[u] += rr[u] * r
-            _gemm("T", "N", <int>nu, <int>nb, <int>(2 * nu), <floating*>&kernel[0, 0], <int>ng, &dxp[0, t, 0],
-                  <int>(nt * ng), 1.0, dh, <int>nu)
-            _gemm("N", "T", <int>(2 * nu), <int>nu, <int>nb, &dxp[0, t, 0], <int>(nt * ng), hp, <int>nu,
-                  1.0, &dkernel[0, 0], <int>ng)
-            _gemm("N", "T", <int>nu, <int>nu, <int>nb, &dxp[0, t, 2 * nu], <int>(nt * ng),
-                  <floating*>&acts[0, t, 3 * nu], <int>(nt * na), 1.0, &dkernel[0, 2 * nu], <int>ng)
-            for b in range(nb):
-                for u in range(ng):
-                    dbias[u] += dxp[b, t, u]
+                    for k in range(ng):
+                        dkernel[u, k] += shares[i * share + u * ng + k]
+                for k in range(ng):
+                    dbias[k] += shares[i * share + nu * ng + k]
+    with nogil:
         for b in range(nb):
             memcpy(&dh0[b, 0], &dh[b * nu], nu * sizeof(floating))
     free(dh)
@@ -617,3 +656,4 @@ def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const
     free(hp)
     free(dr)
     free(firsts)
+    free(shares)

@@ -1,5 +1,5 @@
-"""The whole-sequence LSTM kernel (forward and back) and GRU kernel (forward) split over threads by
-batch rows give what one thread gives."""
+"""The whole-sequence LSTM and GRU kernels, forward and back, split over threads by batch rows
+give what one thread gives."""
 
 import numpy as np
 import pytest
@@ -52,15 +52,16 @@ def _run_gru(dtype, masked, backwards, reset_after):
     mask = (rng.random((nb, nt)) > 0.3).astype(np.uint8) if masked else None
     ys, acts, h = np.empty((nb, nt, nu), dtype), np.empty((nb, nt, 4 * nu), dtype), np.empty((nb, nu), dtype)
     recurrent.gru_forward(xp, h0, kernel, bias, mask, reset_after, backwards, ys, acts, h)
-    return ys, acts, h
+    gys, gh = rng.standard_normal(ys.shape).astype(dtype), rng.standard_normal(h.shape).astype(dtype)
+    dxp, dh0, dkernel, dbias = np.empty_like(xp), np.empty_like(h0), np.empty_like(kernel), np.empty_like(bias)
+    recurrent.gru_backward(gys, gh, h0, kernel, ys, acts, mask, reset_after, backwards, dxp, dh0, dkernel, dbias)
+    return ys, acts, h, dxp, dh0, dkernel, dbias
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("reset_after", [False, True])
-def test_the_gru_forward_splits_the_batch_without_changing_the_results(
-    one_thread_then_many, dtype, masked, reset_after
-):
+def test_the_gru_splits_the_batch_without_changing_the_results(one_thread_then_many, dtype, masked, reset_after):
     alone = _run_gru(dtype, masked, True, reset_after)
     one_thread_then_many()
     split = _run_gru(dtype, masked, True, reset_after)
