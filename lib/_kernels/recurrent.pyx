@@ -225,6 +225,22 @@ def lstm_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const 
     free(cst)
 
 
+cdef void _first_steps(const unsigned char* mp, Py_ssize_t nb, Py_ssize_t nt, bint backwards,
+                       Py_ssize_t* firsts) noexcept nogil:
+    """Each row's first step that runs, in the order the steps run (0 without a mask; nt for a row
+    that never runs): before it the state is the initial one and the output zeros."""
+    cdef Py_ssize_t b, s, t
+    for b in range(nb):
+        firsts[b] = 0
+        if mp != NULL:
+            firsts[b] = nt
+            for s in range(nt):
+                t = nt - 1 - s if backwards else s
+                if mp[b * nt + t] != 0:
+                    firsts[b] = s
+                    break
+
+
 cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, ::1] h0,
                               const floating[:, ::1] c0, const floating[:, ::1] kernel,
                               const floating[:, :, ::1] ys, const floating[:, :, ::1] cs,
@@ -326,14 +342,7 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
             memcpy(&dh[b * nu], &gh[b, 0], nu * sizeof(floating))
             memcpy(&dc[b * nu], &gc[b, 0], nu * sizeof(floating))
             memset(&carry[b * nu], 0, nu * sizeof(floating))
-            firsts[b] = 0
-            if mp != NULL:  # the first step that runs: before it the state is h0 and the output zeros
-                firsts[b] = nt
-                for s in range(nt):
-                    t = nt - 1 - s if backwards else s
-                    if mp[b * nt + t] != 0:
-                        firsts[b] = s
-                        break
+        _first_steps(mp, nb, nt, backwards, firsts)
         for u in range(nu):
             memset(&dkernel[u, 0], 0, ng * sizeof(floating))
     if blocks <= 1:
@@ -618,14 +627,7 @@ def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const
         for b in range(nb):
             memcpy(&dh[b * nu], &gh[b, 0], nu * sizeof(floating))
             memset(&carry[b * nu], 0, nu * sizeof(floating))
-            firsts[b] = 0
-            if mp != NULL:  # the first step that runs: before it the state is h0 and the output zeros
-                firsts[b] = nt
-                for s in range(nt):
-                    t = nt - 1 - s if backwards else s
-                    if mp[b * nt + t] != 0:
-                        firsts[b] = s
-                        break
+        _first_steps(mp, nb, nt, backwards, firsts)
         for u in range(nu):
             memset(&dkernel[u, 0], 0, ng * sizeof(floating))
         memset(&dbias[0], 0, ng * sizeof(floating))
