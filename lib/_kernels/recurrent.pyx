@@ -43,15 +43,62 @@ cdef extern from *:
         float large = 1.0f - 2.0f / (tapeflow_expf(2.0f * x) + 1.0f);
         return (x < 0.625f && x > -0.625f) ? small : large;
     }
-    static void tapeflow_sigmoid_f32(float* v, long n) {
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    #define TAPEFLOW_WIDE __attribute__((target_clones("arch=x86-64-v3", "default")))
+    #else
+    #define TAPEFLOW_WIDE
+    #endif
+    TAPEFLOW_WIDE static void tapeflow_sigmoid_f32(float* v, long n) {
         for (long k = 0; k < n; k++) v[k] = 1.0f / (1.0f + tapeflow_expf(-v[k]));
     }
-    static void tapeflow_tanh_f32(const float* in, float* out, long n) {
+    TAPEFLOW_WIDE static void tapeflow_tanh_f32(const float* in, float* out, long n) {
         for (long k = 0; k < n; k++) out[k] = tapeflow_tanhf(in[k]);
+    }
+    /* One LSTM row's step: gates z (4 * nu, the recurrent gemm's part) plus the projected input x,
+       activated in place; the cell c and output h updated; the cell also into cc, the output into y. */
+    TAPEFLOW_WIDE static void tapeflow_lstm_cell_f32(float* restrict z, const float* restrict x,
+                                                    float* restrict c, float* restrict h,
+                                                    float* restrict cc, float* restrict y, long nu) {
+        for (long k = 0; k < 4 * nu; k++) z[k] += x[k];
+        for (long k = 0; k < 2 * nu; k++) z[k] = 1.0f / (1.0f + tapeflow_expf(-z[k]));
+        for (long k = 2 * nu; k < 3 * nu; k++) z[k] = tapeflow_tanhf(z[k]);
+        for (long k = 3 * nu; k < 4 * nu; k++) z[k] = 1.0f / (1.0f + tapeflow_expf(-z[k]));
+        for (long u = 0; u < nu; u++) {
+            float c_new = z[nu + u] * c[u] + z[u] * z[2 * nu + u];
+            float h_new = z[3 * nu + u] * tapeflow_tanhf(c_new);
+            c[u] = c_new;
+            cc[u] = c_new;
+            h[u] = h_new;
+            y[u] = h_new;
+        }
+    }
+    /* Its gradient: from the activations a, the cell c_row and the previous cell c_prev, the incoming
+       output gradient gy plus the running dh, dc and carry; writes the gate gradients dz. */
+    TAPEFLOW_WIDE static void tapeflow_lstm_cell_grad_f32(const float* restrict a, const float* restrict c_row,
+                                                         const float* restrict c_prev, const float* restrict gy,
+                                                         float* restrict dh, float* restrict dc,
+                                                         float* restrict carry, float* restrict dz, long nu) {
+        for (long u = 0; u < nu; u++) {
+            float tc = tapeflow_tanhf(c_row[u]);
+            float dhn = dh[u] + gy[u] + carry[u];
+            float ai = a[u], af = a[nu + u], ac = a[2 * nu + u], ao = a[3 * nu + u];
+            float dcn = dc[u] + dhn * ao * (1.0f - tc * tc);
+            dz[u] = dcn * ac * ai * (1.0f - ai);
+            dz[nu + u] = dcn * c_prev[u] * af * (1.0f - af);
+            dz[2 * nu + u] = dcn * ai * (1.0f - ac * ac);
+            dz[3 * nu + u] = dhn * tc * ao * (1.0f - ao);
+            dc[u] = dcn * af;
+            dh[u] = 0.0f;
+            carry[u] = 0.0f;
+        }
     }
     """
     void tapeflow_sigmoid_f32(float* v, long n) noexcept nogil
     void tapeflow_tanh_f32(const float* src, float* dst, long n) noexcept nogil
+    void tapeflow_lstm_cell_f32(float* z, const float* x, float* c, float* h, float* cc, float* y,
+                                long nu) noexcept nogil
+    void tapeflow_lstm_cell_grad_f32(const float* a, const float* c_row, const float* c_prev, const float* gy,
+                                     float* dh, float* dc, float* carry, float* dz, long nu) noexcept nogil
 
 
 cdef inline floating _sigmoid(floating x) noexcept nogil:
@@ -126,12 +173,16 @@ cdef int _row_blocks(Py_ssize_t rows, Py_ssize_t work) noexcept nogil:
 cdef void _lstm_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] c0,
                              const floating[:, ::1] kernel, const unsigned char* mp, bint backwards,
                              floating[:, :, ::1] ys, floating[:, :, ::1] cs, floating[:, :, ::1] acts,
-                             floating* hs, floating* cst, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
-    """The sequence of batch rows [b0, b1): rows are independent, so blocks of them run on threads."""
+                             floating* hs, floating* cst, floating* zs, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+    """The sequence of batch rows [b0, b1): rows are independent, so blocks of them run on threads.
+
+    Each step's gemm writes the rows' gates into the contiguous scratch `zs` ([batch, 4 * units]);
+    written in place in `acts`, rows a whole sequence apart would share cache sets."""
     cdef Py_ssize_t nt = xp.shape[1], ng = xp.shape[2], nu = h0.shape[1]
     cdef Py_ssize_t s, t, b, u
     cdef floating zi, zf, zc, zo, c_new, h_new
     cdef floating* z
+    cdef const floating* x
     cdef floating* y
     cdef floating* cc
     for b in range(b0, b1):
@@ -139,13 +190,12 @@ cdef void _lstm_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1
         memcpy(&cst[b * nu], &c0[b, 0], nu * sizeof(floating))
     for s in range(nt):
         t = nt - 1 - s if backwards else s
-        for b in range(b0, b1):
-            memcpy(&acts[b, t, 0], &xp[b, t, 0], ng * sizeof(floating))
         if b1 > b0:
             _gemm("N", "N", <int>ng, <int>(b1 - b0), <int>nu, <floating*>&kernel[0, 0], <int>ng, &hs[b0 * nu],
-                  <int>nu, 1.0, &acts[b0, t, 0], <int>(nt * ng))
+                  <int>nu, 0.0, &zs[b0 * ng], <int>ng)
         for b in range(b0, b1):
-            z = &acts[b, t, 0]
+            z = &zs[b * ng]
+            x = &xp[b, t, 0]
             y = &ys[b, s, 0]
             cc = &cs[b, s, 0]
             if mp != NULL and mp[b * nt + t] == 0:
@@ -154,21 +204,13 @@ cdef void _lstm_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1
                 else:
                     memset(y, 0, nu * sizeof(floating))
                 memcpy(cc, &cst[b * nu], nu * sizeof(floating))
-                for u in range(ng):
-                    z[u] = 0.0
+                memset(&acts[b, t, 0], 0, ng * sizeof(floating))
                 continue
             if floating is float:
-                tapeflow_sigmoid_f32(z, 2 * nu)
-                tapeflow_tanh_f32(&z[2 * nu], &z[2 * nu], nu)
-                tapeflow_sigmoid_f32(&z[3 * nu], nu)
-                for u in range(nu):
-                    cc[u] = z[nu + u] * cst[b * nu + u] + z[u] * z[2 * nu + u]
-                tapeflow_tanh_f32(cc, y, nu)
-                for u in range(nu):
-                    y[u] = z[3 * nu + u] * y[u]
-                    cst[b * nu + u] = cc[u]
-                    hs[b * nu + u] = y[u]
+                tapeflow_lstm_cell_f32(z, x, &cst[b * nu], &hs[b * nu], cc, y, nu)
             else:
+                for u in range(ng):
+                    z[u] += x[u]
                 for u in range(nu):
                     zi = _sigmoid(z[u])
                     zf = _sigmoid(z[nu + u])
@@ -184,6 +226,7 @@ cdef void _lstm_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1
                     hs[b * nu + u] = h_new
                     cc[u] = c_new
                     y[u] = h_new
+            memcpy(&acts[b, t, 0], z, ng * sizeof(floating))
 
 
 def lstm_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] c0,
@@ -203,18 +246,20 @@ def lstm_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const 
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     cdef floating* hs = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
     cdef floating* cst = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
-    if hs == NULL or cst == NULL:
+    cdef floating* zs = <floating*>malloc(max(1, nb * ng) * sizeof(floating))
+    if hs == NULL or cst == NULL or zs == NULL:
         free(hs)
         free(cst)
+        free(zs)
         raise MemoryError()
     if blocks <= 1:
         with nogil:
-            _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst, 0, nb)
+            _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst, zs, 0, nb)
     else:
         with nogil, parallel(num_threads=blocks):
             own = tapeflow_fpenv_swap(env)
             for i in prange(blocks, schedule="static"):
-                _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst,
+                _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst, zs,
                                    nb * i // blocks, nb * (i + 1) // blocks)
             tapeflow_fpenv_swap(own)
     with nogil:
@@ -223,6 +268,7 @@ def lstm_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const 
             memcpy(&c_last[b, 0], &cst[b * nu], nu * sizeof(floating))
     free(hs)
     free(cst)
+    free(zs)
 
 
 cdef void _first_steps(const unsigned char* mp, Py_ssize_t nb, Py_ssize_t nt, bint backwards,
@@ -246,9 +292,10 @@ cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, :
                               const floating[:, :, ::1] ys, const floating[:, :, ::1] cs,
                               const floating[:, :, ::1] acts, const unsigned char* mp, bint backwards,
                               floating[:, :, ::1] dxp, floating* dh, floating* dc, floating* carry,
-                              floating* hprev, Py_ssize_t* firsts, floating* tcs,
+                              floating* hprev, Py_ssize_t* firsts, floating* tcs, floating* zs,
                               Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
-    """Back through time for batch rows [b0, b1) (independent rows, as forward)."""
+    """Back through time for batch rows [b0, b1) (independent rows, as forward); each step's gate
+    gradients are formed in the contiguous scratch `zs` for its gemm, then copied into `dxp`."""
     cdef Py_ssize_t nt = acts.shape[1], ng = acts.shape[2], nu = h0.shape[1]
     cdef Py_ssize_t s, t, b, u, first
     cdef floating dhn, dcn, ai, af, ac, ao, tc, c_prev
@@ -262,7 +309,7 @@ cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, :
     for s in range(nt - 1, -1, -1):
         t = nt - 1 - s if backwards else s
         for b in range(b0, b1):
-            dz = &dxp[b, t, 0]
+            dz = &zs[b * ng]
             first = firsts[b]
             if s > first:
                 memcpy(&hprev[(b * nt + t) * nu], &ys[b, s - 1, 0], nu * sizeof(floating))
@@ -275,16 +322,16 @@ cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, :
                     dz[u] = 0.0
                 continue
             a = &acts[b, t, 0]
-            if floating is float:
-                tapeflow_tanh_f32(&cs[b, s, 0], tcs, nu)
-            else:
-                for u in range(nu):
-                    tcs[u] = _tanh(cs[b, s, u])
             gy = &gys[b, s, 0]
             cp = &cs[b, s - 1, 0] if s > 0 else &c0[b, 0]
             dhr = &dh[b * nu]
             dcr = &dc[b * nu]
             cr = &carry[b * nu]
+            if floating is float:
+                tapeflow_lstm_cell_grad_f32(a, &cs[b, s, 0], cp, gy, dhr, dcr, cr, dz, nu)
+                continue
+            for u in range(nu):
+                tcs[u] = _tanh(cs[b, s, u])
             for u in range(nu):
                 dhn = dhr[u] + gy[u] + cr[u]
                 cr[u] = 0.0
@@ -301,9 +348,11 @@ cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, :
                 dz[3 * nu + u] = dhn * tc * ao * (1.0 - ao)
                 dcr[u] = dcn * af
                 dhr[u] = 0.0
+        for b in range(b0, b1):
+            memcpy(&dxp[b, t, 0], &zs[b * ng], ng * sizeof(floating))
         if b1 > b0:
-            _gemm("T", "N", <int>nu, <int>(b1 - b0), <int>ng, <floating*>&kernel[0, 0], <int>ng, &dxp[b0, t, 0],
-                  <int>(nt * ng), 1.0, &dh[b0 * nu], <int>nu)
+            _gemm("T", "N", <int>nu, <int>(b1 - b0), <int>ng, <floating*>&kernel[0, 0], <int>ng, &zs[b0 * ng],
+                  <int>ng, 1.0, &dh[b0 * nu], <int>nu)
 
 
 def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const floating[:, ::1] gc,
@@ -329,7 +378,9 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
     cdef floating* hprev = <floating*>malloc(max(1, nb * nt * nu) * sizeof(floating))
     cdef Py_ssize_t* firsts = <Py_ssize_t*>malloc(max(1, nb) * sizeof(Py_ssize_t))
     cdef floating* tcs = <floating*>malloc(max(1, blocks * nu) * sizeof(floating))
-    if dh == NULL or dc == NULL or carry == NULL or hprev == NULL or firsts == NULL or tcs == NULL:
+    cdef floating* zs = <floating*>malloc(max(1, nb * ng) * sizeof(floating))
+    if dh == NULL or dc == NULL or carry == NULL or hprev == NULL or firsts == NULL or tcs == NULL or zs == NULL:
+        free(zs)
         free(tcs)
         free(dh)
         free(dc)
@@ -348,7 +399,7 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
     if blocks <= 1:
         with nogil:
             _lstm_backward_rows(gys, h0, c0, kernel, ys, cs, acts, mp, backwards, dxp, dh, dc, carry, hprev,
-                                firsts, tcs, 0, nb)
+                                firsts, tcs, zs, 0, nb)
             if nb * nt > 0:
                 _gemm("N", "T", <int>ng, <int>nu, <int>(nb * nt), &dxp[0, 0, 0], <int>ng, hprev, <int>nu,
                       1.0, &dkernel[0, 0], <int>ng)
@@ -357,7 +408,7 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
             own = tapeflow_fpenv_swap(env)
             for i in prange(blocks, schedule="static"):
                 _lstm_backward_rows(gys, h0, c0, kernel, ys, cs, acts, mp, backwards, dxp, dh, dc, carry, hprev,
-                                    firsts, &tcs[i * nu], nb * i // blocks, nb * (i + 1) // blocks)
+                                    firsts, &tcs[i * nu], zs, nb * i // blocks, nb * (i + 1) // blocks)
             tapeflow_fpenv_swap(own)
         with nogil, parallel(num_threads=blocks):
             own = tapeflow_fpenv_swap(env)
@@ -378,6 +429,7 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
     free(hprev)
     free(firsts)
     free(tcs)
+    free(zs)
 
 
 cdef inline void _sigmoid_all(floating* v, Py_ssize_t n) noexcept nogil:
