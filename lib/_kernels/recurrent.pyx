@@ -329,25 +329,25 @@ cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, :
             cr = &carry[b * nu]
             if floating is float:
                 tapeflow_lstm_cell_grad_f32(a, &cs[b, s, 0], cp, gy, dhr, dcr, cr, dz, nu)
-                continue
-            for u in range(nu):
-                tcs[u] = _tanh(cs[b, s, u])
-            for u in range(nu):
-                dhn = dhr[u] + gy[u] + cr[u]
-                cr[u] = 0.0
-                ai = a[u]
-                af = a[nu + u]
-                ac = a[2 * nu + u]
-                ao = a[3 * nu + u]
-                c_prev = cp[u]
-                tc = tcs[u]
-                dcn = dcr[u] + dhn * ao * (1.0 - tc * tc)
-                dz[u] = dcn * ac * ai * (1.0 - ai)
-                dz[nu + u] = dcn * c_prev * af * (1.0 - af)
-                dz[2 * nu + u] = dcn * ai * (1.0 - ac * ac)
-                dz[3 * nu + u] = dhn * tc * ao * (1.0 - ao)
-                dcr[u] = dcn * af
-                dhr[u] = 0.0
+            else:
+                for u in range(nu):
+                    tcs[u] = _tanh(cs[b, s, u])
+                for u in range(nu):
+                    dhn = dhr[u] + gy[u] + cr[u]
+                    cr[u] = 0.0
+                    ai = a[u]
+                    af = a[nu + u]
+                    ac = a[2 * nu + u]
+                    ao = a[3 * nu + u]
+                    c_prev = cp[u]
+                    tc = tcs[u]
+                    dcn = dcr[u] + dhn * ao * (1.0 - tc * tc)
+                    dz[u] = dcn * ac * ai * (1.0 - ai)
+                    dz[nu + u] = dcn * c_prev * af * (1.0 - af)
+                    dz[2 * nu + u] = dcn * ai * (1.0 - ac * ac)
+                    dz[3 * nu + u] = dhn * tc * ao * (1.0 - ao)
+                    dcr[u] = dcn * af
+                    dhr[u] = 0.0
         for b in range(b0, b1):
             memcpy(&dxp[b, t, 0], &zs[b * ng], ng * sizeof(floating))
         if b1 > b0:
@@ -452,9 +452,11 @@ cdef inline void _tanh_all(floating* v, Py_ssize_t n) noexcept nogil:
 
 cdef void _gru_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] kernel,
                             const floating[::1] bias, const unsigned char* mp, bint reset_after, bint backwards,
-                            floating[:, :, ::1] ys, floating[:, :, ::1] acts, floating* hs,
+                            floating[:, :, ::1] ys, floating[:, :, ::1] acts, floating* hs, floating* zs,
                             Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
-    """The sequence of batch rows [b0, b1) (independent rows: blocks of them run on threads)."""
+    """The sequence of batch rows [b0, b1) (independent rows: blocks of them run on threads); each
+    step's activations are formed in the contiguous scratch `zs` ([batch, 4 * units]), then copied
+    into `acts`."""
     cdef Py_ssize_t nt = xp.shape[1], ng = xp.shape[2], nu = h0.shape[1]
     cdef Py_ssize_t s, t, b, u, na = 4 * nu
     cdef floating z
@@ -469,9 +471,9 @@ cdef void _gru_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1]
         if b1 > b0:
             # the recurrent matmul of every gate (reset_after), or of z and r, into acts[b0:b1, t]
             _gemm("N", "N", <int>(ng if reset_after else 2 * nu), <int>(b1 - b0), <int>nu,
-                  <floating*>&kernel[0, 0], <int>ng, &hs[b0 * nu], <int>nu, 0.0, &acts[b0, t, 0], <int>(nt * na))
+                  <floating*>&kernel[0, 0], <int>ng, &hs[b0 * nu], <int>nu, 0.0, &zs[b0 * na], <int>na)
         for b in range(b0, b1):
-            a = &acts[b, t, 0]
+            a = &zs[b * na]
             x = &xp[b, t, 0]
             hp = &hs[b * nu]
             for u in range(2 * nu):
@@ -486,9 +488,9 @@ cdef void _gru_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1]
                     a[3 * nu + u] = a[nu + u] * hp[u]
         if not reset_after and b1 > b0:
             _gemm("N", "N", <int>nu, <int>(b1 - b0), <int>nu, <floating*>&kernel[0, 2 * nu], <int>ng,
-                  &acts[b0, t, 3 * nu], <int>(nt * na), 0.0, &acts[b0, t, 2 * nu], <int>(nt * na))
+                  &zs[b0 * na + 3 * nu], <int>na, 0.0, &zs[b0 * na + 2 * nu], <int>na)
         for b in range(b0, b1):
-            a = &acts[b, t, 0]
+            a = &zs[b * na]
             y = &ys[b, s, 0]
             hp = &hs[b * nu]
             if mp != NULL and mp[b * nt + t] == 0:
@@ -496,7 +498,7 @@ cdef void _gru_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1]
                     memcpy(y, &ys[b, s - 1, 0], nu * sizeof(floating))
                 else:
                     memset(y, 0, nu * sizeof(floating))
-                memset(a, 0, na * sizeof(floating))
+                memset(&acts[b, t, 0], 0, na * sizeof(floating))
                 continue
             if not reset_after:
                 x = &xp[b, t, 0]
@@ -507,6 +509,7 @@ cdef void _gru_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1]
                 z = a[u]
                 hp[u] = z * hp[u] + (1.0 - z) * a[2 * nu + u]
                 y[u] = hp[u]
+            memcpy(&acts[b, t, 0], a, na * sizeof(floating))
 
 
 def gru_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] kernel,
@@ -529,22 +532,26 @@ def gru_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const f
     cdef int blocks = _row_blocks(nb, nt * nb * ng * nu)
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     cdef floating* hs = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
-    if hs == NULL:
+    cdef floating* zs = <floating*>malloc(max(1, nb * 4 * nu) * sizeof(floating))
+    if hs == NULL or zs == NULL:
+        free(hs)
+        free(zs)
         raise MemoryError()
     if blocks <= 1:
         with nogil:
-            _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs, 0, nb)
+            _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs, zs, 0, nb)
     else:
         with nogil, parallel(num_threads=blocks):
             own = tapeflow_fpenv_swap(env)
             for i in prange(blocks, schedule="static"):
-                _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs,
+                _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs, zs,
                                   nb * i // blocks, nb * (i + 1) // blocks)
             tapeflow_fpenv_swap(own)
     with nogil:
         for b in range(nb):
             memcpy(&h_last[b, 0], &hs[b * nu], nu * sizeof(floating))
     free(hs)
+    free(zs)
 
 
 cdef void _gru_backward_rows(const floating[:, :, ::1] gys, const floating[:, ::1] h0,
