@@ -113,7 +113,8 @@ def worker_torch_train(kind: str, batch: int, steps: int) -> dict:
     return _timed(step, steps, base)
 
 
-def worker_latency(lib: str, steps: int) -> dict:
+def latency_call(lib: str):
+    """A function running the batch-1 MLP once in `lib` (frozen, eager, torch or onnx), built in this process."""
     x, _ = _data("mlp", 1)
     if lib == "torch":
         import torch
@@ -158,7 +159,12 @@ def worker_latency(lib: str, steps: int) -> dict:
             def run():
                 session.run(None, {name: x})
 
-    result = _timed(run, steps, _rss_mib(), warmup=50)
+    return run
+
+
+def worker_latency(lib: str, steps: int) -> dict:
+    base = _rss_mib()
+    result = _timed(latency_call(lib), steps, base, warmup=50)
     result["ms"] *= 1000  # microseconds
     result["p10"] *= 1000
     return result

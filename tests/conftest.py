@@ -14,6 +14,11 @@ import tapeflow as tp  # noqa: E402
 
 ACCELERATORS = ["gpu:0", *(str(d) for d in tp.list_devices() if d.family == "xla")]
 
+# Kernels choose their threads by the size of their work alone here, however busy the machine
+# running the tests is, so that every run takes the same code paths (tests/kernels/test_busy_cores.py
+# checks the busy machine's choice).
+tp._kernels.set_cores_busy(False)
+
 
 @pytest.fixture(autouse=True)
 def _seeded():

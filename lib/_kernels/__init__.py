@@ -143,6 +143,31 @@ def get_num_threads() -> int:
     return _modules["conv"]._get_num_threads()
 
 
+def cores_busy() -> bool:
+    """Whether every core of the machine has a runnable thread now (read at most every 50 ms).
+
+    While they do, kernels whose work is small keep to the calling thread: a helper thread
+    would wait for a core, and the call for that thread, longer than the work takes alone.
+
+    >>> cores_busy() in (True, False)
+    True
+    """
+    return _modules["gemm"]._cores_busy()
+
+
+def set_cores_busy(busy: bool | None) -> bool | None:
+    """Fix what every kernel takes cores_busy() to be (True or False), or None to read the machine
+    again; returns the previous setting.
+
+    >>> old = set_cores_busy(True); cores_busy(); _ = set_cores_busy(old)
+    True
+    """
+    setting = -1 if busy is None else int(bool(busy))
+    olds = {module._set_busy_override(setting) for module in _modules.values()}
+    old = olds.pop() if len(olds) == 1 else -1
+    return None if old < 0 else bool(old)
+
+
 (
     _conv,
     _gemm,

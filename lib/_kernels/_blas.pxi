@@ -119,9 +119,9 @@ def _blas_calls_running():
 
 cdef int _gemm_threads(Py_ssize_t work) noexcept:
     """How many of our threads to give `work` multiply-adds of gemm (1: one plain BLAS call)."""
-    if _num_threads < 2 or work < _GEMM_PARALLEL_MIN or not _blas_single():
+    if not _blas_single():
         return 1
-    return _num_threads
+    return _threads_for(work, _GEMM_PARALLEL_MIN)
 
 
 cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,

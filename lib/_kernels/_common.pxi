@@ -26,6 +26,41 @@ cdef extern from *:
     #ifndef TAPEFLOW_SOURCE_SHA256
     #define TAPEFLOW_SOURCE_SHA256 "unknown"
     #endif
+    #include <fcntl.h>
+    #include <time.h>
+    #include <unistd.h>
+    /* Whether every core of the machine has a runnable thread now: the running count in
+       /proc/loadavg (the caller included) above the online cores, read at most every 50 ms.
+       -1 where it cannot be read (then never busy). tapeflow_busy_override: -1 reads it, 0 or 1 fixes it. */
+    static int tapeflow_busy_override = -1;
+    static int tapeflow_cores_busy(void) {
+        static long next_ms = 0;
+        static int busy = 0;
+        if (tapeflow_busy_override >= 0) return tapeflow_busy_override;
+    #if defined(__linux__)
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        long now_ms = (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        if (now_ms < __atomic_load_n(&next_ms, __ATOMIC_RELAXED)) return __atomic_load_n(&busy, __ATOMIC_RELAXED);
+        __atomic_store_n(&next_ms, now_ms + 50, __ATOMIC_RELAXED);
+        char text[128];
+        int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return 0;
+        ssize_t got = read(fd, text, sizeof(text) - 1);
+        close(fd);
+        if (got <= 0) return 0;
+        text[got] = 0;
+        double a1, a5, a15;
+        long running = 0, total = 0;
+        if (sscanf(text, "%lf %lf %lf %ld/%ld", &a1, &a5, &a15, &running, &total) != 5) return 0;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int now_busy = cores > 0 && running > cores;
+        __atomic_store_n(&busy, now_busy, __ATOMIC_RELAXED);
+        return now_busy;
+    #else
+        return 0;
+    #endif
+    }
     #ifdef _OPENMP
     #include <omp.h>
     #define TAPEFLOW_OPENMP 1
@@ -42,6 +77,8 @@ cdef extern from *:
     int tapeflow_max_threads() noexcept nogil
     unsigned int tapeflow_fpenv_get() noexcept nogil
     unsigned int tapeflow_fpenv_swap(unsigned int env) noexcept nogil
+    int tapeflow_cores_busy() noexcept nogil
+    int tapeflow_busy_override
 
 OPENMP = bool(TAPEFLOW_OPENMP)
 SOURCE_SHA256 = TAPEFLOW_SOURCE_SHA256.decode("ascii")
@@ -59,3 +96,35 @@ def _set_num_threads(int n):
 
 def _get_num_threads():
     return _num_threads
+
+
+# Below this much work (multiply-adds or element operations) a kernel keeps to the calling
+# thread while every core of the machine is busy: a helper thread would wait for a core,
+# and the caller for it, longer than the whole work takes alone.
+cdef Py_ssize_t _CROWDED_MIN = 1 << 25
+
+
+cdef inline int _threads_for(Py_ssize_t work, Py_ssize_t minimum) noexcept nogil:
+    """The threads for `work`: 1 below `minimum`, or below _CROWDED_MIN while the cores are busy."""
+    if _num_threads < 2 or work < minimum:
+        return 1
+    if work < _CROWDED_MIN and tapeflow_cores_busy():
+        return 1
+    return _num_threads
+
+
+def _cores_busy():
+    """Whether this module finds every core of the machine busy now (its last reading, at most 50 ms old)."""
+    return bool(tapeflow_cores_busy())
+
+
+def _set_busy_override(int busy):
+    """Fix what _cores_busy says (0 or 1), or let it read the machine again (-1); returns the old setting."""
+    global tapeflow_busy_override
+    old, tapeflow_busy_override = tapeflow_busy_override, busy
+    return old
+
+
+def _threads_for_work(Py_ssize_t work, Py_ssize_t minimum):
+    """How many threads a kernel of this module gives `work` with the size threshold `minimum`."""
+    return _threads_for(work, minimum)

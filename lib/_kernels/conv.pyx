@@ -82,7 +82,8 @@ cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize, bint whole_images) noexc
     """
     cdef Plan p
     cdef Py_ssize_t fit = max(1, _col_buffer_bytes // max(1, g.ow * g.kh * g.kw * g.c * itemsize))
-    cdef int nt = _num_threads if _num_threads > 1 and _blas_single() else 1
+    cdef Py_ssize_t work = g.n * g.oh * g.ow * g.kh * g.kw * g.c * g.o
+    cdef int nt = _threads_for(work, 1 << 16) if _blas_single() else 1
     cdef bint by_image = fit >= g.oh and (whole_images or g.n >= nt)
     cdef bint in_parallel = nt > 1 and (by_image or not whole_images)
     cdef Py_ssize_t unit = g.oh if by_image else 1

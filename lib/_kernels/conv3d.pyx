@@ -100,7 +100,7 @@ cdef Plan _plan(const Geometry* g, Py_ssize_t itemsize, bint whole_volumes) noex
     cdef Py_ssize_t per_volume = g.od * g.oh
     cdef Py_ssize_t fit = max(1, _col_buffer_bytes // max(1, g.ow * kkc * itemsize))
     cdef Py_ssize_t work = g.n * per_volume * g.ow * kkc * g.o
-    cdef int nt = _num_threads if _num_threads > 1 and work >= _PARALLEL_MIN and _blas_single() else 1
+    cdef int nt = _threads_for(work, _PARALLEL_MIN) if _blas_single() else 1
     cdef bint by_volume = fit >= per_volume and (whole_volumes or g.n >= nt)
     cdef bint in_parallel = nt > 1 and (by_volume or not whole_volumes)
     cdef Py_ssize_t unit = per_volume if by_volume else 1

@@ -58,7 +58,7 @@ cdef Geometry _geometry(str op, tuple x_shape, tuple w_shape, Py_ssize_t out_h, 
 
 cdef int _threads(const Geometry* g) noexcept nogil:
     cdef Py_ssize_t work = g.n * g.oh * g.ow * g.kh * g.kw * g.c * g.m
-    return _num_threads if work >= _PARALLEL_MIN else 1
+    return _threads_for(work, _PARALLEL_MIN)
 
 
 cdef inline void _tap(const floating* x, const floating* w, floating* y, Py_ssize_t c,

@@ -230,7 +230,7 @@ cdef int _run_program(floating* out, Py_ssize_t n, floating** inputs, const int*
     could not allocate its registers."""
     cdef Py_ssize_t blocks = (n + BLOCK - 1) // BLOCK
     cdef Py_ssize_t b, lo
-    cdef int threads = _num_threads if n >= _PARALLEL_MIN else 1
+    cdef int threads = _threads_for(n, _PARALLEL_MIN)
     cdef floating* scratch
     cdef floating** regs
     cdef int failed[1]

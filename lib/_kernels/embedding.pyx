@@ -40,7 +40,7 @@ def gather_rows(const floating[:, ::1] params, const int64_t[::1] ids):
         return out
     cdef floating[:, ::1] out_v = out
     cdef size_t row_bytes = dim * sizeof(floating)
-    cdef int threads = _num_threads if n * dim >= (1 << 22) else 1
+    cdef int threads = _threads_for(n * dim, 1 << 22)
     for i in prange(n, nogil=True, schedule="static", num_threads=threads):
         memcpy(&out_v[i, 0], &params[ids[i], 0], row_bytes)
     return out

@@ -140,7 +140,7 @@ def _adam(const floating[::1] p, const floating[::1] m, const floating[::1] v,
           const floating[::1] g, floating[::1] po, floating[::1] mo, floating[::1] vo,
           double lr, double b1, double b2, double eps, double c1, double c2):
     cdef Py_ssize_t n = p.shape[0]
-    cdef int threads = _num_threads if n >= _PARALLEL_MIN else 1
+    cdef int threads = _threads_for(n, _PARALLEL_MIN)
     with nogil:
         if floating is float:
             tapeflow_adam_f32(&p[0], &m[0], &v[0], &g[0], &po[0], &mo[0], &vo[0], n, lr, b1,
@@ -173,7 +173,7 @@ def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double
 
 def _relu(const floating[::1] x, floating[::1] out):
     cdef Py_ssize_t n = x.shape[0]
-    cdef int threads = _num_threads if n >= _RELU_PARALLEL_MIN else 1
+    cdef int threads = _threads_for(n, _RELU_PARALLEL_MIN)
     with nogil:
         if floating is float:
             tapeflow_relu_f32(&x[0], &out[0], n, threads)
@@ -183,7 +183,7 @@ def _relu(const floating[::1] x, floating[::1] out):
 
 def _relu_grad(const floating[::1] g, const floating[::1] y, floating[::1] out):
     cdef Py_ssize_t n = g.shape[0]
-    cdef int threads = _num_threads if n >= _RELU_PARALLEL_MIN else 1
+    cdef int threads = _threads_for(n, _RELU_PARALLEL_MIN)
     with nogil:
         if floating is float:
             tapeflow_relu_f32_grad(&g[0], &y[0], &out[0], n, threads)

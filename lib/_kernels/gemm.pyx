@@ -29,7 +29,7 @@ def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::
         return
     cdef int threads
     if m == 1:
-        threads = _num_threads if _blas_single() else 1
+        threads = _threads_for(n * k, _GEMV_PARALLEL_MIN) if _blas_single() else 1
         with nogil:
             _vec_mat(trans_b, n, k, &a[0, 0], &b[0, 0], b.shape[1], &c[0, 0], threads)
         return
@@ -126,7 +126,7 @@ cdef object _row_dense(object a, object w, object bias, bint relu):
     cdef cnp.npy_intp out_dims[2]
     out_dims[0], out_dims[1] = 1, n
     cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, out_dims, cnp.NPY_FLOAT32, 0)
-    cdef int threads = _num_threads if n * k >= _ROW_PARALLEL_MIN and n >= 128 else 1
+    cdef int threads = _threads_for(n * k, _ROW_PARALLEL_MIN) if n >= 128 else 1
     cdef const float* xp = <const float*>cnp.PyArray_DATA(<cnp.ndarray>a)
     cdef const float* wp = <const float*>cnp.PyArray_DATA(<cnp.ndarray>w)
     cdef const float* bp = <const float*>cnp.PyArray_DATA(<cnp.ndarray>bias)
@@ -161,7 +161,7 @@ cdef class DenseKernel:
 def _bias_activation(floating[:, ::1] c, const floating[::1] bias, bint relu):
     cdef Py_ssize_t rows = c.shape[0], cols = c.shape[1], i, j
     cdef floating v
-    cdef int threads = _num_threads if rows * cols >= (1 << 16) else 1
+    cdef int threads = _threads_for(rows * cols, 1 << 16)
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     with nogil, parallel(num_threads=threads):
         own = tapeflow_fpenv_swap(env)

@@ -21,6 +21,13 @@ cdef struct Window:
     Py_ssize_t n, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl
 
 
+cdef int _pool_threads(const Window* g) noexcept nogil:
+    """Threads for a pooling over g's images: one below 2^16 window reads (or while the cores are busy and
+    it is small), never more than the images."""
+    cdef Py_ssize_t work = g.n * g.oh * g.ow * g.c * g.kh * g.kw
+    return <int>max(1, min(<Py_ssize_t>_threads_for(work, 1 << 16), g.n))
+
+
 cdef Window _window(str op, tuple x_shape, int kh, int kw, int sh, int sw, int pad_top,
                     int pad_left, Py_ssize_t out_h, Py_ssize_t out_w) except *:
     if kh < 1 or kw < 1 or sh < 1 or sw < 1:
@@ -161,7 +168,7 @@ def max_pool2d_forward(const floating[:, :, :, ::1] x, int kh, int kw, int sh, i
     if y.size == 0:
         return y
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
-    with nogil, parallel(num_threads=_num_threads):
+    with nogil, parallel(num_threads=_pool_threads(&g)):
         own = tapeflow_fpenv_swap(env)
         for n in prange(g.n, schedule="static"):
             _max_forward_image(&g, &x[n, 0, 0, 0], &yv[n, 0, 0, 0])
@@ -191,7 +198,7 @@ def max_pool2d_backward(const floating[:, :, :, ::1] x, const floating[:, :, :, 
     cdef int failed = 0
     cdef int* failed_p = &failed
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
-    with nogil, parallel(num_threads=_num_threads):
+    with nogil, parallel(num_threads=_pool_threads(&g)):
         own = tapeflow_fpenv_swap(env)
         best = <floating*>malloc(g.c * sizeof(floating))
         best_at = <int*>malloc(g.c * sizeof(int))
@@ -220,7 +227,7 @@ def avg_pool2d_forward(const floating[:, :, :, ::1] x, int kh, int kw, int sh, i
     if y.size == 0:
         return y
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
-    with nogil, parallel(num_threads=_num_threads):
+    with nogil, parallel(num_threads=_pool_threads(&g)):
         own = tapeflow_fpenv_swap(env)
         for n in prange(g.n, schedule="static"):
             _avg_forward_image(&g, &x[n, 0, 0, 0], &yv[n, 0, 0, 0])
@@ -241,7 +248,7 @@ def avg_pool2d_backward(const floating[:, :, :, ::1] dy, int in_h, int in_w, int
     if dx.size == 0 or dy.size == 0:
         return dx
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
-    with nogil, parallel(num_threads=_num_threads):
+    with nogil, parallel(num_threads=_pool_threads(&g)):
         own = tapeflow_fpenv_swap(env)
         for n in prange(g.n, schedule="static"):
             _avg_backward_image(&g, &dy[n, 0, 0, 0], &dxv[n, 0, 0, 0])

@@ -57,7 +57,7 @@ cdef Window _window(str op, tuple x_shape, tuple ksize, tuple strides, tuple pad
 
 cdef int _threads(const Window* g) noexcept:
     cdef Py_ssize_t work = g.n * g.od * g.oh * g.ow * g.kd * g.kh * g.kw * g.c
-    return _num_threads if work >= _PARALLEL_MIN else 1
+    return _threads_for(work, _PARALLEL_MIN)
 
 
 cdef inline void _span(Py_ssize_t o, Py_ssize_t stride, Py_ssize_t pad, Py_ssize_t k,

@@ -165,9 +165,7 @@ cdef inline void _gemm(char* ta, char* tb, int n, int m, int k, floating* a, int
 cdef int _row_blocks(Py_ssize_t rows, Py_ssize_t work) noexcept nogil:
     """How many blocks of batch rows a sequence runs as, one per thread: 1 below _PARALLEL_MIN
     multiply-adds or with fewer than 8 rows a block."""
-    if work < _PARALLEL_MIN:
-        return 1
-    return <int>max(1, min(<Py_ssize_t>_num_threads, rows // 8))
+    return <int>max(1, min(<Py_ssize_t>_threads_for(work, _PARALLEL_MIN), rows // 8))
 
 
 cdef void _lstm_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] c0,

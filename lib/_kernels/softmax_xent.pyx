@@ -68,7 +68,7 @@ def sparse_softmax_xent(const floating[:, ::1] logits, const int64_t[::1] labels
         return loss, backprop
     cdef floating[::1] loss_v = loss
     cdef floating[:, ::1] backprop_v = backprop
-    cdef int threads = _num_threads if rows * classes >= _PARALLEL_MIN else 1
+    cdef int threads = _threads_for(rows * classes, _PARALLEL_MIN)
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     with nogil, parallel(num_threads=threads):
         own = tapeflow_fpenv_swap(env)
