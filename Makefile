@@ -115,6 +115,7 @@ bench: build bench-env
 	$(BIN)/python bench/train.py
 	$(BIN)/python bench/convnets.py
 	$(BIN)/python bench/graph.py
+	$(BIN)/python bench/serving.py
 	$(BIN)/python bench/threads.py
 	$(BIN)/python bench/distributed.py
 	$(BIN)/python bench/word2vec.py
