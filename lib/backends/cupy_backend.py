@@ -302,6 +302,64 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     return p_new.astype(dtype), m_new.astype(dtype), v_new.astype(dtype)
 
 
+@functools.cache
+def _update_source(make, *settings):
+    return make(*settings)
+
+
+def _one_kernel_per_step(reference, make, settings: tuple, split):
+    """An optimizer step as one generated kernel per variable on a GPU, for float32 and float64
+    parameters: `split(inputs)` gives (the arrays, in the kernel's order; the learning rate and
+    step), the scalars going in as float64 device arrays, never read on the host. Elsewhere (and
+    for other dtypes) the reference, which keeps device scalars on the device as well."""
+    if not ON_GPU:
+        return reference
+
+    def run(*inputs):
+        arrays, scalars = split(inputs)
+        dtype = dtype_of(arrays[0])
+        if dtype.name not in elementwise_source.CTYPES or any(dtype_of(a) != dtype for a in arrays):
+            return reference(*inputs)
+        kernel = cuda.elementwise(_update_source(make, dtype.name, *settings))
+        return tuple(kernel(*arrays, *(_device_float64(s) for s in scalars)))
+
+    return run
+
+
+def bind_sgd_momentum_update(reference, momentum, nesterov=False):
+    make = elementwise_source.sgd_momentum_update
+    return _one_kernel_per_step(reference, make, (momentum, nesterov), lambda ins: (ins[:3], ins[3:]))
+
+
+def bind_rmsprop_update(reference, rho, momentum, epsilon, centered):
+    make = elementwise_source.rmsprop_update
+    return _one_kernel_per_step(
+        reference, make, (rho, momentum, epsilon, centered), lambda ins: ((*ins[:3], *ins[4:]), ins[3:4])
+    )
+
+
+def bind_adagrad_update(reference, epsilon):
+    make = elementwise_source.adagrad_update
+    return _one_kernel_per_step(reference, make, (epsilon,), lambda ins: (ins[:3], ins[3:]))
+
+
+def bind_adamw_update(reference, weight_decay, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """The kernel of the learning rate's float type, which the weight decay is computed in."""
+    if not ON_GPU:
+        return reference
+    make, settings = elementwise_source.adamw_update, (weight_decay, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    by_rate = {
+        rate: _one_kernel_per_step(reference, make, (*settings, rate), lambda ins: (ins[:4], ins[4:]))
+        for rate in elementwise_source.CTYPES
+    }
+
+    def run(*inputs):
+        rate = np.dtype(getattr(inputs[4], "dtype", np.float64)).name
+        return by_rate[rate](*inputs) if rate in by_rate else reference(*inputs)
+
+    return run
+
+
 def gather(x, indices, axis):
     """Indices are checked on the device (read at the end of the step) and clipped into
     range meanwhile."""

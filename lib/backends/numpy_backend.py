@@ -291,6 +291,15 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     return tuple(o.astype(dtype, copy=False) for o in outs)
 
 
+def adamw_update(param, m, v, grad, lr, step, weight_decay, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """The weight decay in NumPy (lr * weight_decay in lr's float type, rounded to the parameters'
+    dtype), then the compiled Adam step with the learning rate in that dtype, as `adam_update` gets it."""
+    decay = (np.asarray(lr) * weight_decay).astype(param.dtype)
+    decayed = (param - param * decay).astype(param.dtype, copy=False)
+    rate = param.dtype.type(float(lr))
+    return adam_update(decayed, m, v, grad, rate, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+
+
 def word2vec_sgns_train(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_end, seed, window, negative, threads):
     ids = np.asarray(ids)
     if ids.size and (ids.min() < 0 or ids.max() >= syn0.shape[0]):

@@ -597,6 +597,46 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     return p_new, m_new, v_new
 
 
+def sgd_momentum_update(param, m, grad, lr, momentum, nesterov=False):
+    param, m, grad = _t(param), _t(m), _t(grad)
+    lr = _t(lr).to(param.dtype)
+    m_new = m * momentum - grad * lr
+    p_new = param + (m_new * momentum - grad * lr) if nesterov else param + m_new
+    return p_new, m_new
+
+
+def rmsprop_update(param, velocity, grad, lr, *slots, rho, momentum, epsilon, centered):
+    param, velocity, grad = _t(param), _t(velocity), _t(grad)
+    lr = _t(lr).to(param.dtype)
+    v_new = velocity * rho + grad * grad * (1.0 - rho)
+    outs = [v_new]
+    if centered:
+        a_new = _t(slots[-1]) * rho + grad * (1.0 - rho)
+        denominator = v_new - a_new * a_new + epsilon
+    else:
+        denominator = v_new + epsilon
+    increment = grad * lr / torch.sqrt(denominator)
+    if momentum > 0:
+        increment = _t(slots[0]) * momentum + increment
+        outs.append(increment)
+    if centered:
+        outs.append(a_new)
+    return (param - increment, *outs)
+
+
+def adagrad_update(param, accumulator, grad, lr, epsilon):
+    param, accumulator, grad = _t(param), _t(accumulator), _t(grad)
+    a_new = accumulator + grad * grad
+    return param - grad * _t(lr).to(param.dtype) / torch.sqrt(a_new + epsilon), a_new
+
+
+def adamw_update(param, m, v, grad, lr, step, weight_decay, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    param, lr = _t(param), _t(lr)
+    decay = (lr * weight_decay).to(param.dtype)  # in the float type of lr
+    rate = lr.to(param.dtype)  # as adam_update gets it
+    return adam_update(param - param * decay, m, v, grad, rate, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+
+
 # ------------------------------------------------------------ volumes (NDHWC, filters DHWIO)
 def _volume_padding(name, sizes, ksize, strides, padding, dilations):
     """Output sizes and F.pad's flat padding (last spatial axis first) for a 3-D window op."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tapeflow.ops.math import sqrt, square
+from tapeflow.ops.optim import adagrad_update
 from tapeflow.optimizers.optimizer import Optimizer, _nonnegative
 from tapeflow.tensor import Variable
 
@@ -35,8 +35,8 @@ class Adagrad(Optimizer):
         return {"accumulator": self.initial_accumulator_value}
 
     def update_rule(self, gradient, value, slots, learning_rate):
-        a_new = slots["accumulator"] + square(gradient)
-        return value - gradient * learning_rate / sqrt(a_new + self.epsilon), {"accumulator": a_new}
+        p_new, a_new = adagrad_update(value, slots["accumulator"], gradient, learning_rate, self.epsilon)
+        return p_new, {"accumulator": a_new}
 
     def get_config(self) -> dict:
         return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from tapeflow.ops.math import maximum, sqrt, square
-from tapeflow.ops.optim import adam_update
+from tapeflow.ops.optim import adam_update, adamw_update
 from tapeflow.optimizers.optimizer import Optimizer, _nonnegative
 from tapeflow.tensor import Tensor, Variable
 
@@ -29,6 +29,8 @@ class Adam(Optimizer):
     >>> [round(x, 3) for x in w.numpy().tolist()]
     [0.9, 2.1]
     """
+
+    _rule_decays = True  # a dense gradient's step decays the weights in the same op (adamw_update)
 
     def __init__(
         self,
@@ -54,12 +56,19 @@ class Adam(Optimizer):
     def update_rule(self, gradient, value, slots, learning_rate):
         m, v = slots["momentum"], slots["velocity"]
         step = self._step
-        b1, b2 = self.beta_1, self.beta_2
+        b1, b2, decay = self.beta_1, self.beta_2, self._decay
+        if not self.amsgrad and decay:
+            p_new, m_new, v_new = adamw_update(
+                value, m, v, gradient, learning_rate, step, decay, b1, b2, self.epsilon, epsilon_on_sqrt_v=True
+            )
+            return p_new, {"momentum": m_new, "velocity": v_new}
         if not self.amsgrad:
             p_new, m_new, v_new = adam_update(
                 value, m, v, gradient, learning_rate, step, b1, b2, self.epsilon, epsilon_on_sqrt_v=True
             )
             return p_new, {"momentum": m_new, "velocity": v_new}
+        if decay:
+            value = value - value * (learning_rate * decay)
         m_new = m + (gradient - m) * (1.0 - b1)
         v_new = v + (square(gradient) - v) * (1.0 - b2)
         v_hat = maximum(slots["velocity_hat"], v_new)

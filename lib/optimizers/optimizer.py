@@ -53,6 +53,8 @@ class Optimizer:
     their averages, and `finalize_variable_values` gives them their averages at the end.
     """
 
+    _rule_decays = False  # whether update_rule applies `self._decay`, the weight decay, for dense gradients
+
     def __init__(
         self,
         learning_rate=0.001,
@@ -87,6 +89,7 @@ class Optimizer:
         self.name = name or owner.lower()
         self.iterations = 0
         self._step = 1  # the step number the update in progress uses (counted from 1)
+        self._decay = 0.0  # the weight decay the update in progress applies itself (see _rule_decays)
         self._learning_rate = self._checked_learning_rate(learning_rate)
         self._variables: list[Variable] = []  # tracked model variables, in the order first seen
         self._index: dict[int, int] = {}  # id(variable) -> position in _variables
@@ -233,15 +236,21 @@ class Optimizer:
         variables = [v for _, v in pairs]
         for var in variables:
             self._track(var)
-        if self.weight_decay:
-            for var in variables:
-                if self.uses_weight_decay(var):
-                    var.assign(var - var * (_beside(lr, var) * self.weight_decay))
+        # an optimizer whose rule decays (_rule_decays) does so itself for dense gradients, in the same op
+        folded = [
+            self._rule_decays and r is None and not isinstance(g, IndexedSlices)
+            for g, r in zip(grads, touched, strict=True)
+        ]
+        decays = [bool(self.weight_decay) and self.uses_weight_decay(var) for var in variables]
+        for var, fold, decay in zip(variables, folded, decays, strict=True):
+            if decay and not fold:
+                var.assign(var - var * (_beside(lr, var) * self.weight_decay))
         own_step = type(self).update_step is not Optimizer.update_step  # written for dense gradients
-        for grad, var, rows in zip(grads, variables, touched, strict=True):
+        for grad, var, rows, fold, decay in zip(grads, variables, touched, folded, decays, strict=True):
             if own_step and isinstance(grad, IndexedSlices):
                 grad = sparse.convert_to_tensor(grad)
             self._step = _beside(step, var)
+            self._decay = self.weight_decay if fold and decay else 0.0
             if rows is None or own_step:
                 self.update_step(grad, var, _beside(lr, var))
             else:

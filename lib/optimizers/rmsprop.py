@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tapeflow.ops.math import sqrt, square
+from tapeflow.ops.optim import rmsprop_update
 from tapeflow.optimizers.optimizer import Optimizer, _nonnegative
 from tapeflow.tensor import Variable
 
@@ -41,20 +41,20 @@ class RMSprop(Optimizer):
         return dict.fromkeys(names, 0.0)
 
     def update_rule(self, gradient, value, slots, learning_rate):
-        rho = self.rho
-        v_new = slots["velocity"] * rho + square(gradient) * (1.0 - rho)
-        new_slots = {"velocity": v_new}
-        if self.centered:
-            a_new = slots["average_gradient"] * rho + gradient * (1.0 - rho)
-            new_slots["average_gradient"] = a_new
-            denominator = v_new - square(a_new) + self.epsilon
-        else:
-            denominator = v_new + self.epsilon
-        increment = gradient * learning_rate / sqrt(denominator)
-        if self.momentum > 0:
-            increment = slots["momentum"] * self.momentum + increment
-            new_slots["momentum"] = increment
-        return value - increment, new_slots
+        p_new, *new = rmsprop_update(
+            value,
+            slots["velocity"],
+            gradient,
+            learning_rate,
+            moment=slots.get("momentum"),
+            average_gradient=slots.get("average_gradient"),
+            rho=self.rho,
+            momentum=self.momentum,
+            epsilon=self.epsilon,
+            centered=self.centered,
+        )
+        names = ["velocity"] + ["momentum"] * (self.momentum > 0) + ["average_gradient"] * self.centered
+        return p_new, dict(zip(names, new, strict=True))
 
     def get_config(self) -> dict:
         return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tapeflow.ops.optim import sgd_momentum_update
 from tapeflow.optimizers.optimizer import Optimizer, _nonnegative
 from tapeflow.tensor import Variable
 
@@ -30,10 +31,10 @@ class SGD(Optimizer):
     def update_rule(self, gradient, value, slots, learning_rate):
         if not self.momentum:
             return value - gradient * learning_rate, {}
-        m_new = slots["momentum"] * self.momentum - gradient * learning_rate
-        if self.nesterov:
-            return value + (m_new * self.momentum - gradient * learning_rate), {"momentum": m_new}
-        return value + m_new, {"momentum": m_new}
+        p_new, m_new = sgd_momentum_update(
+            value, slots["momentum"], gradient, learning_rate, self.momentum, self.nesterov
+        )
+        return p_new, {"momentum": m_new}
 
     def get_config(self) -> dict:
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}

@@ -70,6 +70,8 @@ def _other_cases():
     p, m, g = (RNG.standard_normal((33, 7)) for _ in range(3))
     v = RNG.random((33, 7))
     yield "adam_update", (p, m, v, g), {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7, "step": 3}
+    adamw = {"lr": 0.01, "step": 3, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}
+    yield "adamw_update", (p, m, v, g), adamw
     y = RNG.standard_normal((300, 700))  # large enough to run on several threads
     y[0, :4] = [np.nan, -0.0, 0.0, np.inf]
     yield "relu", (y,), {}

@@ -26,7 +26,9 @@ _RNG = np.random.default_rng(20240607)
 # Ops whose OpDef deliberately has no VJP: piecewise-constant, integer/bool
 # valued, random, or gradient-blocking.
 NOT_DIFFERENTIABLE = {
+    "adagrad_update",
     "adam_update",
+    "adamw_update",
     "argmax",
     "argmin",
     "argsort",
@@ -52,6 +54,8 @@ NOT_DIFFERENTIABLE = {
     "random_normal",
     "random_permutation",
     "random_uniform",
+    "rmsprop_update",
+    "sgd_momentum_update",
     "queue_close",  # queue ops move data in and out of queues: no gradient crosses them
     "queue_dequeue",
     "queue_dequeue_many",
@@ -1546,6 +1550,64 @@ sample(
     [normal(5), normal(5), positive(5), normal(5), np.array(0.1), np.array(2.0)],
     {**_ADAM, "epsilon": 0.1, "epsilon_on_sqrt_v": True},
     lambda p, m, v, g, lr, step: np_adam(p, m, v, g, lr, step, **{**_ADAM, "epsilon": 0.1}, epsilon_on_sqrt_v=True),
+)
+sample(
+    "adamw_update",
+    "keras-epsilon",
+    [normal(3, 4), normal(3, 4), positive(3, 4), normal(3, 4), np.array(0.1), np.array(2.0)],
+    {**_ADAM, "weight_decay": 0.3, "epsilon_on_sqrt_v": True},
+    lambda p, m, v, g, lr, step: np_adam(p - p * lr * 0.3, m, v, g, lr, step, **_ADAM, epsilon_on_sqrt_v=True),
+)
+
+
+def np_sgd_momentum(param, m, grad, lr, momentum, nesterov):
+    m = momentum * m - lr * grad
+    return (param + momentum * m - lr * grad if nesterov else param + m), m
+
+
+for _nesterov in (False, True):
+    sample(
+        "sgd_momentum_update",
+        "nesterov" if _nesterov else "plain",
+        [normal(3, 4), normal(3, 4), normal(3, 4), np.array(0.05)],
+        {"momentum": 0.9, "nesterov": _nesterov},
+        lambda p, m, g, lr, n=_nesterov: np_sgd_momentum(p, m, g, lr, 0.9, n),
+    )
+
+
+def np_rmsprop(param, velocity, grad, lr, *slots, rho, momentum, epsilon, centered):
+    velocity = rho * velocity + (1 - rho) * np.square(grad)
+    average = rho * slots[-1] + (1 - rho) * grad if centered else 0.0
+    step = lr * grad / np.sqrt(velocity - np.square(average) + epsilon)
+    moment = momentum * slots[0] + step if momentum else None
+    outs = [v for v in (moment, average if centered else None) if v is not None]
+    return (param - (step if moment is None else moment), velocity, *outs)
+
+
+for _momentum, _centered in ((0.0, False), (0.5, False), (0.0, True), (0.5, True)):
+    _rms = {"rho": 0.8, "momentum": _momentum, "epsilon": 1e-3, "centered": _centered}
+    sample(
+        "rmsprop_update",
+        f"momentum-{_momentum}-centered-{_centered}",
+        [normal(2, 5), positive(2, 5), normal(2, 5), np.array(0.01)]
+        + [normal(2, 5)] * (_momentum > 0)
+        + [0.3 * normal(2, 5)] * _centered,
+        _rms,
+        lambda *arrays, attrs=_rms: np_rmsprop(*arrays, **attrs),
+    )
+
+
+def np_adagrad(param, accumulator, grad, lr, epsilon):
+    accumulator = accumulator + np.square(grad)
+    return param - lr * grad / np.sqrt(accumulator + epsilon), accumulator
+
+
+sample(
+    "adagrad_update",
+    "epsilon",
+    [normal(3, 4), positive(3, 4), normal(3, 4), np.array(0.1)],
+    {"epsilon": 1e-3},
+    lambda p, a, g, lr: np_adagrad(p, a, g, lr, 1e-3),
 )
 
 

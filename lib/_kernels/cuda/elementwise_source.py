@@ -20,8 +20,10 @@ tf_out = r3;
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,3 +187,95 @@ def adam_update(dtype: str, beta1: float, beta2: float, epsilon: float, epsilon_
     )
     outputs = tuple((dtype, name, False) for name in ("tf_param_out", "tf_m_out", "tf_v_out"))
     return KernelSource(_name("tapeflow_adam", loop_prep + operation), inputs, outputs, operation, "", loop_prep)
+
+
+def _update_kernel(prefix: str, dtype: str, arrays: tuple, outputs: tuple, prep: list, body: list) -> KernelSource:
+    """An optimizer step's kernel: `arrays` (inputs of `dtype`), then the float64 0-d device
+    scalar tf_lr (read once per thread in `prep`, never on the host); `outputs` of `dtype`."""
+    operation, loop_prep = "\n".join(body), "\n".join(prep)
+    inputs = (*((dtype, name, False) for name in arrays), ("float64", "tf_lr", True))
+    outs = tuple((dtype, name, False) for name in outputs)
+    return KernelSource(_name(prefix, loop_prep + operation), inputs, outs, operation, "", loop_prep)
+
+
+def sgd_momentum_update(dtype: str, momentum: float, nesterov: bool) -> KernelSource:
+    """The step of `tapeflow.ops.optim.sgd_momentum_update` for parameters of `dtype`: inputs
+    tf_param, tf_m, tf_grad and tf_lr; outputs tf_param_out, tf_m_out. As the reference, all in
+    `dtype`, the learning rate and momentum rounded to it."""
+    t, mu = CTYPES[dtype], literal(momentum, dtype)
+    body = [f"const {t} tf_m_new = tf_m * {mu} - tf_grad * tf_lr_t;"]
+    if nesterov:
+        body.append(f"tf_param_out = tf_param + (tf_m_new * {mu} - tf_grad * tf_lr_t);")
+    else:
+        body.append("tf_param_out = tf_param + tf_m_new;")
+    body.append("tf_m_out = tf_m_new;")
+    prep = [f"const {t} tf_lr_t = ({t})tf_lr[0];"]
+    return _update_kernel(
+        "tapeflow_sgd", dtype, ("tf_param", "tf_m", "tf_grad"), ("tf_param_out", "tf_m_out"), prep, body
+    )
+
+
+def rmsprop_update(dtype: str, rho: float, momentum: float, epsilon: float, centered: bool) -> KernelSource:
+    """The step of `tapeflow.ops.optim.rmsprop_update` for parameters of `dtype`: inputs tf_param,
+    tf_velocity, tf_grad, then tf_moment (momentum > 0) and tf_average (centered), and tf_lr;
+    outputs tf_param_out, tf_velocity_out, then tf_moment_out and tf_average_out likewise. As the
+    reference, all in `dtype`, epsilon inside the square root."""
+    t, f = CTYPES[dtype], _math(dtype)
+    c = functools.partial(literal, dtype=dtype)
+    slots = ["tf_moment"] * (momentum > 0) + ["tf_average"] * bool(centered)
+    body = [f"const {t} tf_v_new = tf_velocity * {c(rho)} + tf_grad * tf_grad * {c(1.0 - rho)};"]
+    if centered:
+        body += [
+            f"const {t} tf_a_new = tf_average * {c(rho)} + tf_grad * {c(1.0 - rho)};",
+            f"const {t} tf_denominator = tf_v_new - tf_a_new * tf_a_new + {c(epsilon)};",
+        ]
+    else:
+        body.append(f"const {t} tf_denominator = tf_v_new + {c(epsilon)};")
+    body.append(f"{t} tf_increment = tf_grad * tf_lr_t / {f['sqrt']}(tf_denominator);")
+    if momentum > 0:
+        body += [f"tf_increment = tf_moment * {c(momentum)} + tf_increment;", "tf_moment_out = tf_increment;"]
+    if centered:
+        body.append("tf_average_out = tf_a_new;")
+    body += ["tf_param_out = tf_param - tf_increment;", "tf_velocity_out = tf_v_new;"]
+    prep = [f"const {t} tf_lr_t = ({t})tf_lr[0];"]
+    arrays = ("tf_param", "tf_velocity", "tf_grad", *slots)
+    outputs = ("tf_param_out", "tf_velocity_out", *(f"{s}_out" for s in slots))
+    return _update_kernel("tapeflow_rmsprop", dtype, arrays, outputs, prep, body)
+
+
+def adagrad_update(dtype: str, epsilon: float) -> KernelSource:
+    """The step of `tapeflow.ops.optim.adagrad_update` for parameters of `dtype`: inputs tf_param,
+    tf_accumulator, tf_grad and tf_lr; outputs tf_param_out, tf_accumulator_out. As the
+    reference, all in `dtype`, epsilon inside the square root."""
+    t, f = CTYPES[dtype], _math(dtype)
+    body = [
+        f"const {t} tf_a_new = tf_accumulator + tf_grad * tf_grad;",
+        f"tf_param_out = tf_param - tf_grad * tf_lr_t / {f['sqrt']}(tf_a_new + {literal(epsilon, dtype)});",
+        "tf_accumulator_out = tf_a_new;",
+    ]
+    prep = [f"const {t} tf_lr_t = ({t})tf_lr[0];"]
+    arrays, outputs = ("tf_param", "tf_accumulator", "tf_grad"), ("tf_param_out", "tf_accumulator_out")
+    return _update_kernel("tapeflow_adagrad", dtype, arrays, outputs, prep, body)
+
+
+def adamw_update(
+    dtype: str,
+    weight_decay: float,
+    beta1: float,
+    beta2: float,
+    epsilon: float,
+    epsilon_on_sqrt_v: bool,
+    rate_dtype: str = "float64",
+) -> KernelSource:
+    """The step of `tapeflow.ops.optim.adamw_update`: the parameter first decays by
+    lr * weight_decay (computed in `rate_dtype`, the float type the learning rate had before it
+    became the float64 tf_lr, then rounded to `dtype`), then `adam_update`'s kernel body runs on
+    the decayed parameter; inputs and outputs as that kernel's."""
+    t, r = CTYPES[dtype], CTYPES[rate_dtype]
+    adam = adam_update(dtype, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    decay = f"({r})tf_lr[0] * {literal(weight_decay, rate_dtype)}"
+    prep = f"{adam.loop_prep}\nconst {t} tf_decay = ({t})({decay});"
+    decayed = f"const {t} tf_decayed = tf_param - tf_param * tf_decay;"
+    operation = decayed + "\n" + re.sub(r"\btf_param\b", "tf_decayed", adam.operation)
+    name = _name("tapeflow_adamw", prep + operation)
+    return dataclasses.replace(adam, name=name, operation=operation, loop_prep=prep)
