@@ -12,6 +12,60 @@ from libc.stdint cimport int64_t
 # Below this many logits the parallel region costs more than it saves.
 cdef Py_ssize_t _PARALLEL_MIN = 1 << 15
 
+# A float32 row in a form the compiler vectorizes, cloned for AVX2 where the CPU has it: the
+# maximum and the sum of exponentials in 8 partial lanes (the sum in float64), exp by range
+# reduction and a degree-6 polynomial (within 2 ulp; 0 below the smallest normal float).
+cdef extern from *:
+    """
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    #define TAPEFLOW_XENT_WIDE __attribute__((target_clones("arch=x86-64-v3", "default")))
+    #else
+    #define TAPEFLOW_XENT_WIDE
+    #endif
+    static inline float tapeflow_xent_expf(float x) {
+        float r0 = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+        float t = r0 * 1.44269504088896341f + 12582912.0f;
+        float n = t - 12582912.0f;
+        float r = r0 - n * 0.693359375f + n * 2.12194440e-4f;
+        float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
+                    + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
+        y = y * r * r + r + 1.0f;
+        union { float f; int i; } scale;
+        scale.i = ((int)n + 127) << 23;
+        return x < -87.0f ? 0.0f : y * scale.f;
+    }
+    TAPEFLOW_XENT_WIDE static double tapeflow_xent_row_f32(const float* restrict logits, long classes,
+                                                           float* restrict backprop, float* top_out) {
+        float tops[8];
+        double sums[8];
+        long c = 0, k;
+        for (k = 0; k < 8; k++) { tops[k] = logits[0]; sums[k] = 0.0; }
+        for (; c + 8 <= classes; c += 8)
+            for (k = 0; k < 8; k++) tops[k] = logits[c + k] > tops[k] ? logits[c + k] : tops[k];
+        float top = tops[0];
+        for (k = 1; k < 8; k++) top = tops[k] > top ? tops[k] : top;
+        for (; c < classes; c++) top = logits[c] > top ? logits[c] : top;
+        for (c = 0; c + 8 <= classes; c += 8)
+            for (k = 0; k < 8; k++) {
+                float e = tapeflow_xent_expf(logits[c + k] - top);
+                backprop[c + k] = e;
+                sums[k] += (double)e;
+            }
+        double total = 0.0;
+        for (; c < classes; c++) {
+            float e = tapeflow_xent_expf(logits[c] - top);
+            backprop[c] = e;
+            total += (double)e;
+        }
+        for (k = 0; k < 8; k++) total += sums[k];
+        float inv = (float)(1.0 / total);
+        for (c = 0; c < classes; c++) backprop[c] *= inv;
+        *top_out = top;
+        return total;
+    }
+    """
+    double tapeflow_xent_row_f32(const float* logits, long classes, float* backprop, float* top) noexcept nogil
+
 
 cdef inline floating _exp(floating v) noexcept nogil:
     if floating is float:
@@ -26,23 +80,29 @@ cdef void _row(const floating* logits, int64_t label, Py_ssize_t classes, floati
     cdef Py_ssize_t c
     cdef floating top = logits[0], e, inv
     cdef double total = 0
+    cdef float top32
     if label < 0 or label >= classes:
         loss[0] = NAN
         for c in range(classes):
             backprop[c] = NAN
         return
-    for c in range(1, classes):
-        if logits[c] > top:
-            top = logits[c]
-    for c in range(classes):
-        e = _exp(logits[c] - top)
-        backprop[c] = e
-        total += e
-    inv = <floating>(1.0 / total)
-    for c in range(classes):
-        backprop[c] *= inv
-    backprop[label] -= 1
-    loss[0] = <floating>(log(total) + top - logits[label])
+    if floating is float:
+        total = tapeflow_xent_row_f32(logits, classes, backprop, &top32)
+        backprop[label] -= 1
+        loss[0] = <float>(log(total) + top32 - logits[label])
+    else:
+        for c in range(1, classes):
+            if logits[c] > top:
+                top = logits[c]
+        for c in range(classes):
+            e = _exp(logits[c] - top)
+            backprop[c] = e
+            total += e
+        inv = <floating>(1.0 / total)
+        for c in range(classes):
+            backprop[c] *= inv
+        backprop[label] -= 1
+        loss[0] = <floating>(log(total) + top - logits[label])
 
 
 def sparse_softmax_xent(const floating[:, ::1] logits, const int64_t[::1] labels):

@@ -15,7 +15,7 @@ import scipy.special
 from tapeflow import dtypes
 from tapeflow.ops import shapes
 from tapeflow.ops.array import concat, gather, one_hot, pad, stack
-from tapeflow.ops.core import cast, expand_dims, squeeze, transpose, unbroadcast, zeros_like
+from tapeflow.ops.core import cast, expand_dims, reshape, squeeze, transpose, unbroadcast, zeros_like
 from tapeflow.ops.registry import apply, as_tensor, autocast_operand, defop, get_op, wrap_host
 from tapeflow.tensor import Tensor
 
@@ -417,10 +417,34 @@ def _swap_last(t: Tensor) -> Tensor:
     return transpose(t, perm)
 
 
+def _rows(t: Tensor) -> Tensor | None:
+    """t [..., n] as a matrix [rows, n], or None where n is unknown."""
+    return None if t.shape[-1] is None else reshape(t, (-1, t.shape[-1]))
+
+
+def _shared_matrix_grad(x: Tensor, g: Tensor, transpose_x: bool) -> Tensor | None:
+    """The gradient of a matrix shared by every item of a batch of products, as one product
+    over all the items' rows (never a product per item summed after): x^T g, or g^T x with
+    `transpose_x` False; None where the rows' widths are unknown."""
+    x2, g2 = _rows(x), _rows(g)
+    if x2 is None or g2 is None:
+        return None
+    return apply(_MATMUL, (_swap_last(x2), g2) if transpose_x else (_swap_last(g2), x2), {})
+
+
 def _matmul_vjp(gs, xs, ys, needs=(True, True)):
     g, (a, b) = gs[0], xs
-    ga = unbroadcast(apply(_MATMUL, (g, _swap_last(b)), {}), a.shape) if needs[0] else None
-    gb = unbroadcast(apply(_MATMUL, (_swap_last(a), g), {}), b.shape) if needs[1] else None
+    ga = gb = None
+    if needs[0]:
+        if a.ndim == 2 and b.ndim > 2:  # a [m, k] shared by every b[i]: g[i] b[i]^T summed over i
+            ga = _shared_matrix_grad(_swap_last(b), _swap_last(g), transpose_x=False)
+        if ga is None:
+            ga = unbroadcast(apply(_MATMUL, (g, _swap_last(b)), {}), a.shape)
+    if needs[1]:
+        if b.ndim == 2 and a.ndim > 2:  # b [k, n] shared by every a[i]: a[i]^T g[i] summed over i
+            gb = _shared_matrix_grad(a, g, transpose_x=True)
+        if gb is None:
+            gb = unbroadcast(apply(_MATMUL, (_swap_last(a), g), {}), b.shape)
     return ga, gb
 
 

@@ -265,6 +265,16 @@ sample("matmul", "2d", [normal(3, 4), normal(4, 5)], {}, lambda a, b: np.einsum(
 sample(
     "matmul", "batch-rhs-1", [normal(3, 2, 4), normal(1, 4, 3)], {}, lambda a, b: np.einsum("...ij,...jk->...ik", a, b)
 )
+sample(
+    "matmul",
+    "sequence-by-matrix",
+    [normal(2, 3, 3, 4), normal(4, 5)],
+    {},
+    lambda a, b: np.einsum("...ij,jk->...ik", a, b),
+)
+sample(
+    "matmul", "matrix-by-batch", [normal(3, 4), normal(2, 4, 5)], {}, lambda a, b: np.einsum("ij,...jk->...ik", a, b)
+)
 
 
 # ------------------------------ keras.ops.numpy primitives (tapeflow.ops.elementwise)
@@ -2260,7 +2270,7 @@ SECOND_ORDER = {
     "exp": ["3x5"],
     "tanh": ["2x3x4"],
     "sigmoid": ["3x5"],
-    "matmul": ["batch-broadcast"],
+    "matmul": ["batch-broadcast", "sequence-by-matrix", "matrix-by-batch"],
     "conv2d": ["same-s2", "explicit-s21-d21"],
     "max_pool2d": ["same-k3-s2"],
     "sparse_softmax_cross_entropy_with_logits": ["5x4"],
