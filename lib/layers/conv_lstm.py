@@ -22,6 +22,7 @@ from tapeflow.layers.base import (
 )
 from tapeflow.layers.conv import data_format_of, ints, output_sizes, padding_mode
 from tapeflow.layers.core import get_activation, serialize_activation
+from tapeflow.layers.recurrent import KeptStates
 from tapeflow.ops import nn
 from tapeflow.ops.array import concat, expand_dims, reshape, split, stack
 from tapeflow.ops.core import full_like, transpose, zeros_like
@@ -123,7 +124,7 @@ _CELL_SETTINGS = (
 )
 
 
-class _ConvLSTM(Layer):
+class _ConvLSTM(KeptStates, Layer):
     rank = 2
 
     def __init__(
@@ -172,10 +173,9 @@ class _ConvLSTM(Layer):
         for label, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
             if rate:
                 raise NotImplementedError(f"{self.name}: {label}={rate!r} is not supported (only 0.0)")
-        if stateful:
-            raise NotImplementedError(f"{self.name}: stateful=True is not supported")
         self.data_format = data_format_of(self.name, data_format)
-        self.dropout, self.recurrent_dropout, self.seed, self.stateful = 0.0, 0.0, seed, False
+        self.dropout, self.recurrent_dropout, self.seed = 0.0, 0.0, seed
+        self._init_kept_states(stateful)
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
         self.go_backwards = bool(go_backwards)
@@ -238,12 +238,19 @@ class _ConvLSTM(Layer):
             raise ValueError(f"{self.name}: the channel and spatial axes of the input must be known, got {input_shape}")
         self.cell.build((None, *self._spatial(input_shape), channels))
         self.input_spec = InputSpec(ndim=self.rank + 3, axes={channel_axis: channels})
+        self._build_kept_states(input_shape)
+
+    def _kept_state_shapes(self, input_shape) -> list[tuple]:
+        frame = self.compute_output_shape((input_shape[0], 1, *tuple(input_shape)[2:]))
+        shape = frame[1] if self.return_state else frame
+        return [tuple(shape)[:1] + tuple(shape)[-(self.rank + 1) :]] * 2
 
     def call(self, inputs, mask=None, training=None, initial_state=None):
         x = self._frames_last(inputs)
         batch, steps, *spatial, channels = x.shape
         if steps is None or steps == 0:
             raise ValueError(f"{self.name}: the time axis must be known and non-empty, got shape {inputs.shape}")
+        initial_state = self._kept_initial_states(batch, initial_state)
         frames = reshape(x, (-1, *spatial, channels))
         projected = self.cell.project(frames)
         projected = reshape(projected, (-1, steps, *projected.shape[1:]))
@@ -262,9 +269,9 @@ class _ConvLSTM(Layer):
             result = self._from_last(stack(outputs, axis=1), True)
         else:  # the last output: zeros where the last step is masked with zero_output_for_mask, as Keras's
             result = self._from_last(outputs[-1], False)
-        if self.return_state:
-            return [result, self._from_last(h, False), self._from_last(c, False)]
-        return result
+        h, c = self._from_last(h, False), self._from_last(c, False)
+        self._keep_states([h, c])
+        return [result, h, c] if self.return_state else result
 
     def _initial_states(self, initial_state, first):
         zero = full_like(first[:, 0, ..., : self.cell.filters], 0.0)
@@ -375,7 +382,9 @@ _ARGS = """
         return_sequences: return h at every step instead of the last.
         return_state: also return the final states: a list [output, h, c].
         go_backwards: run over the time axis in reverse (outputs come in reversed order).
-        stateful: must be False.
+        stateful: keep each call's final [h, c] as the next call's initial states, in
+            non-trainable variables made for the batch size the layer is built with (which must be
+            known); `reset_state()` zeros them.
         unroll: kept in the config; the steps are always unrolled.
         zero_output_for_mask: output zeros at masked steps (by default a masked step repeats the
             previous output); without return_sequences, the output is zeros when the last step is

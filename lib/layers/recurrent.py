@@ -7,6 +7,8 @@ kernels are [input, 3 * units] in order z, r, h, with reset_after=True by defaul
 
 Inputs are [batch, time, features]. A `mask` of shape [batch, time] (True = real
 step) makes masked steps carry the previous state and output forward, as Keras.
+With `stateful=True` a layer starts each call from the final states of the previous one
+(see `KeptStates`).
 
 >>> import tapeflow as tp
 >>> lstm = tp.layers.LSTM(8, return_sequences=True)
@@ -15,6 +17,8 @@ step) makes masked steps carry the previous state and output forward, as Keras.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tapeflow import activations, initializers
 from tapeflow.layers.base import (
@@ -31,11 +35,12 @@ from tapeflow.layers.core import get_activation, serialize_activation
 from tapeflow.ops import nn
 from tapeflow.ops.array import concat, expand_dims, reshape, split, stack
 from tapeflow.ops.creation import full_like, ones, zeros, zeros_like
-from tapeflow.ops.math import cast, matmul, where
+from tapeflow.ops.math import cast, matmul, stop_gradient, where
 from tapeflow.ops.nn.recurrent import gru_sequence, lstm_sequence
 from tapeflow.ops.random import Generator, global_generator
 from tapeflow.ops.registry import as_tensor, get_op
 from tapeflow.ops.shapes import as_int
+from tapeflow.tensor import Variable, eager_scope
 
 
 # -------------------------------------------------------------------- cells
@@ -550,8 +555,88 @@ class StackedRNNCells(Layer):
         return cls(**{**config, "cells": [deserialize(c) for c in config["cells"]]})
 
 
+# ----------------------------------------------------------------- stateful
+class KeptStates:
+    """Keras's `stateful=True` for a recurrent layer: the final states of each call are
+    kept in non-trainable variables (`states`, one per state, made at build time for the
+    input's batch size) and are the next call's initial states. Assignments inside a
+    frozen step run with it, so consecutive batches of `fit(shuffle=False)` carry state.
+    The variables are not weights: `weights` and saved weights leave them out, as Keras's.
+
+    A layer using it calls `_init_kept_states` in `__init__` and `_build_kept_states` in
+    `build`, and defines `_kept_state_shapes(input_shape)` (the states' shapes, batch first).
+
+    >>> import tapeflow as tp
+    >>> lstm = tp.layers.LSTM(2, stateful=True)
+    >>> first = lstm(tp.ones((1, 3, 1))).numpy()
+    >>> bool((lstm(tp.ones((1, 3, 1))).numpy() != first).any()), [s.shape for s in lstm.states]
+    (True, [(1, 2), (1, 2)])
+    >>> lstm.reset_state()
+    >>> bool((lstm(tp.ones((1, 3, 1))).numpy() == first).all())
+    True
+    """
+
+    def _init_kept_states(self, stateful) -> None:
+        self.stateful = bool(stateful)
+        self.states = None  # the state variables, once a stateful layer is built
+
+    def _kept_state_shapes(self, input_shape) -> list[tuple]:
+        raise NotImplementedError
+
+    def _build_kept_states(self, input_shape) -> None:
+        if not self.stateful:
+            return
+        if self.states is not None:
+            self.reset_state()
+            return
+        if input_shape[0] is None:
+            raise ValueError(
+                f"{self.name}: with stateful=True the batch size must be static (give it with "
+                f"tp.Input(batch_shape=...)); found dynamic batch size: input shape {tuple(input_shape)}"
+            )
+        with eager_scope():  # also on a first call inside a freeze
+            self.states = [
+                Variable(
+                    np.zeros(shape, self.dtype.np), trainable=False, name=f"{self.name}/rnn_state", dtype=self.dtype
+                )
+                for shape in self._kept_state_shapes(input_shape)
+            ]
+
+    def _kept_initial_states(self, batch, initial_state):
+        """The initial states of a call: `initial_state` when given, else the kept states
+        (for a stateful layer, whose batch size must be the one it was built for)."""
+        if not self.stateful or self.states is None:
+            return initial_state
+        expected = self.states[0].shape[0]
+        if batch is not None and batch != expected:
+            raise ValueError(
+                f"{self.name}: the layer is stateful, so the batch size of the input sequences must be the "
+                f"batch size of its states: expected {expected}, received {batch}"
+            )
+        if initial_state is not None:
+            return initial_state
+        return [state.read_value() for state in self.states]
+
+    def _keep_states(self, states) -> None:
+        """Store a stateful call's final states (no gradient flows into the next call)."""
+        if not self.stateful or self.states is None:
+            return
+        for variable, state in zip(self.states, states, strict=True):
+            state = stop_gradient(state)
+            variable.assign(state if state.dtype == variable.dtype else cast(state, variable.dtype))
+
+    def reset_state(self) -> None:
+        """Set the kept states of a stateful layer to zeros (nothing to do otherwise)."""
+        for variable in self.states or ():
+            variable.assign(zeros_like(variable.read_value()))
+
+    def reset_states(self) -> None:
+        """`reset_state` under its older name, which Keras 3 keeps."""
+        self.reset_state()
+
+
 # ---------------------------------------------------------------------- RNN
-class RNN(Layer):
+class RNN(KeptStates, Layer):
     """Run `cell` over the time axis of [batch, time, features] inputs.
 
     Returns the last output ([batch, units]), or every output ([batch, time, units])
@@ -570,7 +655,9 @@ class RNN(Layer):
         zero_output_for_mask: output zeros at masked steps with return_sequences (by default a
             masked step repeats the previous output).
         unroll: accepted for Keras's sake: the steps are always unrolled.
-        stateful: False only (pass the final states on as `initial_state` instead).
+        stateful: keep each call's final states (per sample) as the next call's initial states,
+            in non-trainable variables made for the batch size the layer is built with (which
+            must be known); `reset_state()` zeros them (see `KeptStates`).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (as the first layer of a Sequential).
 
@@ -593,11 +680,6 @@ class RNN(Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if stateful:
-            raise NotImplementedError(
-                f"{self.name}: stateful=True is not supported: pass each batch's final states as the next "
-                "batch's initial_state (return_state=True gives them)"
-            )
         if isinstance(cell, list | tuple):
             cell = StackedRNNCells(cell, dtype=self.dtype_policy.name)
         if cell is not None and not (hasattr(cell, "state_size") and isinstance(cell, Layer)):
@@ -606,7 +688,7 @@ class RNN(Layer):
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
         self.go_backwards = bool(go_backwards)
-        self.stateful = False
+        self._init_kept_states(stateful)
         self.unroll = bool(unroll)  # the steps are always unrolled when frozen: accepted either way
         self.zero_output_for_mask = bool(zero_output_for_mask)
         self.input_spec = InputSpec(ndim=3)
@@ -626,11 +708,16 @@ class RNN(Layer):
         if not self.cell.built:
             self.cell.build((input_shape[0], features))
         self.input_spec = InputSpec(ndim=3, axes={-1: features})
+        self._build_kept_states(input_shape)
+
+    def _kept_state_shapes(self, input_shape) -> list[tuple]:
+        return [(input_shape[0], size) for size in self._state_sizes]
 
     def call(self, inputs, mask=None, training=None, initial_state=None):
         batch, steps = inputs.shape[0], inputs.shape[1]
         if steps == 0:
             raise ValueError(f"{self.name}: the input has no time steps (shape {inputs.shape})")
+        initial_state = self._kept_initial_states(batch, initial_state)
         states = self._initial_states(batch, initial_state, inputs)
         begin = getattr(self.cell, "begin_sequence", None)
         if begin is None:
@@ -642,6 +729,13 @@ class RNN(Layer):
             self.cell.end_sequence()
 
     def _run(self, inputs, mask, states):
+        """The layer's output for the sequence from `states` (keeping the final states when stateful)."""
+        result, states = self._sequence(inputs, mask, states)
+        self._keep_states(states)
+        return [result, *states] if self.return_state else result
+
+    def _sequence(self, inputs, mask, states) -> tuple:
+        """(the outputs, every step's or the last one's; the final states), step by step."""
         batch, steps = inputs.shape[0], inputs.shape[1]
         project = getattr(self.cell, "project", None)
         if project is not None:
@@ -666,7 +760,7 @@ class RNN(Layer):
             )
         # the last step's output, zeros where it is masked under zero_output_for_mask (as Keras)
         result = stack(outputs, axis=1) if self.return_sequences else outputs[-1]
-        return [result, *states] if self.return_state else result
+        return result, states
 
     def _initial_states(self, batch: int, initial_state, inputs=None) -> list:
         sizes = self._state_sizes
@@ -845,7 +939,9 @@ class SimpleRNN(_CellRNN):
         zero_output_for_mask: output zeros at masked steps with return_sequences (by default a
             masked step repeats the previous output).
         unroll: accepted for Keras's sake: the steps are always unrolled.
-        stateful: False only (pass the final states on as `initial_state` instead).
+        stateful: keep each call's final states (per sample) as the next call's initial states,
+            in non-trainable variables made for the batch size the layer is built with (which
+            must be known); `reset_state()` zeros them (see `KeptStates`).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (as the first layer of a Sequential).
 
@@ -940,7 +1036,9 @@ class LSTM(_CellRNN):
         zero_output_for_mask: output zeros at masked steps with return_sequences (by default a
             masked step repeats the previous output).
         unroll: accepted for Keras's sake: the steps are always unrolled.
-        stateful: False only (pass the final states on as `initial_state` instead).
+        stateful: keep each call's final states (per sample) as the next call's initial states,
+            in non-trainable variables made for the batch size the layer is built with (which
+            must be known); `reset_state()` zeros them (see `KeptStates`).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (as the first layer of a Sequential).
 
@@ -1007,9 +1105,9 @@ class LSTM(_CellRNN):
             **kwargs,
         )
 
-    def _run(self, inputs, mask, states):
+    def _sequence(self, inputs, mask, states) -> tuple:
         if not self._runs_fused_here(mask, inputs):
-            return super()._run(inputs, mask, states)
+            return super()._sequence(inputs, mask, states)
         batch, steps = inputs.shape[0], inputs.shape[1]
         checked = None if mask is None else self._checked_mask(mask, batch, steps)
         projected = self.cell.project(inputs)
@@ -1024,7 +1122,7 @@ class LSTM(_CellRNN):
         )
         # Unmasked, the last output is the final h; masked, it is the last step's output.
         result = ys if self.return_sequences else (h if mask is None else ys[:, -1, :])
-        return [result, h, c] if self.return_state else result
+        return result, [h, c]
 
 
 class GRU(_CellRNN):
@@ -1062,7 +1160,9 @@ class GRU(_CellRNN):
         zero_output_for_mask: output zeros at masked steps with return_sequences (by default a
             masked step repeats the previous output).
         unroll: accepted for Keras's sake: the steps are always unrolled.
-        stateful: False only (pass the final states on as `initial_state` instead).
+        stateful: keep each call's final states (per sample) as the next call's initial states,
+            in non-trainable variables made for the batch size the layer is built with (which
+            must be known); `reset_state()` zeros them (see `KeptStates`).
         **kwargs: the base layer's arguments: `name`, `trainable`, `dtype` (floating, "float32" by
             default) and `input_shape` (as the first layer of a Sequential).
 
@@ -1128,9 +1228,9 @@ class GRU(_CellRNN):
             **kwargs,
         )
 
-    def _run(self, inputs, mask, states):
+    def _sequence(self, inputs, mask, states) -> tuple:
         if not self._runs_fused_here(mask, inputs):
-            return super()._run(inputs, mask, states)
+            return super()._sequence(inputs, mask, states)
         batch, steps = inputs.shape[0], inputs.shape[1]
         checked = None if mask is None else self._checked_mask(mask, batch, steps)
         cell = self.cell
@@ -1147,4 +1247,4 @@ class GRU(_CellRNN):
         )
         # Unmasked, the last output is the final h; masked, it is the last step's output.
         result = ys if self.return_sequences else (h if mask is None else ys[:, -1, :])
-        return [result, h] if self.return_state else result
+        return result, [h]

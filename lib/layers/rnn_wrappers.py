@@ -35,7 +35,8 @@ class Bidirectional(Layer):
     The weights are the forward layer's, then the backward layer's. With return_state,
     the result is [output, *forward_states, *backward_states] (merge_mode=None:
     [forward_output, backward_output, *states]). `call` takes `mask`, `training` and
-    `initial_state` (the forward states, then the backward states).
+    `initial_state` (the forward states, then the backward states). A stateful `layer`
+    makes both copies stateful: `states` and `reset_state()` cover the two.
 
     Args:
         layer: the recurrent layer to run in both directions (it is copied, not used).
@@ -73,6 +74,7 @@ class Bidirectional(Layer):
         self.merge_mode = merge_mode
         self.return_sequences = bool(layer.return_sequences)
         self.return_state = bool(layer.return_state)
+        self.stateful = bool(getattr(layer, "stateful", False))
         self._initial_weights = list(weights) if weights is not None else None
         self.input_spec = layer.input_spec
 
@@ -83,11 +85,11 @@ class Bidirectional(Layer):
                 f"{self.name}: the forward and backward layers must differ in go_backwards, "
                 f"both have go_backwards={forward.go_backwards}"
             )
-        for attr in ("return_sequences", "return_state"):
-            if getattr(forward, attr) != getattr(backward, attr):
+        for attr in ("return_sequences", "return_state", "stateful"):
+            if getattr(forward, attr, False) != getattr(backward, attr, False):
                 raise ValueError(
                     f"{self.name}: the forward and backward layers must have the same {attr}, got "
-                    f"{getattr(forward, attr)} (forward) and {getattr(backward, attr)} (backward)"
+                    f"{getattr(forward, attr, False)} (forward) and {getattr(backward, attr, False)} (backward)"
                 )
 
     def build(self, input_shape):
@@ -123,6 +125,24 @@ class Bidirectional(Layer):
         if not self.return_state:
             return output
         return [*output, *states] if self.merge_mode is None else [output, *states]
+
+    @property
+    def states(self):
+        """The kept states of a stateful pair: the forward layer's, then the backward layer's
+        (None until both are built, or when the layers are not stateful)."""
+        forward, backward = getattr(self.forward_layer, "states", None), getattr(self.backward_layer, "states", None)
+        return (*forward, *backward) if forward and backward else None
+
+    def reset_state(self) -> None:
+        """Zero the kept states of both stateful layers (an AttributeError when they are not stateful)."""
+        if not self.stateful:
+            raise AttributeError(f"{self.name}: reset_state needs stateful layers (stateful=True)")
+        self.forward_layer.reset_state()
+        self.backward_layer.reset_state()
+
+    def reset_states(self) -> None:
+        """`reset_state` under its older name, which Keras 3 keeps."""
+        self.reset_state()
 
     def _merge(self, y, y_rev):
         if self.merge_mode == "concat":

@@ -268,7 +268,6 @@ def test_conv_lstm2d_mask_and_initial_state_match_keras(rng, data_format):
     [
         ({"dropout": 0.2}, NotImplementedError, r"^l: dropout=0.2 is not supported"),
         ({"recurrent_dropout": 0.1}, NotImplementedError, r"^l: recurrent_dropout=0.1 is not supported"),
-        ({"stateful": True}, NotImplementedError, r"^l: stateful=True is not supported"),
         ({"strides": 2, "dilation_rate": 2}, ValueError, r"^l: strides > 1 cannot be combined with dilation_rate > 1"),
         ({"padding": "causal"}, ValueError, r"^l: padding must be 'valid' or 'same'"),
     ],

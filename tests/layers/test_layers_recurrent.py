@@ -214,8 +214,6 @@ def test_recurrent_dropout_trains_frozen_and_eagerly_and_configs_follow_keras():
             assert ours[key] == theirs.get(key, ours[key]), (name, key)  # Keras's SimpleRNN config has no seed
     with pytest.raises(ValueError, match="dropout must be a number in"):
         L.LSTM(2, dropout=1.5)
-    with pytest.raises(NotImplementedError, match="stateful"):
-        L.GRU(2, stateful=True)
 
 
 def test_zero_output_for_mask_outputs_zeros_at_masked_steps():

@@ -1,5 +1,6 @@
 """tutorials/language_model/train.py: the script runs end to end, the sampled-softmax
-variant learns, and the model trains as PyTorch's equivalent does from the same weights."""
+variant learns, and the model trains as PyTorch's equivalent does from the same weights,
+both carrying the LSTM states from batch to batch along the streams."""
 
 import importlib.util
 from pathlib import Path
@@ -65,9 +66,9 @@ def test_sampled_softmax_training_lowers_the_full_softmax_perplexity(data):
     args = _args()
     tp.random.seed(0)
     model = lm.make_model(len(vocabulary), 64, args)
-    before = lm.perplexity(model.evaluate(x_valid, y_valid, batch_size=20, verbose=0), 20)
-    model.fit(x[:400], y[:400], batch_size=20, epochs=1, shuffle=False, verbose=0)
-    after = lm.perplexity(model.evaluate(x_valid, y_valid, batch_size=20, verbose=0), 20)
+    before = lm.evaluate_perplexity(model, x_valid, y_valid, 20, 20)
+    model.fit(x[:400], y[:400], batch_size=20, epochs=1, shuffle=False, verbose=0, callbacks=[lm.ResetStates()])
+    after = lm.evaluate_perplexity(model, x_valid, y_valid, 20, 20)
     print(f"sampled softmax, 20 steps: validation perplexity {before:.1f} -> {after:.1f}")
     assert before > 0.9 * len(vocabulary)  # the untrained model is near uniform
     assert after < 0.5 * before
@@ -83,8 +84,9 @@ def _torch_model(model, torch):
             self.lstm = torch.nn.LSTM(units, units, num_layers=layers, batch_first=True)
             self.softmax = torch.nn.Linear(units, vocabulary)
 
-        def forward(self, ids):
-            return self.softmax(self.lstm(self.embedding(ids))[0])
+        def forward(self, ids, state=None):
+            outputs, state = self.lstm(self.embedding(ids), state)
+            return self.softmax(outputs), state
 
     net = Net(model.vocabulary_size, model.embedding.output_dim, len(model.lstms)).double()
     as_torch = lambda a: torch.from_numpy(np.asarray(a, np.float64))  # noqa: E731
@@ -104,11 +106,34 @@ def _torch_model(model, torch):
     return net
 
 
-def _torch_perplexity(net, x, y, torch) -> float:
+def _torch_perplexity(net, x, y, batch: int, torch) -> float:
+    """The perplexity over the batches of (x, y), the states carried from batch to batch from zero."""
+    losses, state = [], None
     with torch.no_grad():
-        logits = net(torch.from_numpy(x))
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.from_numpy(y).reshape(-1))
-    return float(np.exp(loss.item()))
+        for i in range(len(x) // batch):
+            logits, state = net(torch.from_numpy(x[i * batch : (i + 1) * batch]), state)
+            targets = torch.from_numpy(y[i * batch : (i + 1) * batch]).reshape(-1)
+            losses.append(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets).item())
+    return float(np.exp(np.mean(losses)))
+
+
+def test_predictions_carry_the_states_along_the_streams_as_pytorch_does(data):
+    torch = pytest.importorskip("torch")
+    vocabulary, _, (x_valid, _), _ = data
+    tp.random.seed(0)
+    model = lm.make_model(len(vocabulary), None, _args())
+    model(x_valid[:20], training=False)  # build for streams of 20
+    net = _torch_model(model, torch)
+    model.reset_states()
+    ours = model.predict(x_valid[:60], batch_size=20, verbose=0)
+    with torch.no_grad():
+        carried, state = [], None
+        for i in range(3):
+            logits, state = net(torch.from_numpy(x_valid[20 * i : 20 * (i + 1)]), state)
+            carried.append(logits.numpy())
+        from_zero = net(torch.from_numpy(x_valid[20:40]))[0].numpy()
+    np.testing.assert_allclose(ours, np.concatenate(carried), atol=2e-6)
+    assert np.abs(from_zero - carried[1]).max() > 100 * 2e-6  # the states matter at this precision
 
 
 @pytest.mark.slow
@@ -123,20 +148,24 @@ def test_the_model_trains_as_pytorch_does_from_the_same_weights(data):
     model(x[:batch], training=False)  # build, then copy the initial weights
     net = _torch_model(model, torch)
 
-    model.fit(x[: steps * batch], y[: steps * batch], batch_size=batch, epochs=1, shuffle=False, verbose=0)
-    ours = lm.perplexity(model.evaluate(x_valid, y_valid, batch_size=batch, verbose=0), 20)
+    assert all(lstm.stateful for lstm in model.lstms)
+    fit = {"batch_size": batch, "epochs": 1, "shuffle": False, "verbose": 0, "callbacks": [lm.ResetStates()]}
+    model.fit(x[: steps * batch], y[: steps * batch], **fit)
+    ours = lm.evaluate_perplexity(model, x_valid, y_valid, batch, 20)
 
     parameters = [p for p in net.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(parameters, lr=args.learning_rate)
+    state = None  # each batch continues the streams of the previous one; gradients stop at its start
     for i in range(steps):
         xb, yb = (torch.from_numpy(a[i * batch : (i + 1) * batch]) for a in (x, y))
-        logits = net(xb)
+        logits, state = net(xb, state)
+        state = tuple(s.detach() for s in state)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1)) * 20
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(parameters, args.max_grad_norm)
         optimizer.step()
-    theirs = _torch_perplexity(net, x_valid, y_valid, torch)
+    theirs = _torch_perplexity(net, x_valid, y_valid, batch, torch)
     print(f"validation perplexity after {steps} steps: tapeflow {ours:.2f}, PyTorch {theirs:.2f}")
     assert ours < 0.5 * len(vocabulary)  # it learned
     assert abs(ours - theirs) <= 0.05 * theirs

@@ -11,7 +11,11 @@ that gensim ships (rarer words become <unk>). Training follows the classic confi
 batches of 20 windows of 20 steps, no dropout, weights drawn uniformly in [-0.1, 0.1],
 plain SGD at learning rate 1.0 with the gradients clipped to a global norm of 5, the loss
 summed over the steps and averaged over the batch, and the rate halved every epoch after
-`--decay-after` epochs. Each window starts from zero state (the layers are not stateful).
+`--decay-after` epochs. As in that tutorial, the corpus is laid out as `batch_size`
+contiguous streams, each batch continues every stream where the previous one stopped, and
+the LSTM layers are stateful: each window starts from the states the previous window of its
+stream ended with (truncated backpropagation through time over 20 steps). The states are
+zeroed at the start of every epoch and of every evaluation (`ResetStates`).
 
 Two variants share everything but the training loss: the full softmax, and
 `tp.nn.sampled_softmax_loss`, which scores the true word against `--num-sampled` words
@@ -102,7 +106,9 @@ class LanguageModel(tp.Model):
     """word ids [batch, steps] -> next-word logits [batch, steps, vocabulary].
 
     With `num_sampled`, training returns the top LSTM's outputs instead and `compute_loss`
-    scores them with `sampled_softmax_loss`; evaluation always uses the full softmax."""
+    scores them with `sampled_softmax_loss`; evaluation always uses the full softmax.
+    `stateful` LSTM layers carry their states from one call to the next (for the batch size
+    of the first call); `reset_states()` zeros them."""
 
     def __init__(
         self,
@@ -111,6 +117,7 @@ class LanguageModel(tp.Model):
         layers: int = 2,
         init_scale: float = 0.1,
         num_sampled: int | None = None,
+        stateful: bool = True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -125,10 +132,16 @@ class LanguageModel(tp.Model):
                 recurrent_initializer=uniform,
                 bias_initializer=uniform,
                 unit_forget_bias=False,
+                stateful=stateful,
             )
             for _ in range(layers)
         ]
         self.softmax = SoftmaxWeights(vocabulary_size, uniform)
+
+    def reset_states(self) -> None:
+        """Zero the LSTM layers' states (stateful layers only)."""
+        for lstm in self.lstms:
+            lstm.reset_states()
 
     def call(self, ids, training=None):
         h = self.embedding(ids)
@@ -159,15 +172,28 @@ class LanguageModel(tp.Model):
         return tp.mean(losses) * float(steps)
 
 
+class ResetStates(tp.callbacks.Callback):
+    """Zero the model's states at the start of every epoch and of every evaluation, so that
+    each pass over a split reads its streams from the beginning, from zero state."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.model.reset_states()
+
+    def on_test_begin(self, logs=None):
+        self.model.reset_states()
+
+
 def classic_schedule(learning_rate: float, decay_after: int, decay: float = 0.5):
     """The PTB tutorial's rate: constant for `decay_after` epochs, then times `decay` every epoch."""
     return lambda epoch, lr=None: learning_rate * decay ** max(epoch + 1 - decay_after, 0)
 
 
 def make_model(vocabulary_size: int, num_sampled: int | None, args, sharded: bool = False) -> LanguageModel:
-    """The compiled model. `sharded` (replicas, whose parameter shards each hold part of the
-    gradient) clips each gradient element to +-clip_value instead of the global norm."""
-    model = LanguageModel(vocabulary_size, args.units, args.layers, num_sampled=num_sampled)
+    """The compiled model, with stateful LSTM layers. `sharded` (replicas, whose parameter
+    shards each hold part of the gradient) clips each gradient element to +-clip_value
+    instead of the global norm, and keeps no state: each replica reads only part of every
+    batch, so there each window starts from zero state."""
+    model = LanguageModel(vocabulary_size, args.units, args.layers, num_sampled=num_sampled, stateful=not sharded)
     clip = {"clipvalue": args.clip_value} if sharded else {"global_clipnorm": args.max_grad_norm}
     model.compile(optimizer=tp.optimizers.SGD(args.learning_rate, **clip), jit=True)
     return model
@@ -177,18 +203,28 @@ def perplexity(loss: float, steps: int) -> float:
     return float(np.exp(loss / steps))
 
 
+def evaluate_perplexity(model: LanguageModel, x: np.ndarray, y: np.ndarray, batch_size: int, steps: int) -> float:
+    """The perplexity over (x, y), read stream by stream from zero state."""
+    return perplexity(model.evaluate(x, y, batch_size=batch_size, verbose=0, callbacks=[ResetStates()]), steps)
+
+
 # ------------------------------------------------------------------ sampling
 def sample_text(model: LanguageModel, vocabulary: list[str], prime: list[str], length: int, seed: int) -> str:
-    """`length` words drawn one at a time from the model's softmax, after `prime` (the
-    window slides over the last `num_steps` words, each read from zero state)."""
+    """`length` words drawn one at a time from the model's softmax, after `prime`: a stateful
+    copy of the model for one stream reads the prime, then each word drawn, carrying its states."""
     rng = np.random.default_rng(seed)
     index = {w: i for i, w in enumerate(vocabulary)}
     ids = [index.get(w, index[UNK]) for w in prime]
+    reader = LanguageModel(model.vocabulary_size, model.embedding.output_dim, len(model.lstms))
+    reader(np.zeros((1, 1), np.int64), training=False)  # build for one stream
+    reader.set_weights(model.get_weights())
+    reader.reset_states()
+    window = np.asarray(ids, dtype=np.int64)[None]
     for _ in range(length):
-        window = np.asarray(ids[-20:], dtype=np.int64)[None]
-        logits = model(window, training=False).numpy()[0, -1].astype(np.float64)
+        logits = reader(window, training=False).numpy()[0, -1].astype(np.float64)
         p = np.exp(logits - logits.max())
         ids.append(int(rng.choice(len(p), p=p / p.sum())))
+        window = np.asarray([[ids[-1]]], dtype=np.int64)
     return " ".join(vocabulary[i] for i in ids)
 
 
@@ -198,7 +234,7 @@ def train(name: str, num_sampled: int | None, data, args, distribute=None) -> di
     tp.random.seed(args.seed)
     model = make_model(len(vocabulary), num_sampled, args, sharded=distribute is not None)
     schedule = classic_schedule(args.learning_rate, args.decay_after)
-    callbacks = [tp.callbacks.LearningRateScheduler(schedule)]
+    callbacks = [tp.callbacks.LearningRateScheduler(schedule), ResetStates()]
     callbacks.append(
         tp.callbacks.LambdaCallback(
             on_epoch_end=lambda epoch, logs: print(
@@ -223,12 +259,12 @@ def train(name: str, num_sampled: int | None, data, args, distribute=None) -> di
         distribute=distribute,
     )
     seconds = time.perf_counter() - start
-    test_loss = model.evaluate(x_test, y_test, batch_size=args.batch_size, verbose=0)
+    test = evaluate_perplexity(model, x_test, y_test, args.batch_size, args.num_steps)
     trained_words = args.epochs * steps * args.batch_size * args.num_steps
     result = {
         "name": name,
         "validation": [perplexity(v, args.num_steps) for v in history.history["val_loss"]],
-        "test": perplexity(test_loss, args.num_steps),
+        "test": test,
         "seconds": seconds,
         "words_per_second": trained_words / seconds,
     }
@@ -320,7 +356,8 @@ def main(argv=None) -> int:
         with tp.distributed.Cluster(n_workers=args.replicas, threads_per_worker=1) as cluster:
             strategy = tp.distributed.DataParallel(cluster, replicas=args.replicas)
             print(
-                f"{args.replicas} replicas: each gradient element clipped to +-{args.clip_value} (not the global norm)"
+                f"{args.replicas} replicas: each gradient element clipped to +-{args.clip_value} (not the global "
+                "norm), and the LSTM layers are not stateful (each window starts from zero state)"
             )
             for name, sampled in variants[args.variant]:
                 results.append(train(f"{name}, {args.replicas} replicas", sampled, data, args, strategy))
