@@ -60,7 +60,7 @@ run_tests() {  # log name, seconds at most, test paths...
     echo "exit $?" >> "$OUT/t_$name.log"
 }
 run_tests backend 90 tests/backends/test_cupy_backend.py tests/test_gpu_availability.py tests/kernels/test_cuda_sources.py \
-    tests/kernels/test_cuda_word2vec.py tests/backends/test_cupy_recurrent.py
+    tests/kernels/test_cuda_word2vec.py tests/backends/test_cupy_recurrent.py tests/kernels/test_cuda_optimizers.py
 run_tests ops 150 tests/ops/test_ops_on_devices.py -k "gpu"
 run_tests layers 120 tests/layers/test_layers_on_devices.py tests/losses/test_losses_on_devices.py \
     tests/graph/test_node_devices.py -k "gpu"
