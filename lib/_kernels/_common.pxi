@@ -26,9 +26,12 @@ cdef extern from *:
     #ifndef TAPEFLOW_SOURCE_SHA256
     #define TAPEFLOW_SOURCE_SHA256 "unknown"
     #endif
+    #if defined(__linux__)
     #include <fcntl.h>
+    #include <stdio.h>
     #include <time.h>
     #include <unistd.h>
+    #endif
     /* Whether every core of the machine has a runnable thread now: the running count in
        /proc/loadavg (the caller included) above the online cores, read at most every 50 ms.
        -1 where it cannot be read (then never busy). tapeflow_busy_override: -1 reads it, 0 or 1 fixes it. */
