@@ -33,6 +33,7 @@ MODULES = (
     "pool3d",
     "depthwise",
     "recurrent",
+    "allocator",
 )
 REBUILD = "run `make build` (or `python setup.py build_ext --inplace`) to rebuild the kernels"
 
@@ -182,6 +183,7 @@ def set_cores_busy(busy: bool | None) -> bool | None:
     _pool3d,
     _depthwise,
     _recurrent,
+    _allocator,
 ) = (_modules[name] for name in MODULES)
 
 conv2d_forward = _conv.conv2d_forward
@@ -218,6 +220,8 @@ lstm_forward = _recurrent.lstm_forward
 lstm_backward = _recurrent.lstm_backward
 gru_forward = _recurrent.gru_forward
 gru_backward = _recurrent.gru_backward
+reusing_blocks = _allocator.reusing_blocks
+release_cached_blocks = _allocator.release
 
 __all__ = [
     "MODULES",
@@ -255,6 +259,10 @@ __all__ = [
     "depthwise_conv2d_forward",
     "depthwise_conv2d_backward_input",
     "depthwise_conv2d_backward_filter",
+    "reusing_blocks",
+    "release_cached_blocks",
+    "cores_busy",
+    "set_cores_busy",
     "lstm_forward",
     "lstm_backward",
     "gru_forward",

@@ -45,6 +45,9 @@ def enter_numerics(index: int = 0):
 set_num_threads = _kernels.set_num_threads
 get_num_threads = _kernels.get_num_threads
 build_info = _kernels.build_info
+# Array data reused across the steps of a graph run (see tapeflow._kernels.allocator).
+reusing_blocks = _kernels.reusing_blocks
+release_cached_blocks = _kernels.release_cached_blocks
 
 # ------------------------------------------------------------ the device boundary
 FALLS_BACK_TO_REFERENCE = True  # the NumPy references are this backend's own code

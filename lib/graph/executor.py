@@ -22,7 +22,9 @@ gives its time back. A subclass changes how each node runs by overriding `run_no
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import operator
 import time
 
@@ -134,6 +136,10 @@ class Executor:
             if s not in keep:
                 frees[i].append(s)
         self._steps = [(*step, tuple(f)) for step, f in zip(steps, frees, strict=True)]
+        # a run making large arrays takes their data from blocks earlier runs gave back
+        reusing = getattr(self._backend, "reusing_blocks", None)
+        large = any(_known_bytes(v) >= _LARGE_BYTES for node in nodes for v in node.outputs)
+        self._reusing = reusing if large else contextlib.nullcontext
 
     def run(self, feed_arrays, cancelled=None) -> list[np.ndarray]:
         """Run the schedule on the fed arrays; return the fetched arrays. With `cancelled`,
@@ -151,7 +157,7 @@ class Executor:
         for s, var in self._reads:
             env[s] = var._value
         observer = HOOKS.node
-        with numerics(*self._numerics_devices):
+        with numerics(*self._numerics_devices), self._reusing():
             for kind, fn, args, out, dtype, node, conform, frees in self._steps:
                 if cancelled is not None and cancelled():
                     raise RunCancelled(f"graph {self.graph.name!r}: run cancelled before node {node.name!r}")
@@ -209,6 +215,15 @@ class Executor:
         [1.0, 1.0]
         """
         return kernel(*arrays)
+
+
+# Arrays from this size up are worth a kept block (smaller ones the C allocator keeps itself).
+_LARGE_BYTES = 1 << 18
+
+
+def _known_bytes(value: Value) -> int:
+    """The size of a value's array, its unknown dimensions taken as 1."""
+    return math.prod(d or 1 for d in value.shape) * value.dtype.np.itemsize if value.shape is not None else 0
 
 
 def _kernel_attrs(graph: GraphIR, node) -> dict:
