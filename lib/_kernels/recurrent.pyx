@@ -164,7 +164,7 @@ cdef inline void _gemm(char* ta, char* tb, int n, int m, int k, floating* a, int
 
 cdef int _row_blocks(Py_ssize_t rows, Py_ssize_t work) noexcept nogil:
     """How many blocks of batch rows a sequence runs as, one per thread: 1 below _PARALLEL_MIN
-    multiply-adds or with fewer than 8 rows a block."""
+    multiply-adds (or as _threads_for says while the cores are busy), or with fewer than 8 rows a block."""
     return <int>max(1, min(<Py_ssize_t>_threads_for(work, _PARALLEL_MIN), rows // 8))
 
 
