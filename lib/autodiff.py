@@ -87,6 +87,8 @@ class GradientTape:
         for t in inputs:
             if id(t) in watched:
                 hit = True
+            elif type(t) is Tensor:  # the common input, which only a watch makes followed
+                continue
             elif self._watch_variables and isinstance(t, Variable) and t.trainable and t.dtype.kind == "f":
                 watched[id(t)] = t
                 hit = True
@@ -157,27 +159,38 @@ def backprop(records, targets, seeds, sources, vjp_tensors) -> dict[int, Tensor]
     reachable = {id(s) for s in sources}
     relevant = []
     for rec in records:  # forward: which records depend on a source
-        if any(id(t) in reachable for t in rec.inputs):
-            relevant.append(rec)
-            reachable.update(id(o) for o in rec.outputs)
+        for t in rec.inputs:
+            if id(t) in reachable:
+                relevant.append(rec)
+                reachable.update([id(o) for o in rec.outputs])
+                break
     grads: dict[int, Tensor] = {}
     for i, t in enumerate(targets):
         if id(t) in reachable:
             _accumulate(grads, id(t), seeds(t) if callable(seeds) else seeds[i])
     for rec in reversed(relevant):  # reverse execution order is a topological order
-        out_grads = [_dense(grads.get(id(o))) for o in rec.outputs]
-        if rec.op.vjp is None or all(g is None for g in out_grads):
+        op, connected = rec.op, False
+        out_grads = [grads.get(id(o)) for o in rec.outputs]
+        for i, g in enumerate(out_grads):
+            if g is not None:
+                connected = True
+                if isinstance(g, IndexedSlices):
+                    out_grads[i] = _dense(g)
+        if op.vjp is None or not connected:
             continue
-        needs = tuple(id(t) in reachable and t.dtype.kind == "f" for t in rec.inputs)
+        needs = tuple([id(t) in reachable and t.dtype.kind == "f" for t in rec.inputs])
         inputs, outputs = vjp_tensors(rec)
         if TRACING.tracer is None:
-            in_grads = call_vjp(rec.op, out_grads, inputs, outputs, rec.attrs, needs)
+            in_grads = call_vjp(op, out_grads, inputs, outputs, rec.attrs, needs)
         else:  # traced gradient nodes go to the device of the op they differentiate
             with colocate_with(outputs):
-                in_grads = call_vjp(rec.op, out_grads, inputs, outputs, rec.attrs, needs)
+                in_grads = call_vjp(op, out_grads, inputs, outputs, rec.attrs, needs)
         for t, g, wanted in zip(rec.inputs, in_grads, needs, strict=True):
             if wanted and g is not None:
-                _accumulate(grads, id(t), g if g.dtype is t.dtype else sparse.cast_gradient(g, t.dtype))
+                if g.dtype is not t.dtype:
+                    g = sparse.cast_gradient(g, t.dtype)
+                prev = grads.get(id(t))
+                grads[id(t)] = g if prev is None else sparse.add_gradients(prev, g)
     return grads
 
 

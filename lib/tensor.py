@@ -408,7 +408,7 @@ class Variable(Tensor):
         self.constraint = constraint  # a callable the optimizer applies after each update, or None
 
     def _checked(self, value, method: str):
-        if isinstance(value, Tensor) and value._device != self._device:
+        if isinstance(value, Tensor) and value._device is not self._device and value._device != self._device:
             raise ValueError(
                 f"Variable.{method}: variable '{self.name}' lives on {self._device}, the value on {value._device}; "
                 f"move it explicitly with .to({str(self._device)!r})"

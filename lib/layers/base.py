@@ -36,10 +36,11 @@ from tapeflow.ops.math import cast
 from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import autocast_scope
 from tapeflow.ops.shapes import as_dims
-from tapeflow.tensor import Tensor, Variable, eager_scope
+from tapeflow.tensor import Tensor, TracedTensor, Variable, eager_scope
 
 _REGISTRY: dict[str, type] = {}  # class name -> tapeflow's own Layer subclasses, for deserialize()
 _NAME_COUNTS: defaultdict = defaultdict(int)
+_ADDED_LOSSES = [False]  # whether any layer's add_loss ran yet: until then no call has losses to clear
 
 
 def snake_case(name: str) -> str:
@@ -190,6 +191,17 @@ def _attach_masks(outputs, masks) -> None:
             out._keras_mask = mask
 
 
+def _one_eager_tensor(inputs, args: tuple, kwargs: dict) -> bool:
+    """Whether a call's only tensor is `inputs`, an eager tensor, its other arguments flags
+    (as `training=`): such a call has no symbolic argument and nothing nested to map over."""
+    if args or not isinstance(inputs, Tensor) or isinstance(inputs, TracedTensor):
+        return False
+    for value in kwargs.values():
+        if value is not None and type(value) is not bool:
+            return False
+    return True
+
+
 def _has_shape_rule(cls) -> bool:
     """Whether `cls` overrides compute_output_shape instead of deriving it from `call`."""
     return cls.compute_output_shape is not Layer.compute_output_shape
@@ -334,16 +346,21 @@ class Layer:
                 raise TypeError(f"{self.name}: called without inputs (expected a first argument {names[:1]})")
             args = (kwargs.pop(names[0]),)
         inputs, args = args[0], args[1:]
-        if symbolic_leaves((inputs, args, kwargs)):
-            return self._remember_first_call(self._call_symbolic(inputs, *args, **kwargs))
-        inputs = _map_inputs(self._convert_input, inputs)
+        if _one_eager_tensor(inputs, args, kwargs):  # the common call, on one tensor: nothing to map over
+            inputs = self._convert_input(inputs)
+            shape = inputs.shape
+        else:
+            if symbolic_leaves((inputs, args, kwargs)):
+                return self._remember_first_call(self._call_symbolic(inputs, *args, **kwargs))
+            inputs = _map_inputs(self._convert_input, inputs)
+            shape = None
         if _CONTEXT.probe is not None and _has_shape_rule(type(self)):
             return self._call_shape_rule(inputs)
         if self._input_signature is None:
             flat = inputs if isinstance(inputs, list | tuple) else [inputs]
             if all(isinstance(t, Tensor) and t.ndim for t in flat):
                 self._input_signature = [TensorSpec((None, *t.shape[1:]), t.dtype) for t in flat]
-        self._maybe_build(_shape_of(inputs))
+        self._maybe_build(_shape_of(inputs) if shape is None else shape)
         outputs = self._call_in_context(inputs, args, kwargs)
         if self.activity_regularizer is not None and _CONTEXT.probe is None:
             for output in tree.flatten(outputs):
@@ -358,17 +375,19 @@ class Layer:
         """`call`, given `training` (by default the enclosing call's, which nested calls
         inherit) only if it takes it, and `mask` only if it takes it."""
         params = _call_parameters(type(self))
+        stack, calling = _CONTEXT.training, _CONTEXT.calling
         training = kwargs.pop("training", None)
         if training is None:
-            training = _CONTEXT.training[-1] if _CONTEXT.training else False
+            training = stack[-1] if stack else False
+        training = bool(training)
         if "training" in params:
-            kwargs["training"] = bool(training)
+            kwargs["training"] = training
         if "mask" not in params:
             kwargs.pop("mask", None)
-        if not _CONTEXT.training:  # the outermost call: add_loss starts over
+        if not stack:  # the outermost call: add_loss starts over
             self._clear_losses()
-        _CONTEXT.training.append(bool(training))
-        _CONTEXT.calling.append(self)
+        stack.append(training)
+        calling.append(self)
         try:
             if self.compute_dtype is not self.dtype:  # mixed precision: weights are read in the compute dtype
                 with autocast_scope(self.compute_dtype):
@@ -377,8 +396,8 @@ class Layer:
         except (ValueError, TypeError) as err:
             raise self._named(err) from err
         finally:
-            _CONTEXT.training.pop()
-            _CONTEXT.calling.pop()
+            stack.pop()
+            calling.pop()
 
     def _deferred_error(self, make_error):
         """A function of a bad value giving `make_error(value)` named by the layers calling now,
@@ -672,8 +691,11 @@ class Layer:
                     f"{self.name}.add_loss: a loss must be a tensor computed in call() or build(), got {value!r}"
                 )
             vars(self).setdefault("_losses", []).append(value)
+            _ADDED_LOSSES[0] = True
 
     def _clear_losses(self) -> None:
+        if not _ADDED_LOSSES[0]:
+            return
         for layer in self._flatten_layers():
             if vars(layer).get("_losses"):
                 layer._losses = []

@@ -224,18 +224,41 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
     """Run `op` on tensors now; return a Tensor, or a tuple for multi-output ops.
 
     While a function is being frozen, the tracer records the op instead; on the symbolic
-    tensors of a functional model, the tensor records it (its `symbolic_apply`).
+    tensors of a functional model, the tensor records it (its `symbolic_apply`). The op's
+    shape rule runs once per signature (input types, shapes and dtypes, plain attrs): a
+    signature that passed it once passes it again.
     """
-    if _STATE.autocast is not None and op.name != "cast":
-        inputs = _autocast(inputs, _STATE.autocast)
+    state = _STATE
+    if state.autocast is not None and op.name != "cast":
+        inputs = _autocast(inputs, state.autocast)
     tracer = TRACING.tracer
     if tracer is not None:
         return tracer.apply(op, inputs, attrs)
+    arrays, key, device, mixed = [], [op], inputs[0]._device if inputs else None, False
     for t in inputs:
-        if t._value is None and hasattr(t, "symbolic_apply"):  # a functional model's symbolic tensor
-            return t.symbolic_apply(op, inputs, attrs)
-    specs = op.infer(*inputs, **attrs)
-    device = check_same_device(op.name, inputs) if inputs else current_device()
+        array = t._value
+        if array is None:
+            if hasattr(t, "symbolic_apply"):  # a functional model's symbolic tensor
+                return t.symbolic_apply(op, inputs, attrs)
+            key = None
+        elif key is not None:
+            key += (type(t), array.shape, array.dtype)
+        if t._device is not device:
+            mixed = True
+        arrays.append(array)
+    if key is not None:
+        key = _attrs_key(key, attrs) if attrs else tuple(key)
+    specs = None if key is None else _INFERRED.get(key)
+    if specs is None:
+        specs = op.infer(*inputs, **attrs)
+        if key is not None:
+            if len(_INFERRED) >= _INFERRED_LIMIT:
+                _INFERRED.clear()
+            _INFERRED[key] = specs
+    if mixed:
+        device = check_same_device(op.name, inputs)
+    elif device is None:
+        device = current_device()
     kernel, binder = op._by_family.get(device.family) or op._resolve(device.family)
     observer = HOOKS.op
     if observer is not None:
@@ -243,12 +266,13 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
     entered = numerics.enter(device)
     try:
         if binder is None:  # what bound_kernel gives, called without fixing attrs for one call
-            out = kernel(*[t._value for t in inputs], **attrs)
+            out = kernel(*arrays, **attrs)
         else:
-            out = op.bound_kernel(device.family, attrs)(*[t._value for t in inputs])
+            out = op.bound_kernel(device.family, attrs)(*arrays)
     finally:
         numerics.leave(entered)
-    if op.num_outputs == 1:
+    single = op.num_outputs == 1
+    if single:
         out = (out,)
     elif len(out) != len(specs):
         raise RuntimeError(f"{op.name}: kernel returned {len(out)} outputs, expected {len(specs)}")
@@ -256,19 +280,49 @@ def apply(op: OpDef, inputs: tuple, attrs: dict):
     if op.transfer:
         device = parse_device(attrs["device"])
         kernels = backend(device.family)
-    if kernels.HOLDS_NUMPY:
-        outputs = tuple(_to_tensor(a, spec, device) for a, spec in zip(out, specs, strict=True))
+    if kernels.HOLDS_NUMPY and single and len(specs) == 1:
+        outputs = (_to_tensor(out[0], specs[0][1].np, device),)
+    elif kernels.HOLDS_NUMPY:
+        outputs = tuple([_to_tensor(a, spec[1].np, device) for a, spec in zip(out, specs, strict=True)])
     else:
         outputs = tuple(
             Tensor._wrap(kernels.conform(a, s[1].np, device.index), device) for a, s in zip(out, specs, strict=True)
         )
     if observer is not None:
         observer(op.name, inputs, outputs, device, start)
-    recorders = _STATE.recorders
+    recorders = state.recorders
     if recorders and op.vjp is not None:
         for recorder in tuple(recorders):
             recorder.record(op, inputs, attrs, outputs)
-    return outputs[0] if op.num_outputs == 1 else outputs
+    return outputs[0] if single else outputs
+
+
+# The outputs' (shape, dtype) of each op by signature, for ops run eagerly: `_attrs_key`
+# says which attrs a signature can hold.
+_INFERRED: dict[tuple, list] = {}
+_INFERRED_LIMIT = 4096
+_PLAIN = frozenset({bool, int, float, str, type(None)})
+
+
+def _attrs_key(key: list, attrs: dict) -> tuple | None:
+    """`key` followed by `attrs` as a tuple, or None when an attr is not a plain value (a
+    number, string, None, or a tuple of ints) to remember a shape rule's result under.
+
+    >>> _attrs_key(["op"], {"axes": (0, 1), "keepdims": True})
+    ('op', 'axes', <class 'tuple'>, (0, 1), 'keepdims', <class 'bool'>, True)
+    >>> _attrs_key(["op"], {"perm": [1, 0]}) is None
+    True
+    """
+    for name, value in attrs.items():
+        kind = type(value)
+        if kind is tuple:
+            for item in value:
+                if type(item) is not int:
+                    return None
+        elif kind not in _PLAIN:
+            return None
+        key += (name, kind, value)
+    return tuple(key)
 
 
 class autocast_scope:
@@ -319,11 +373,16 @@ def notify_recorders(op: OpDef, inputs: tuple, attrs: dict, outputs: tuple) -> N
             recorder.record(op, inputs, attrs, outputs)
 
 
-def _to_tensor(array, spec, device) -> Tensor:
-    npdtype = spec[1].np
-    if type(array) is not np.ndarray or array.dtype != npdtype:
+def _to_tensor(array, npdtype, device) -> Tensor:
+    if type(array) is not np.ndarray or (array.dtype is not npdtype and array.dtype != npdtype):
         array = np.asarray(array, dtype=npdtype)
-    return Tensor._wrap(array, device)
+    t = _new_tensor(Tensor)
+    t._value = array
+    t._device = device
+    return t
+
+
+_new_tensor = object.__new__
 
 
 # ----------------------------------------------------------------- inputs
@@ -333,12 +392,12 @@ def as_tensor(value, dtype=None, name: str = "op") -> Tensor:
     Python floats default to float32 and Python ints to int64; a NumPy array
     keeps its dtype. An IndexedSlices is densified.
     """
-    if isinstance(value, IndexedSlices):
-        value = value.to_dense()
     if isinstance(value, Tensor):
         if dtype is not None and value.dtype is not dtypes.as_dtype(dtype):
             raise TypeError(f"{name}: expected dtype {dtypes.as_dtype(dtype)}, got {value.dtype}")
         return value
+    if isinstance(value, IndexedSlices):
+        return as_tensor(value.to_dense(), dtype, name)
     if dtype is not None:
         npd = dtypes.as_dtype(dtype).np
         arr = _host_array(value, npd, name)
