@@ -23,16 +23,6 @@ def check_seconds(label: str, value, owner: str) -> None:
         raise ValueError(f"{owner}: {label} must be a number of seconds > 0, got {value!r}")
 
 
-def check_optimizer(optimizer) -> None:
-    """A ValueError for clipping that needs whole gradients, which no single worker holds."""
-    for option in ("clipnorm", "global_clipnorm"):
-        if getattr(optimizer, option, None) is not None:
-            raise ValueError(
-                f"fit: {type(optimizer).__name__}({option}=...) needs whole gradients, but parameter shards hold "
-                "parts of them; use clipvalue, or no clipping, with distribute="
-            )
-
-
 def check_loss(loss) -> None:
     """A ValueError for a loss that does not average over the batch: its shards' losses
     would not add up to the batch's."""

@@ -396,13 +396,10 @@ class Optimizer:
     def _clipped(self, grads: list) -> list:
         """Clipped gradients; a sparse one (rows distinct) is clipped as its dense form would be."""
         if self.clipnorm is not None:
-            c = self.clipnorm
-            return [sparse.scale_gradient(g, c / maximum(sqrt(reduce_sum(square(_values(g)))), c)) for g in grads]
+            return [sparse.scale_gradient(g, clip_scale(squared_norm(g), self.clipnorm)) for g in grads]
         if self.global_clipnorm is not None:
-            c = self.global_clipnorm
-            total = sqrt(sum(cast(reduce_sum(square(_values(g))), "float64") for g in grads))
-            # An infinite or NaN norm makes the scale NaN (as in Keras) rather than zero.
-            scale = c / maximum(total, c) + (total - total)
+            total = sum(cast(squared_norm(g), "float64") for g in grads)
+            scale = clip_scale(total, self.global_clipnorm, global_norm=True)
             return [sparse.scale_gradient(g, cast(scale, g.dtype)) for g in grads]
         if self.clipvalue is not None:
             return [_map_values(g, lambda v: clip(v, -self.clipvalue, self.clipvalue)) for g in grads]
@@ -507,6 +504,31 @@ def _beside(value, var: Variable):
     """A learning rate or step number on the device of the variable it updates (a tensor
     from another device is copied there: a transfer node in a frozen step)."""
     return value.to(var.device) if isinstance(value, Tensor) and value.device != var.device else value
+
+
+def squared_norm(g) -> Tensor:
+    """The sum of squares of a gradient, dense or sparse (rows distinct), in its dtype: what
+    `clipnorm` and `global_clipnorm` measure.
+
+    >>> import tapeflow as tp
+    >>> float(squared_norm(tp.tensor([3.0, 4.0])))
+    25.0
+    """
+    return reduce_sum(square(_values(g)))
+
+
+def clip_scale(squares, limit: float, global_norm: bool = False) -> Tensor:
+    """The factor that brings gradients whose sum of squares is `squares` to a norm of at most
+    `limit` (1 when they are within it). For `global_clipnorm` (`global_norm`), an infinite or
+    NaN norm makes the factor NaN, as in Keras, rather than zero.
+
+    >>> import tapeflow as tp
+    >>> float(clip_scale(tp.tensor(16.0), 2.0)), float(clip_scale(tp.tensor(0.25), 1.0))
+    (0.5, 1.0)
+    """
+    norm = sqrt(squares)
+    scale = limit / maximum(norm, limit)
+    return scale + (norm - norm) if global_norm else scale
 
 
 def _values(g):

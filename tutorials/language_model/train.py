@@ -3,7 +3,7 @@
     python tutorials/language_model/train.py                     # full softmax, then sampled softmax
     python tutorials/language_model/train.py --max-words 0 --epochs 4 --decay-after 2   # the whole excerpt
     python tutorials/language_model/train.py --variant sampled --num-sampled 512 --epochs 3
-    python tutorials/language_model/train.py --replicas 2        # the same run on 2 replicas (Dask)
+    python tutorials/language_model/train.py --replicas 2        # the same run on 2 replicas (Dask), clipped alike
 
 The model reads 20 words and predicts each next one: an Embedding of 200, two LSTM layers
 of 200 units, and a softmax over the 10,000 most frequent words of the Wikipedia excerpt
@@ -189,13 +189,11 @@ def classic_schedule(learning_rate: float, decay_after: int, decay: float = 0.5)
 
 
 def make_model(vocabulary_size: int, num_sampled: int | None, args, sharded: bool = False) -> LanguageModel:
-    """The compiled model, with stateful LSTM layers. `sharded` (replicas, whose parameter
-    shards each hold part of the gradient) clips each gradient element to +-clip_value
-    instead of the global norm, and keeps no state: each replica reads only part of every
-    batch, so there each window starts from zero state."""
+    """The compiled model, with stateful LSTM layers and the gradients clipped to a global
+    norm of `max_grad_norm`. `sharded` (replicas) keeps no state: each replica reads only
+    part of every batch, so there each window starts from zero state."""
     model = LanguageModel(vocabulary_size, args.units, args.layers, num_sampled=num_sampled, stateful=not sharded)
-    clip = {"clipvalue": args.clip_value} if sharded else {"global_clipnorm": args.max_grad_norm}
-    model.compile(optimizer=tp.optimizers.SGD(args.learning_rate, **clip), jit=True)
+    model.compile(optimizer=tp.optimizers.SGD(args.learning_rate, global_clipnorm=args.max_grad_norm), jit=True)
     return model
 
 
@@ -315,7 +313,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=20)
     p.add_argument("--learning-rate", type=float, default=1.0)
     p.add_argument("--max-grad-norm", type=float, default=5.0)
-    p.add_argument("--clip-value", type=float, default=0.1, help="per-element clipping with --replicas > 1")
     p.add_argument("--num-sampled", type=int, default=512, help="sampled classes per step (sampled variant)")
     p.add_argument("--sample-words", type=int, default=30, help="words of text to sample from each model")
     p.add_argument("--replicas", type=int, default=1, help="train on this many replicas (DataParallel on Dask)")
@@ -355,10 +352,7 @@ def main(argv=None) -> int:
     if args.replicas > 1:
         with tp.distributed.Cluster(n_workers=args.replicas, threads_per_worker=1) as cluster:
             strategy = tp.distributed.DataParallel(cluster, replicas=args.replicas)
-            print(
-                f"{args.replicas} replicas: each gradient element clipped to +-{args.clip_value} (not the global "
-                "norm), and the LSTM layers are not stateful (each window starts from zero state)"
-            )
+            print(f"{args.replicas} replicas: the LSTM layers are not stateful (each window starts from zero state)")
             for name, sampled in variants[args.variant]:
                 results.append(train(f"{name}, {args.replicas} replicas", sampled, data, args, strategy))
     else:

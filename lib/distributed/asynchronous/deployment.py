@@ -39,6 +39,8 @@ class AsyncDeployment(ParameterDeployment):
         watch=None,
     ):
         self.layout, self.delays = layout, delays
+        config = spec.optimizer_config["config"]
+        self.clipping = (config.get("clipnorm"), config.get("global_clipnorm"))
         super().__init__(client, workers, replicas, spec, graphs, data, (staleness_bound,), timeout, watch)
 
     def begin(self, values, slots, iterations: int, learning_rate, n_batches: int) -> None:
@@ -55,7 +57,7 @@ class AsyncDeployment(ParameterDeployment):
         """Start one replica task per replica worker on the batches of rows `order` that
         start at `offsets` (of `stream` for a Dataset); returns their futures."""
         jobs = [
-            AsyncReplicaJob(r, offsets, self.layout, self.blocks, self.delays.get(r, 0.0), self.timeout)
+            AsyncReplicaJob(r, offsets, self.layout, self.blocks, self.delays.get(r, 0.0), self.timeout, *self.clipping)
             for r in range(len(self.replica_workers))
         ]
         return self.launch(run_async_replica, jobs, order, stream)

@@ -4,9 +4,11 @@ parameter-server scheme of DistBelief (TensorFlow white paper, section 7).
 Each replica trains on whichever batch it is handed next, at the parameters it last
 received, and its update is applied by the parameter shards in the order the update
 log gives it, with no barrier between replicas: faster steps, at the price of stale
-gradients, which `staleness_bound` can drop. With one replica training equals
-single-process `fit`. docs/distributed.md says what an update computes and how a
-lost worker is recovered from.
+gradients, which `staleness_bound` can drop. Each update is clipped by norm
+(`clipnorm`, `global_clipnorm`) by the replica that computed it, which holds all of it,
+as a lone worker's optimizer would clip it. With one replica training equals
+single-process `fit`. docs/distributed.md says what an update computes and how a lost
+worker is recovered from.
 
 >>> import tapeflow as tp
 >>> with tp.distributed.Cluster(n_workers=2) as cluster:  # doctest: +SKIP
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow.distributed.asynchronous.deployment import AsyncDeployment
-from tapeflow.distributed.checks import check_count, check_optimizer
+from tapeflow.distributed.checks import check_count
 from tapeflow.distributed.parameters.deployment import shard_spec
 from tapeflow.distributed.runtime.stragglers import checked_stragglers
 from tapeflow.distributed.runtime.tasks import raise_failed
@@ -103,7 +105,6 @@ class AsyncSession(TrainingSession):
     def __init__(self, strategy: AsyncParameterServer, model, x, y, batch_size: int):
         super().__init__(strategy, model, x, y, batch_size)
         workers = strategy.workers()
-        check_optimizer(model.optimizer)
         self.freeze()
         self.open_checkpoints()
         self.place(workers)

@@ -7,6 +7,10 @@ to the log with the versions of those parameters. If the log gives the update a 
 the replica pushes each parameter shard its blocks; the pushes answer with the shards'
 newest parameters. If the update is dropped, it pulls them instead. No replica ever
 waits for another's gradient; every wait is bounded by `timeout`.
+
+A replica holds its whole gradient before it pushes, so clipping by norm (`clipnorm`,
+`global_clipnorm`) happens here, on each update, as one asynchronous worker's optimizer
+would clip it; the parameter shards' optimizer does not clip again.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from tapeflow.distributed.parameters.variable_blocks import Block, join_blocks
 from tapeflow.distributed.queue_input import replica_reader
 from tapeflow.distributed.runtime.local_actor import in_process
 from tapeflow.distributed.runtime.tasks import actor_answer
+from tapeflow.ops import sparse
+from tapeflow.ops.math import cast
+from tapeflow.ops.registry import as_tensor
+from tapeflow.optimizers.optimizer import clip_scale, squared_norm
 from tapeflow.profiler.recording import span
 
 
@@ -30,7 +38,8 @@ class AsyncReplicaJob:
     """What one replica needs besides the data: its number, where each batch starts in the
     epoch's row order (batch b is rows offsets[b]:offsets[b + 1]), the layout of the
     gradient step, the parameter blocks per shard, a delay in seconds after each gradient
-    (to simulate a slow worker) and the timeout of every wait."""
+    (to simulate a slow worker), the timeout of every wait and the optimizer's `clipnorm`
+    and `global_clipnorm`."""
 
     replica: int
     offsets: tuple[int, ...]
@@ -38,6 +47,8 @@ class AsyncReplicaJob:
     blocks: tuple[tuple[Block, ...], ...]
     delay: float
     timeout: float
+    clipnorm: float | None = None
+    global_clipnorm: float | None = None
 
 
 def run_async_replica(job: AsyncReplicaJob, graphs: dict, data, order: np.ndarray, shards: list, log) -> int:
@@ -63,6 +74,7 @@ def run_async_replica(job: AsyncReplicaJob, graphs: dict, data, order: np.ndarra
         commit = log.commit(batch, job.replica, pulled, float(loss), predictions)
         step, batch = actor_answer(commit, job.timeout, f"the update log (batch {batch})")
         if step is not None:
+            arrays = _clipped(job, arrays)
             sent = [[b.take(arrays[b.variable]) for b in blocks] for blocks in job.blocks]
             with span("push", sent, args={"replica": job.replica, "step": step}):
                 pushes = [ps.push(step, blocks) for ps, blocks in zip(shards, sent, strict=True)]
@@ -71,6 +83,21 @@ def run_async_replica(job: AsyncReplicaJob, graphs: dict, data, order: np.ndarra
         elif batch is not None:
             answers = _pull(job, shards)
     return applied
+
+
+def _clipped(job: AsyncReplicaJob, arrays: list) -> list:
+    """The arrays to push: the trained variables' gradients (the first `n_trainable`)
+    clipped by `clipnorm` or `global_clipnorm` as the optimizer clips them, the rest as they are."""
+    if job.clipnorm is None and job.global_clipnorm is None:
+        return arrays
+    n = job.layout.n_trainable
+    grads = [as_tensor(a) for a in arrays[:n]]
+    if job.global_clipnorm is not None:
+        scale = clip_scale(sum(cast(squared_norm(g), "float64") for g in grads), job.global_clipnorm, global_norm=True)
+        grads = [sparse.scale_gradient(g, cast(scale, g.dtype)) for g in grads]
+    else:
+        grads = [sparse.scale_gradient(g, clip_scale(squared_norm(g), job.clipnorm)) for g in grads]
+    return [g.numpy() for g in grads] + list(arrays[n:])
 
 
 def _pull(job: AsyncReplicaJob, shards: list):

@@ -5,7 +5,9 @@ flush per step).
 The model's layers are cut into stages of about equal parameter counts, one device of a
 worker each; the frozen training step is partitioned over them, so stage k works on
 micro-batch i while stage k+1 works on i-1. The flush applies the rows-weighted sum of
-the micro-batch gradients: training equals single-process `fit` on the same batches.
+the micro-batch gradients, clipped as in one process (for `global_clipnorm` the stages
+add up their sums of squares first): training equals single-process `fit` on the same
+batches.
 A worker that dies ends `fit` with an error naming it (there is no recovery).
 docs/distributed.md tells the design.
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow.data.dataset import Dataset
-from tapeflow.distributed.checks import check_count, check_loss, check_optimizer, split_sizes
+from tapeflow.distributed.checks import check_count, check_loss, split_sizes
 from tapeflow.distributed.gradient_graph import trace_gradient_steps
 from tapeflow.distributed.inference import MAX_LOSSES
 from tapeflow.distributed.parameters.master_copy import optimizer_config, weight_decays
@@ -189,7 +191,6 @@ class PipelineSession(TrainingSession):
         m = strategy.micro_batches
         if batch_size < m:
             raise ValueError(f"Pipeline: a batch of {batch_size} rows does not split into {m} micro-batches")
-        check_optimizer(model.optimizer)
         check_loss(model.loss)
         super().__init__(strategy, model, np.asarray(x), np.asarray(y), batch_size)
         stages = LayerStages(model, strategy.stages, strategy.workers())

@@ -4,6 +4,12 @@ the other stages worker to worker (by calls on their actors, or through queues o
 workers: `queue_links`); `stage_specs`, which says what each actor runs; and
 `StageGroup`, the client's handle on them, with every wait bounded and lost workers named.
 docs/distributed.md tells how a step flows through the stages.
+
+Each stage applies its own variables' update once a step's micro-batches are done. With
+`global_clipnorm` the stages first send each other their gradients' sums of squares (one
+value per stage and step, by a call on each other stage's actor), and every stage scales
+by the factor of the sum over all of them; `clipnorm` needs nothing more, as each variable
+lives on one stage.
 """
 
 from __future__ import annotations
@@ -26,11 +32,15 @@ from tapeflow.distributed.runtime.local_actor import in_process
 from tapeflow.distributed.runtime.tasks import actor_answer, start_actor, stop_actors, watched_result
 from tapeflow.graph.partition import Transfer, partition
 from tapeflow.graph.runnable import load_graph
+from tapeflow.ops import sparse
+from tapeflow.ops.math import cast
 from tapeflow.ops.registry import as_tensor
 from tapeflow.ops.transfer import rendezvous
+from tapeflow.optimizers.optimizer import clip_scale, squared_norm
 from tapeflow.profiler.recording import span
 
 PROBE_WAIT = 2.0  # seconds each stage gets to answer a probe when a call on the stages is late
+SQUARES = -1  # the micro-batch number under which the stages send each other their sums of squares
 
 
 @dataclass(frozen=True)
@@ -144,9 +154,14 @@ class StageWorker:
         if missing:
             raise ValueError(f"StageWorker {spec.device}: its partitions do not hold the variables {missing}")
         self.trainable = [self.variables[n] for n in spec.variables]
-        self.optimizer = None
+        self.optimizer, self.global_clipnorm = None, None
         if spec.optimizer_config is not None:
-            self.optimizer = optimizers.get(spec.optimizer_config)
+            config = spec.optimizer_config["config"]
+            # the global norm takes in every stage's gradients: the stage clips by it itself
+            self.global_clipnorm = config.get("global_clipnorm")
+            if self.global_clipnorm is not None:
+                config = {**config, "global_clipnorm": None}
+            self.optimizer = optimizers.get({**spec.optimizer_config, "config": config})
             self.optimizer.build(self.trainable)
             self.optimizer.exclude_from_weight_decay(
                 var_list=[v for v, d in zip(self.trainable, spec.decays, strict=True) if not d]
@@ -226,7 +241,7 @@ class StageWorker:
             return decode(payload, compression, transfer.dtype)
         where = (step, micro_batch, transfer.key)
         with self._arrived:
-            arrived = self._arrived.wait_for(lambda: where in self.inbox or self.stopped, self.spec.timeout)
+            arrived = self._arrived.wait_for(lambda at=where: at in self.inbox or self.stopped, self.spec.timeout)
             if self.stopped:
                 raise RuntimeError(f"{self.spec.device}: stopped while waiting for '{transfer.value}' (step {step})")
             if not arrived:
@@ -291,16 +306,18 @@ class StageWorker:
             result["loss"] = float(sum(w * float(s[self.spec.loss]) for w, s in zip(weights, stores, strict=True)))
         result["outputs"] = {name: _joined([s[name] for s in stores]) for name in self.spec.outputs}
         begun = time.perf_counter()
-        self._apply([[s[g] for s in stores] for g in self.spec.gradients], weights)
+        self._apply(step, [[s[g] for s in stores] for g in self.spec.gradients], weights)
         result["busy"] += time.perf_counter() - begun
         result["seconds"] = time.perf_counter() - started
         return result
 
-    def _apply(self, gradients: list, weights: list) -> None:
+    def _apply(self, step: int, gradients: list, weights: list) -> None:
         """Apply the rows-weighted sum of each variable's micro-batch gradients."""
         if self.optimizer is None:
             return
         if not self.trainable:
+            if self.global_clipnorm is not None:
+                self._global_squares(step, 0.0)  # the other stages wait for this stage's share
             self.optimizer.iterations += 1
             return
         summed = []
@@ -310,7 +327,37 @@ class StageWorker:
                 part = np.multiply(g, w.astype(var.dtype.np), dtype=var.dtype.np)
                 total = part if total is None else np.add(total, part, out=total)
             summed.append(as_tensor(total))
+        if self.global_clipnorm is not None:
+            own = sum(cast(squared_norm(g), "float64") for g in summed)
+            total = as_tensor(self._global_squares(step, float(own)))
+            scale = clip_scale(total, self.global_clipnorm, global_norm=True)
+            summed = [sparse.scale_gradient(g, cast(scale, g.dtype)) for g in summed]
         self.optimizer.apply_gradients(zip(summed, self.trainable, strict=True))
+
+    def _global_squares(self, step: int, own: float) -> np.float64:
+        """The sum over every stage of its gradients' sum of squares of `step` (`own` here),
+        added in the stages' order so that every stage gets the same number."""
+        key = f"sum of squares from {self.spec.device}"
+        others = [d for d in self.peers if d != self.spec.device]
+        calls = [(d, in_process(self.peers[d]).receive(step, SQUARES, key, own)) for d in others]
+        for device, call in calls:
+            actor_answer(call, self.spec.timeout, f"{device} (receiving the sum of squares of step {step})")
+        shares = {self.spec.device: own}
+        with self._arrived:
+            for device in others:
+                where = (step, SQUARES, f"sum of squares from {device}")
+                arrived = self._arrived.wait_for(lambda at=where: at in self.inbox or self.stopped, self.spec.timeout)
+                if self.stopped:
+                    raise RuntimeError(
+                        f"{self.spec.device}: stopped while waiting for the sums of squares of step {step}"
+                    )
+                if not arrived:
+                    raise TimeoutError(
+                        f"{self.spec.device}: the sum of squares of step {step} did not arrive from {device} "
+                        f"within {self.spec.timeout:g}s"
+                    )
+                shares[device] = self.inbox.pop(where)
+        return np.float64(sum(shares[d] for d in self.peers or shares))  # the peers are every stage, this one too
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

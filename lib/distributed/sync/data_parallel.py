@@ -3,8 +3,9 @@ backup workers (the TensorFlow paper's synchronous replication, OSDI 2016 sectio
 
 Each step's global batch is cut into one shard per replica (and backup worker); the
 step applies, with the model's own optimizer, the rows-weighted mean of the first
-`replicas` shard gradients to arrive, so without backups training equals
-single-process `fit` on the same batches. Parameters live in parameter shards; after a
+`replicas` shard gradients to arrive, clipped by norm as one process would clip them
+(the parameter shards add up their sums of squares where a norm spans shards), so without
+backups training equals single-process `fit` on the same batches. Parameters live in parameter shards; after a
 worker dies, training goes on from the last checkpoint. docs/distributed.md says what
 a step computes, how checkpoints are taken and what a recovery equals.
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tapeflow.distributed.checkpoints import CheckpointPolicy
-from tapeflow.distributed.checks import check_count, check_loss, check_optimizer, check_seconds, split_sizes
+from tapeflow.distributed.checks import check_count, check_loss, check_seconds, split_sizes
 from tapeflow.distributed.parameters.deployment import shard_spec
 from tapeflow.distributed.runtime.stragglers import checked_stragglers
 from tapeflow.distributed.runtime.tasks import raise_failed
@@ -152,7 +153,6 @@ class SyncSession(TrainingSession):
                 f"{strategy.backup_workers} backup workers: each of the {parts} shards needs at least one sample; "
                 f"use batch_size >= {parts}"
             )
-        check_optimizer(model.optimizer)
         check_loss(model.loss)
         self.freeze(parts)
         self.open_checkpoints()

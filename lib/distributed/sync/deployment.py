@@ -52,14 +52,26 @@ class Deployment(ParameterDeployment):
         self.layout, self.stragglers = layout, stragglers
         self.replicas, self.backup_workers = replicas, backup_workers
         super().__init__(client, workers, replicas + backup_workers, spec, graphs, data, (), timeout, watch)
+        self.norm_parties = _norm_parties(spec, self.blocks)
 
     # ------------------------------------------------------------ segments
     def begin(self, plan: EpochPlan, values, slots, iterations: int, learning_rate, snapshot_steps=()) -> None:
         """Give every shard its blocks of the whole-variable `values` and `slots`, the step
         counter and the learning rate, arming snapshots at `snapshot_steps`."""
+        parties = self.norm_parties
         calls = [
-            shard.begin_epoch(plan, shard_values, shard_slots, iterations, learning_rate, sorted(snapshot_steps))
-            for shard, (shard_values, shard_slots) in zip(self.shards, self.shard_parts(values, slots), strict=True)
+            shard.begin_epoch(
+                plan,
+                shard_values,
+                shard_slots,
+                iterations,
+                learning_rate,
+                sorted(snapshot_steps),
+                (self.log, parties.index(j), len(parties)) if j in parties else None,
+            )
+            for j, (shard, (shard_values, shard_slots)) in enumerate(
+                zip(self.shards, self.shard_parts(values, slots), strict=True)
+            )
         ]
         self.answers(calls, "begin the steps")
         self.result(self.log.begin_epoch(plan), self.log_name)
@@ -108,3 +120,19 @@ class Deployment(ParameterDeployment):
         None if the shards were stopped."""
         answers = self.answers([shard.snapshot(step) for shard in self.shards], f"a snapshot of step {step}")
         return None if any(a is None for a in answers) else join_state(self.blocks, answers)
+
+
+def _norm_parties(spec: ShardSpec, blocks) -> list[int]:
+    """The parameter shards (by number) that add up their sums of squares each step, to clip
+    by norms spanning shards: all of them for `global_clipnorm`, those holding row blocks of
+    a trained variable for `clipnorm`; none when one shard holds all it needs."""
+    config = spec.optimizer_config["config"]
+    if config.get("global_clipnorm") is not None:
+        parties = list(range(len(blocks)))
+    elif config.get("clipnorm") is not None:
+        parties = [
+            j for j, held in enumerate(blocks) if any(b.rows is not None and spec.trainable[b.variable] for b in held)
+        ]
+    else:
+        parties = []
+    return parties if len(parties) > 1 else []

@@ -9,6 +9,12 @@ counter reaches a step, so checkpoints are consistent without pausing the replic
 methods are coroutines on the worker's event loop: a `pull` waiting for the next step
 never blocks a `push`.
 
+Clipping by norm (`clipnorm`, `global_clipnorm`) is done here, on the combined gradients,
+before the optimizer (which itself does not clip): a norm that takes in blocks held by
+other shards (every block for `global_clipnorm`, the other row blocks of a split variable
+for `clipnorm`) adds up the shards' sums of squares through one call per step to the
+step log (`StepLog.add_squares`), so every shard scales by the same factor.
+
 >>> import numpy as np
 >>> from tapeflow.distributed.sync.epoch_plan import EpochPlan
 >>> from tapeflow.distributed.parameters.variable_blocks import Block
@@ -34,8 +40,13 @@ from tapeflow import optimizers
 from tapeflow.distributed.parameters.variable_blocks import Block
 from tapeflow.distributed.sparse_rows import SparseRows
 from tapeflow.distributed.sync.epoch_plan import EpochPlan
+from tapeflow.ops import sparse
+from tapeflow.ops.math import cast
 from tapeflow.ops.registry import as_tensor
+from tapeflow.optimizers.optimizer import clip_scale, squared_norm
 from tapeflow.tensor import IndexedSlices, Tensor, Variable
+
+GLOBAL = "global"  # the key of the sum of squares of every gradient in an exchange of norms
 
 
 class ParameterShard:
@@ -52,7 +63,12 @@ class ParameterShard:
         self.names = list(names)
         self.trainable = [bool(t) for t in trainable]
         self.decays = [bool(d) for d in decays]
-        self.optimizer = optimizers.get(optimizer_config)
+        config = optimizer_config["config"]
+        self.clipnorm, self.global_clipnorm = config.get("clipnorm"), config.get("global_clipnorm")
+        # the shard clips by norm itself, with norms that may take in other shards' blocks
+        unclipped = {**config, "clipnorm": None, "global_clipnorm": None} if "clipnorm" in config else config
+        self.optimizer = optimizers.get({**optimizer_config, "config": unclipped})
+        self.exchange = None  # (step log, shard number, shards taking part) when norms take in other shards
         # a sparse gradient changes only its rows, unless the optimizer's own update_step densifies it
         self._row_updates = type(self.optimizer).update_step is optimizers.Optimizer.update_step
         self.timeout = float(timeout)
@@ -68,11 +84,13 @@ class ParameterShard:
 
     # ------------------------------------------------------------ state
     async def begin_epoch(
-        self, plan: EpochPlan, values, slots, iterations: int, learning_rate, snapshot_steps=()
+        self, plan: EpochPlan, values, slots, iterations: int, learning_rate, snapshot_steps=(), exchange=None
     ) -> None:
         """Take the client's parameters, slots, step counter and learning rate (None when the
         optimizer follows a schedule) before the steps of `plan`, and arm a snapshot at each
-        of `snapshot_steps`."""
+        of `snapshot_steps`. `exchange` is (step log, this shard's number, number of shards
+        taking part) when the norms to clip by take in other shards' blocks."""
+        self.exchange = exchange
         if self.variables is None:
             self.variables = [Variable(np.array(v), name=n) for v, n in zip(values, self.names, strict=True)]
             self.optimizer.build([v for v, t in zip(self.variables, self.trainable, strict=True) if t])
@@ -194,7 +212,9 @@ class ParameterShard:
         if not self.stopped and step == self.step and shard not in self.pending:
             self.pending[shard] = (int(rows), arrays)
             if len(self.pending) == self.plan.needed(step):
-                changed = self._apply(self.pending)
+                changed = await self._apply(step, self.pending)
+                if changed is None:  # stopped while adding up norms: the pull answers 'stop'
+                    return await self.pull(step + 1, since=step)
                 async with self._advanced:
                     self.step, self.pending, self.delta = step + 1, {}, (step + 1, changed)
                     if self.step in self.armed:
@@ -203,15 +223,17 @@ class ParameterShard:
                     self._advanced.notify_all()
         return await self.pull(step + 1, since=step)
 
-    def _apply(self, pending: dict) -> dict[int, np.ndarray]:
-        """Apply a step; returns, for the variables updated by rows only, the rows changed."""
+    async def _apply(self, step: int, pending: dict) -> dict[int, np.ndarray] | None:
+        """Apply a step; returns, for the variables updated by rows only, the rows changed
+        (None, applying nothing, if the step log stopped while the norms were added up)."""
         shards = sorted(pending)
         total = sum(pending[s][0] for s in shards)
-        grads, updated, changed = [], [], {}
+        grads, updated, positions, changed = [], [], [], {}
         for i, var in enumerate(self.variables):
             if isinstance(pending[shards[0]][1][i], SparseRows):
                 grads.append(_sparse_mean(var, [pending[s] for s in shards], i, total))
                 updated.append(var)
+                positions.append(i)
                 if self._row_updates and not (self.optimizer.weight_decay and self.decays[i]):  # decay: every row
                     changed[i] = np.unique(grads[-1].indices.numpy())
                 continue
@@ -223,13 +245,62 @@ class ParameterShard:
             if self.trainable[i]:
                 grads.append(as_tensor(mean))
                 updated.append(var)
+                positions.append(i)
             else:
                 var.assign(mean)
+        grads = await self._clipped(step, grads, positions)  # with no gradient here, to take part in the exchange
+        if grads is None:
+            return None
         if updated:
             self.optimizer.apply_gradients(zip(grads, updated, strict=True))
         else:
             self.optimizer.iterations += 1
         return changed
+
+    async def _clipped(self, step: int, grads: list, positions: list[int]) -> list | None:
+        """`grads` (of the blocks at `positions`) clipped by `clipnorm` or `global_clipnorm`
+        as the optimizer would clip the whole gradients, adding up sums of squares with the
+        other shards taking part when the norms need theirs; None if the step log stops first."""
+        if (self.clipnorm is None and self.global_clipnorm is None) or not (grads or self.exchange):
+            return grads
+        squares = [squared_norm(_distinct_rows(g)) for g in grads]
+        if self.global_clipnorm is not None:
+            total = sum(cast(s, "float64") for s in squares)
+            if self.exchange is not None:
+                totals = await self._add_squares(step, {GLOBAL: float(total)})
+                if totals is None:
+                    return None
+                total = as_tensor(np.float64(totals[GLOBAL]))
+            scale = clip_scale(total, self.global_clipnorm, global_norm=True)
+            return [sparse.scale_gradient(g, cast(scale, g.dtype)) for g in grads]
+        split = {j: self.blocks[i].variable for j, i in enumerate(positions) if self.blocks[i].rows is not None}
+        if self.exchange is not None:
+            totals = await self._add_squares(step, {split[j]: float(squares[j]) for j in split})
+            if totals is None:
+                return None
+            for j, variable in split.items():
+                squares[j] = as_tensor(np.array(totals[variable], grads[j].dtype.np))
+        return [sparse.scale_gradient(g, clip_scale(s, self.clipnorm)) for g, s in zip(grads, squares, strict=True)]
+
+    async def _add_squares(self, step: int, squares: dict) -> dict | None:
+        """The sums over the shards taking part of their `squares` ({key: sum of squares}) of
+        `step`; None if the step log was stopped."""
+        log, shard, parties = self.exchange
+        try:
+            totals = await log.add_squares(step, shard, squares, parties, self.timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise TimeoutError(
+                f"parameter shard holding {sorted(set(self.names))}: the other shards' sums of squares of step "
+                f"{step} did not arrive within {self.timeout:g}s"
+            ) from None
+        return totals
+
+
+def _distinct_rows(g):
+    """A gradient as the optimizer measures it: a sparse one with each row once."""
+    if not isinstance(g, IndexedSlices):
+        return g
+    return sparse.coalesce(g) if sparse.coalesces_on(g.values.device) else sparse.convert_to_tensor(g)
 
 
 def _sparse_mean(var: Variable, parts: list, i: int, total: int) -> IndexedSlices:

@@ -6,7 +6,9 @@ has metrics) before pushing gradients. The first `plan.needed(step)` commits of 
 step are accepted, in arrival order; later ones are refused, so a late shard is
 dropped and never reaches the parameter servers. When a step has all its accepted
 shards, its record (shards in shard order, with their replicas, rows and losses) waits
-for the client's `wait` to take it.
+for the client's `wait` to take it. When gradients are clipped by a norm that spans
+parameter shards, the shards `add_squares` here: each sends its sums of squares of a step
+and gets back the sums over all of them.
 
 >>> import asyncio
 >>> from tapeflow.distributed.sync.epoch_plan import EpochPlan
@@ -37,6 +39,9 @@ class StepLog:
         self.done: list[dict] = []
         self.stopped = False
         self._changed = asyncio.Condition()
+        self.squares: dict[int, dict] = {}  # step -> {parameter shard: its sums of squares}
+        self.squared: dict[int, list] = {}  # step -> [the sums over the shards, shards yet to take them]
+        self._summed = asyncio.Condition()
 
     async def begin_epoch(self, plan: EpochPlan) -> None:
         async with self._changed:
@@ -91,6 +96,42 @@ class StepLog:
             self.done = []
             return records
 
+    async def add_squares(self, step: int, shard: int, squares: dict, parties: int, timeout: float) -> dict | None:
+        """Once `parties` parameter shards have sent their `squares` ({key: sum of squares}) of
+        `step`, the sum of each key over them (added in shard order, so every shard gets the
+        same numbers); None if the log stops first, a TimeoutError after `timeout` seconds.
+
+        >>> async def two_shards():
+        ...     log = StepLog()
+        ...     first = asyncio.create_task(log.add_squares(0, 1, {"global": 2.0}, 2, 5.0))
+        ...     return await log.add_squares(0, 0, {"global": 1.0}, 2, 5.0), await first
+        >>> asyncio.run(two_shards())
+        ({'global': 3.0}, {'global': 3.0})
+        """
+        async with self._summed:
+            parts = self.squares.setdefault(step, {})
+            parts[shard] = squares
+            if len(parts) == parties:
+                keys = {key for part in parts.values() for key in part}
+                totals = {key: sum(parts[s].get(key, 0.0) for s in sorted(parts)) for key in keys}
+                self.squared[step] = [totals, parties]
+                del self.squares[step]
+                self._summed.notify_all()
+            try:
+                await asyncio.wait_for(self._summed.wait_for(lambda: self.stopped or step in self.squared), timeout)
+            except asyncio.TimeoutError:
+                raise TimeoutError(
+                    f"step log: {parties - len(self.squares.get(step, ()))} parameter shards did not send their "
+                    f"sums of squares of step {step} within {timeout:g}s"
+                ) from None
+            if self.stopped:
+                return None
+            answer = self.squared[step]
+            answer[1] -= 1
+            if not answer[1]:
+                del self.squared[step]
+            return answer[0]
+
     async def progress(self) -> int:
         """How many steps of the epoch have all their accepted shards."""
         return sum(1 for shards in self.open.values() if shards is None)
@@ -99,3 +140,5 @@ class StepLog:
         async with self._changed:
             self.stopped = True
             self._changed.notify_all()
+        async with self._summed:
+            self._summed.notify_all()
