@@ -191,25 +191,36 @@ def _binary(opdef, doc_example: str):
     return fn
 
 
-def _add_vjp(gs, xs, ys):
+# The binary ops' VJPs build only the gradients asked for (`needs`): a constant operand, such
+# as dropout's mask or a scale, costs no product, sum or reshape.
+def _add_vjp(gs, xs, ys, needs=(True, True)):
     g = gs[0]
-    return unbroadcast(g, xs[0].shape), unbroadcast(g, xs[1].shape)
+    return (
+        unbroadcast(g, xs[0].shape) if needs[0] else None,
+        unbroadcast(g, xs[1].shape) if needs[1] else None,
+    )
 
 
-def _sub_vjp(gs, xs, ys):
+def _sub_vjp(gs, xs, ys, needs=(True, True)):
     g = gs[0]
-    return unbroadcast(g, xs[0].shape), unbroadcast(-g, xs[1].shape)
+    return (
+        unbroadcast(g, xs[0].shape) if needs[0] else None,
+        unbroadcast(-g, xs[1].shape) if needs[1] else None,
+    )
 
 
-def _mul_vjp(gs, xs, ys):
+def _mul_vjp(gs, xs, ys, needs=(True, True)):
     g, (x, y) = gs[0], xs
-    return unbroadcast(g * y, x.shape), unbroadcast(g * x, y.shape)
+    return (
+        unbroadcast(g * y, x.shape) if needs[0] else None,
+        unbroadcast(g * x, y.shape) if needs[1] else None,
+    )
 
 
-def _div_vjp(gs, xs, ys):
+def _div_vjp(gs, xs, ys, needs=(True, True)):
     g, (x, y) = gs[0], xs
     gx = g / y
-    return unbroadcast(gx, x.shape), unbroadcast(-gx * ys[0], y.shape)
+    return unbroadcast(gx, x.shape) if needs[0] else None, unbroadcast(-gx * ys[0], y.shape) if needs[1] else None
 
 
 def _pow_vjp(gs, xs, ys):
@@ -239,10 +250,12 @@ def _power(x, y):
     return np.power(x, y)
 
 
-_ADD = defop("add", infer=shapes.binary("add"), vjp=_add_vjp)(np.add)
-_SUBTRACT = defop("subtract", infer=shapes.binary("subtract", kinds="if"), vjp=_sub_vjp)(np.subtract)
-_MULTIPLY = defop("multiply", infer=shapes.binary("multiply"), vjp=_mul_vjp)(np.multiply)
-_DIVIDE = defop("divide", infer=shapes.binary("divide", result="float", kinds="if"), vjp=_div_vjp)(np.true_divide)
+_ADD = defop("add", infer=shapes.binary("add"), vjp=_add_vjp, partial_vjp=True)(np.add)
+_SUBTRACT = defop("subtract", infer=shapes.binary("subtract", kinds="if"), vjp=_sub_vjp, partial_vjp=True)(np.subtract)
+_MULTIPLY = defop("multiply", infer=shapes.binary("multiply"), vjp=_mul_vjp, partial_vjp=True)(np.multiply)
+_DIVIDE = defop("divide", infer=shapes.binary("divide", result="float", kinds="if"), vjp=_div_vjp, partial_vjp=True)(
+    np.true_divide
+)
 _POW = defop("pow", infer=shapes.binary("pow", kinds="if"), vjp=_pow_vjp)(_power)
 _MAXIMUM = defop(
     "maximum", infer=shapes.binary("maximum", kinds="if"), vjp=_select_vjp(lambda x, y: greater_equal(x, y))

@@ -153,6 +153,8 @@ def _NORMAL(*like, shape, dtype, generator, mean, stddev):
 @defop("random_uniform", infer=_float_shape_infer("random_uniform"), stateful=True)
 def _UNIFORM(*like, shape, dtype, generator, minval, maxval):
     shape = like[0].shape if like else shape
+    if minval == 0.0 and maxval == 1.0:  # the same draws as uniform(0, 1), without its scaling passes
+        return generator.numpy.random(shape).astype(dtypes.as_dtype(dtype).np)
     return generator.numpy.uniform(minval, maxval, shape).astype(dtypes.as_dtype(dtype).np)
 
 
