@@ -139,7 +139,7 @@ class Executor:
         # a run making large arrays takes their data from blocks earlier runs gave back
         reusing = getattr(self._backend, "reusing_blocks", None)
         large = any(_known_bytes(v) >= _LARGE_BYTES for node in nodes for v in node.outputs)
-        self._reusing = reusing if large else contextlib.nullcontext
+        self._reusing = reusing if reusing is not None and large else contextlib.nullcontext
 
     def run(self, feed_arrays, cancelled=None) -> list[np.ndarray]:
         """Run the schedule on the fed arrays; return the fetched arrays. With `cancelled`,
