@@ -52,6 +52,14 @@ print("x * 2.0 on", (x * 2.0).device, (x * 2.0).numpy().tolist())
 print("sum:", float(tp.sum(x)))
 PY
 
+# the timings first (the targets' figures), then the device tests with what is left
+for workload in mlp cnn word2vec; do
+    for library in tapeflow pytorch; do
+        line=$(timeout -k 5 "$(left 45)" "$PY" bench/gpu.py --steps 20 --child "$library" "$workload" 2>&1 | tail -n 2 | tr '\n' ' ')
+        echo "$library $workload: $line"
+    done
+done > "$OUT/bench.log"
+
 PYTEST=("$PY" -m pytest -p no:cacheprovider -q -rfE --timeout=60)
 run_tests() {  # log name, seconds at most, test paths...
     local name=$1 seconds=$2
@@ -67,12 +75,6 @@ run_tests layers 120 tests/layers/test_layers_on_devices.py tests/losses/test_lo
 run_tests training 90 tests/word2vec/test_batched.py tests/backends/test_tutorial_on_devices.py \
     tests/backends/test_no_host_syncs.py -k "gpu or sync"
 
-for workload in mlp cnn word2vec; do
-    for library in tapeflow pytorch; do
-        line=$(timeout -k 5 "$(left 60)" "$PY" bench/gpu.py --steps 20 --child "$library" "$workload" 2>&1 | tail -n 2 | tr '\n' ' ')
-        echo "$library $workload: $line"
-    done
-done > "$OUT/bench.log"
 
 {
     cat "$OUT/probe.log" "$OUT/bench.log"
