@@ -4,8 +4,10 @@ State (read_variable nodes) and captured constants become initializers, graph
 inputs become ONNX inputs (a dynamic first dimension is named "batch"), and
 each op is lowered by one converter below. Channels-last convolutions and pools
 (2-D and 3-D) are wrapped in Transposes to ONNX's channels-first layout, with their
-filters transposed at export. Ops that ONNX has no exact form for (cbrt, expm1,
-arctan2, the matrix factorizations, ...) are not exported.
+filters transposed at export. The whole-sequence recurrent ops (lstm_sequence, gru_sequence:
+the LSTM and GRU layers in inference) become ONNX's LSTM and GRU, unless they carry a mask.
+Ops that ONNX has no exact form for (cbrt, expm1, arctan2, the matrix factorizations, ...)
+are not exported.
 Graphs that write state (training steps) or draw random numbers are refused,
 and an op without a converter raises an ExportError naming it and its node.
 
@@ -1195,3 +1197,145 @@ def _max_pool_grad(ex, node, outs, x, dy):
     dx = ex.emit("ScatterElements", [zeros, ex.emit("Reshape", [where, flat]), grads], axis=0, reduction="add")
     dx = ex.emit("Reshape", [dx, ex.emit("Shape", [nchw])])
     ex.emit("Transpose", [dx], outs[0], perm=_channels_last(rank))
+
+
+# ------------------------------------------------------------------ recurrent
+# ONNX's LSTM and GRU apply their own input weights W to X. The sequence ops take the input
+# projection already made (xp = inputs @ kernel + bias, exported as its own MatMul and Add), so
+# X is xp, time-major, and W is a permutation matrix: exact (a product by one and a sum of
+# zeros), at the cost of one [4 * units]-wide GEMM over the whole sequence, outside the steps.
+# ONNX orders the LSTM's gates i, o, f, c where tapeflow (and Keras) order them i, f, c, o; the
+# GRU's gates z, r, h are in the same order in both. A sequence op with a mask (ONNX's
+# sequence_lens only drops trailing steps), or in a dtype onnxruntime's LSTM and GRU do not run
+# (float64, bfloat16), is written out step by step instead.
+_LSTM_GATES = (0, 3, 1, 2)  # for each ONNX gate, the tapeflow gate block it reads
+_GRU_GATES = (0, 1, 2)
+_ONNX_RECURRENT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def _gate_rows(units: int, gates: tuple) -> np.ndarray:
+    """The rows of a tapeflow [gates * units] axis, in ONNX's gate order."""
+    return np.concatenate([np.arange(g * units, (g + 1) * units) for g in gates])
+
+
+def _read_outputs(ex, node) -> set[int]:
+    """The indices of `node`'s outputs that the exported graph reads (its outputs included)."""
+    ids = {id(v): i for i, v in enumerate(node.outputs)}
+    reads = [v for other in _needed(ex.graph) for v in other.inputs] + list(ex.graph.outputs)
+    return {ids[id(v)] for v in reads if id(v) in ids}
+
+
+def _recurrent(ex, node, outs, xp, states, kernel, op_type: str, gates: tuple, bias=None, **attrs):
+    """Emit `node` (lstm_sequence or gru_sequence, without a mask) as ONNX's `op_type`, one direction."""
+    read = _read_outputs(ex, node)
+    units, dtype = node.inputs[len(states) + 1].shape[0], node.inputs[0].dtype.np  # the recurrent kernel's rows
+    rows = _gate_rows(units, gates)
+    w = ex.const(np.eye(len(rows), dtype=dtype)[rows][None], f"{node.name}/W")
+    if kernel in ex.initializers:
+        r = ex.const(np.ascontiguousarray(ex.initializers[kernel].T[rows][None]), f"{node.name}/R")
+    else:
+        r = ex.emit("Gather", [ex.transposed(kernel, (1, 0)), ex.ints(rows)], axis=0)
+        r = ex.emit("Unsqueeze", [r, ex.ints([0])])
+    b = ""
+    if bias is not None:  # ONNX's B is [Wb; Rb]: the input bias is already in xp
+        zeros = ex.const(np.zeros(len(rows), dtype=dtype), f"{node.name}/Wb")
+        b = ex.emit("Unsqueeze", [ex.emit("Concat", [zeros, bias], axis=0), ex.ints([0])])
+    x = ex.emit("Transpose", [xp], perm=[1, 0, 2])  # ONNX's X is [time, batch, features]
+    initial = [ex.emit("Unsqueeze", [s, ex.ints([0])]) for s in states]  # [directions, batch, units]
+    names = [ex.claim(f"{node.name}/Y") if 0 in read else ""]
+    names += [ex.claim(f"{node.name}/Y_{k}") for k in ("h", "c")[: len(states)]]
+    direction = "reverse" if node.attrs["go_backwards"] else "forward"
+    found = ex.emit(op_type, [x, w, r, b, "", *initial], names, hidden_size=units, direction=direction, **attrs)
+    for k, state in enumerate(found[1:], start=1):
+        ex.emit("Squeeze", [state, ex.ints([0])], outs[k])
+    if 0 in read:  # Y: [time, directions, batch, units] in input order; ours run in step order
+        y = ex.emit("Squeeze", [found[0], ex.ints([1])])
+        if node.attrs["go_backwards"]:
+            y = ex.emit("Slice", [y, ex.ints([-1]), ex.ints([_INT64_MIN]), ex.ints([0]), ex.ints([-1])])
+        ex.emit("Transpose", [y], outs[0], perm=[1, 0, 2])
+
+
+def _unrolled(ex, node, outs, xp, states, mask, step) -> None:
+    """Emit `node` step by step: `step(x_t, states) -> (output, new_states)` emits one step."""
+    steps = node.inputs[0].shape[1]
+    xs = ex.emit("Split", [xp, ex.ints([1] * steps)], [ex.claim(f"{node.name}/x") for _ in range(steps)], axis=1)
+    xs = [xs] if steps == 1 else xs
+    keeps = [None] * steps
+    if mask:
+        keeps = ex.emit(
+            "Split", [mask[0], ex.ints([1] * steps)], [ex.claim(f"{node.name}/keep") for _ in range(steps)], axis=1
+        )
+        keeps = [keeps] if steps == 1 else keeps  # each [batch, 1]: broadcasts over the units
+    output, outputs = _full_of(ex, node, states[0], 0) if mask else None, []
+    order = range(steps - 1, -1, -1) if node.attrs["go_backwards"] else range(steps)
+    for t in order:
+        new_output, new_states = step(ex.emit("Squeeze", [xs[t], ex.ints([1])]), states)
+        if mask:
+            new_output = ex.emit("Where", [keeps[t], new_output, output])
+            new_states = [ex.emit("Where", [keeps[t], n, o]) for n, o in zip(new_states, states, strict=True)]
+        output, states = new_output, new_states
+        outputs.append(ex.emit("Unsqueeze", [output, ex.ints([1])]))
+    ex.emit("Concat", outputs, outs[0], axis=1)
+    for name, state in zip(outs[1:], states, strict=False):
+        ex.emit("Identity", [state], name)
+
+
+def _fits_onnx_recurrent(ex, node, mask) -> bool:
+    """Whether the sequence op becomes ONNX's LSTM or GRU (else it is unrolled); its saved
+    activations, which those do not give, must be unread."""
+    if _read_outputs(ex, node) & set(range(3 if node.op == "lstm_sequence" else 2, len(node.outputs))):
+        raise _unsupported(node, "has its saved gate activations read (a gradient), which ONNX cannot give")
+    return not mask and node.inputs[0].dtype.np in _ONNX_RECURRENT_DTYPES
+
+
+@_converts("lstm_sequence")
+def _lstm_sequence(ex, node, outs, xp, h0, c0, kernel, *mask):
+    if _fits_onnx_recurrent(ex, node, mask):
+        return _recurrent(ex, node, outs, xp, [h0, c0], kernel, "LSTM", _LSTM_GATES)
+    units = node.inputs[3].shape[0]
+
+    def step(x, states):
+        h, c = states
+        z = ex.emit("Add", [x, ex.emit("MatMul", [h, kernel])])
+        i, f, g, o = ex.emit("Split", [z, ex.ints([units] * 4)], [ex.claim(f"{node.name}/z") for _ in range(4)], axis=1)
+        i, f, g, o = ex.emit("Sigmoid", [i]), ex.emit("Sigmoid", [f]), ex.emit("Tanh", [g]), ex.emit("Sigmoid", [o])
+        c = ex.emit("Add", [ex.emit("Mul", [f, c]), ex.emit("Mul", [i, g])])
+        h = ex.emit("Mul", [o, ex.emit("Tanh", [c])])
+        return h, [h, c]
+
+    _unrolled(ex, node, outs, xp, [h0, c0], mask, step)
+
+
+@_converts("gru_sequence")
+def _gru_sequence(ex, node, outs, xp, h0, kernel, bias, *mask):
+    reset_after = node.attrs["reset_after"]
+    if _fits_onnx_recurrent(ex, node, mask):
+        linear = int(reset_after)
+        return _recurrent(ex, node, outs, xp, [h0], kernel, "GRU", _GRU_GATES, bias=bias, linear_before_reset=linear)
+    units = node.inputs[2].shape[0]
+    one = ex.scalar(1, node.inputs[0].dtype.np)
+
+    def parts(x, sizes):
+        return ex.emit("Split", [x, ex.ints(sizes)], [ex.claim(f"{node.name}/part") for _ in sizes], axis=-1)
+
+    kernel_zr, kernel_h = parts(kernel, [2 * units, units])
+    bias_zr, bias_h = parts(bias, [2 * units, units])
+
+    def step(x, states):
+        (h,) = states
+        xz, xr, xh = parts(x, [units] * 3)
+        if reset_after:
+            rz, rr, rh = parts(ex.emit("Add", [ex.emit("MatMul", [h, kernel]), bias]), [units] * 3)
+            r = ex.emit("Sigmoid", [ex.emit("Add", [xr, rr])])
+            candidate = ex.emit("Add", [xh, ex.emit("Mul", [r, rh])])
+        else:
+            rz, rr = parts(ex.emit("Add", [ex.emit("MatMul", [h, kernel_zr]), bias_zr]), [units] * 2)
+            r = ex.emit("Sigmoid", [ex.emit("Add", [xr, rr])])
+            reset = ex.emit("MatMul", [ex.emit("Mul", [r, h]), kernel_h])
+            candidate = ex.emit("Add", [ex.emit("Add", [xh, reset]), bias_h])
+        z = ex.emit("Sigmoid", [ex.emit("Add", [xz, rz])])
+        candidate = ex.emit("Tanh", [candidate])
+        h = ex.emit("Add", [ex.emit("Mul", [z, h]), ex.emit("Mul", [ex.emit("Sub", [one, z]), candidate])])
+        return h, [h]
+
+    _unrolled(ex, node, outs, xp, [h0], mask, step)

@@ -882,19 +882,18 @@ class _CellRNN(RNN):
     _sequence_op: str | None = None  # the op that runs a whole sequence of this layer's cell
 
     def _runs_as_one_op(self, mask) -> bool:
-        """Whether the whole sequence can run as one `_sequence_op`: while training (an
-        inference graph keeps the steps, which export to ONNX), with Keras's default
-        activations, no dropout, and no zeroed outputs under a mask."""
+        """Whether the whole sequence can run as one `_sequence_op`: with Keras's default
+        activations, no zeroed outputs under a mask, and no dropout while training (dropout
+        is off in inference, where the op exports to ONNX as its LSTM or GRU)."""
         cell = self.cell
         sequence = cell._sequence
         return (
             self._sequence_op is not None
             and sequence is not None
-            and sequence["training"]
             and type(cell) is self._cell_class
             and cell.activation is activations.tanh
             and cell.recurrent_activation is activations.sigmoid
-            and not (cell.dropout or cell.recurrent_dropout)
+            and not (sequence["training"] and (cell.dropout or cell.recurrent_dropout))
             and not (mask is not None and self.zero_output_for_mask)
         )
 
