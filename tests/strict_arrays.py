@@ -6,7 +6,9 @@ and the op references can be checked for them without a GPU.
   `float`/`int`/`bool` of one element, and every such read is counted in `HOST_READS`
   (each is a synchronization with the device).
 - A ufunc takes device arrays, Python scalars and NumPy scalars only (no host array, not even
-  a 0-d one, no list); `ufunc.at` exists for add, subtract, maximum and minimum only.
+  a 0-d one, no list). `ufunc.at` is the array module's (`xp.add.at`), for add, subtract,
+  maximum and minimum only, with device arrays for the indices and values; NumPy's own
+  `np.add.at` on a device array fails, as CuPy's arrays answer NotImplemented to it.
 - A NumPy function reaching a device array runs only where CuPy 14 has a function of that
   name, and never with a host array beside it; an array method or attribute exists only where
   CuPy's ndarray has one (`flags` has no `writeable`).
@@ -124,11 +126,8 @@ class StrictArray(mixins.NDArrayOperatorsMixin):
         if name not in MODULE_NAMES and name not in SPECIAL_UFUNCS:
             raise TypeError(f"{name}: CuPy 14 and cupyx.scipy.special have no such ufunc")
         if method == "at":
-            if name not in UFUNC_AT:
-                raise NotImplementedError(f"{name}.at: CuPy 14 implements ufunc.at for {sorted(UFUNC_AT)} only")
-            checked = inputs[:1] + inputs[2:]  # the indices may be host arrays
-        else:
-            checked = inputs
+            return NotImplemented  # NumPy's ufunc.at does not reach CuPy's arrays: xp.<ufunc>.at does
+        checked = inputs
         for v in checked:
             if not _ufunc_operand_ok(v):
                 what = "a host array" if isinstance(v, np.ndarray) else "not an array or scalar"
@@ -142,8 +141,6 @@ class StrictArray(mixins.NDArrayOperatorsMixin):
             kwargs["out"] = unwrap(given)
         _refuse_host_arrays(name, [v for k, v in kwargs.items() if k != "out"])
         result = getattr(ufunc, method)(*unwrap(inputs), **kwargs)
-        if method == "at":
-            return None
         if given is not None:
             outs = given if isinstance(given, tuple) else (given,)
             return outs[0] if len(outs) == 1 else outs
@@ -154,6 +151,8 @@ class StrictArray(mixins.NDArrayOperatorsMixin):
         names = MODULE_NAMES if not path else SUBMODULE_NAMES.get(path, frozenset())
         if func.__name__ not in names:
             raise TypeError(f"numpy.{path + '.' if path else ''}{func.__name__}: CuPy 14 has no such function")
+        if "device" in kwargs:  # NumPy 2's like= passes device=, which CuPy 14's creation functions do not take
+            raise TypeError(f"{func.__name__}() got an unexpected keyword argument 'device'")
         if func.__name__ not in HOST_CONSTRUCTORS:  # np.asarray(host, like=device) copies explicitly
             _refuse_host_arrays(func.__name__, [*args, *kwargs.values()])
         return wrap(func(*unwrap(args), **unwrap(kwargs)))
@@ -285,8 +284,33 @@ class StrictArrayModule(types.ModuleType):
             raise AttributeError(f"CuPy 14 has no cupy.{name}")
         value = getattr(np, name)
         if isinstance(value, np.ufunc):
-            return value  # ufuncs dispatch to StrictArray.__array_ufunc__ themselves
+            return StrictUfunc(value)
         return _strict_function(name, value)
+
+
+class StrictUfunc:
+    """The array module's ufunc: called, NumPy's (which dispatches to StrictArray itself); its
+    `at` is CuPy's, for add, subtract, maximum and minimum, on device arrays only."""
+
+    def __init__(self, ufunc: np.ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, *args, **kwargs):
+        return self.ufunc(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.ufunc, name)
+
+    def at(self, a, indices, b=None):
+        name = self.ufunc.__name__
+        if name not in UFUNC_AT:
+            raise NotImplementedError(f"{name}.at: CuPy 14 implements ufunc.at for {sorted(UFUNC_AT)} only")
+        if not isinstance(a, StrictArray):
+            raise TypeError(f"{name}.at: the target must be a device array, got {type(a).__name__}")
+        parts = indices if isinstance(indices, tuple) else (indices,)
+        if any(isinstance(p, np.ndarray | list) for p in parts) or isinstance(b, np.ndarray | list):
+            raise TypeError(f"{name}.at: indices and values must be device arrays or scalars, not host arrays")
+        self.ufunc.at(a.array, unwrap(indices), unwrap(b))
 
 
 def use_strict_arrays(backend, monkeypatch) -> None:

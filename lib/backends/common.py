@@ -49,6 +49,33 @@ def _on_host(array) -> bool:
     return isinstance(array, np.ndarray | np.generic) or not hasattr(array, "get")
 
 
+# NumPy's ufuncs do not hand their `at` method to other array types (CuPy's arrays answer
+# NotImplemented), so `ufunc_at` sends a device array's to the backend that holds it.
+_DEVICE_UFUNC_AT: list[Callable] = []
+
+
+def register_ufunc_at(run: Callable) -> None:
+    """Make `run(name, out, index, values)` do ufunc.at for the arrays no other backend holds."""
+    if run not in _DEVICE_UFUNC_AT:
+        _DEVICE_UFUNC_AT.append(run)
+
+
+def ufunc_at(ufunc, out, index, values) -> None:
+    """`ufunc.at(out, index, values)` in the array module that holds `out`.
+
+    >>> out = np.zeros(3)
+    >>> ufunc_at(np.add, out, np.array([0, 0, 2]), 1.0)
+    >>> out.tolist()
+    [2.0, 0.0, 1.0]
+    """
+    if _on_host(out):
+        ufunc.at(out, index, values)
+        return
+    if not _DEVICE_UFUNC_AT:
+        raise TypeError(f"{ufunc.__name__}.at: no backend holds arrays of type {type(out).__name__}")
+    _DEVICE_UFUNC_AT[-1](ufunc.__name__, out, index, values)
+
+
 def check_in_range(values, low: int, high: int, error: Callable[[int], Exception]) -> tuple:
     """(integer `values` safe to index with, whether all lay in [low, high)). On the host a
     value out of range raises `error(the first such value)` at once, and the flag is None; on

@@ -25,7 +25,7 @@ from tapeflow import _compat
 from tapeflow._kernels import cuda
 from tapeflow._kernels.cuda import elementwise_source
 from tapeflow.backends import cupy_recurrent, window_ops
-from tapeflow.backends.common import check_in_range, check_index_range, check_labels
+from tapeflow.backends.common import check_in_range, check_index_range, check_labels, register_ufunc_at
 
 xp = _compat.cupy if _compat.has_gpu else np
 ON_GPU = xp is not np
@@ -69,6 +69,21 @@ def from_host(array, index: int | None = None):
 
 def to_host(array) -> np.ndarray:
     return xp.asnumpy(array) if ON_GPU else np.asarray(array)
+
+
+def _device_index(part):
+    """One part of an index, host arrays copied to the device (slices and numbers as they are)."""
+    return from_host(part) if isinstance(part, np.ndarray) else part
+
+
+def ufunc_at(name: str, out, index, values) -> None:
+    """`ufunc.at` on a device array, in the array module's own ufunc (CuPy has add, subtract,
+    maximum and minimum); NumPy's ufuncs do not dispatch `at` to device arrays."""
+    index = tuple(_device_index(p) for p in index) if isinstance(index, tuple) else _device_index(index)
+    getattr(xp, name).at(out, index, _device_index(values))
+
+
+register_ufunc_at(ufunc_at)
 
 
 def conform(array, npdtype, index: int | None = None):
@@ -174,8 +189,8 @@ def bind_word2vec_sgns_train(reference, window, negative, threads):
     blocks, on copies of the tables; the corpus goes to the device (where it is not already)
     and the learning rates and seed stay 0-d device arrays, never read on the host. `threads`
     counts CPU threads and has no say here: as many blocks run as fill the GPU at 128 threads
-    each, but no more than a quarter of the vocabulary, so that windows in flight at once
-    seldom update the same rows of a small vocabulary. Without a GPU (or for a window whose
+    each, but no more than one per WORD2VEC_ROWS_PER_BLOCK rows of the vocabulary, so that
+    windows in flight at once seldom update the same rows of a small vocabulary. Without a GPU (or for a window whose
     block would not fit in shared memory): the reference, with the corpus walk's inputs copied
     to the host once per call."""
 
@@ -198,15 +213,15 @@ def bind_word2vec_sgns_train(reference, window, negative, threads):
         bounds = functools.partial(_word_id_error, "sentence offset", total + 1)
         offsets, _ = check_in_range(xp.asarray(offsets, dtype=np.int64), 0, total + 1, bounds)
         block, lanes, shared = launch
-        blocks = min(total, 16 * _multiprocessors(), max(1, vocab // 4))
+        blocks = min(total, 16 * _multiprocessors(), max(1, vocab // WORD2VEC_ROWS_PER_BLOCK))
         args = (
             new0,
             new1,
             xp.ascontiguousarray(ids, dtype=np.int32),
             xp.ascontiguousarray(offsets, dtype=np.int64),
             np.int64(offsets.shape[0] - 1),
-            xp.ascontiguousarray(keep, dtype=np.float64),
-            xp.ascontiguousarray(cum, dtype=np.int64),
+            xp.ascontiguousarray(xp.asarray(keep), dtype=np.float64),  # the tables may come from the host
+            xp.ascontiguousarray(xp.asarray(cum), dtype=np.int64),
             _device_float64(alpha_start),
             _device_float64(alpha_end),
             seed.astype(np.int64) if isinstance(seed, xp.ndarray) else from_host(np.asarray(seed, np.int64)),
@@ -218,6 +233,10 @@ def bind_word2vec_sgns_train(reference, window, negative, threads):
         return new0, new1, counts
 
     return fused if ON_GPU else host_walk
+
+
+# Vocabulary rows per block in flight: windows updating the same rows at once lose updates.
+WORD2VEC_ROWS_PER_BLOCK = 64
 
 
 def _word_id_error(what: str, size: int, bad) -> IndexError:

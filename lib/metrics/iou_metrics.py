@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeflow.backends.common import ufunc_at
 from tapeflow.metrics.metric import Metric
 
 _EPSILON = 1e-7
@@ -65,7 +66,7 @@ class IoU(Metric):
         if self.ignore_class is not None:
             keep &= t != self.ignore_class
         cm = np.zeros((n, n))
-        np.add.at(cm, (t[keep], p[keep]), w[keep])
+        ufunc_at(np.add, cm, (t[keep], p[keep]), w[keep])
         self.total_cm = self.total_cm + cm
 
     def _per_class(self) -> tuple[np.ndarray, np.ndarray]:

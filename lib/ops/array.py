@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.backends.common import IndexOutOfRange, check_index_range
+from tapeflow.backends.common import IndexOutOfRange, check_index_range, ufunc_at
 from tapeflow.ops import shapes
 from tapeflow.ops.core import broadcast_to, expand_dims, reshape, squeeze, transpose, zeros_like
 from tapeflow.ops.core import sum as reduce_sum
@@ -300,7 +300,7 @@ def _GETITEM_GRAD(g, *like, shape, index):
     shape of `like`, the indexed tensor, when `shape` has dynamic dimensions)."""
     out = np.zeros_like(g, shape=like[0].shape if like else shape)  # in g's array module
     if _has_arrays(index):
-        np.add.at(out, index, g)
+        ufunc_at(np.add, out, index, g)
     else:
         out[index] = g
     return out
@@ -378,7 +378,7 @@ def _SCATTER_ADD(x, indices, updates, axis):
     indices = check_index_range("scatter_add", indices, x.shape[axis], axis)
     out = x.copy()  # (copy, not np.array: a reference also runs on CuPy arrays)
     index = (slice(None),) * axis + (indices,)
-    np.add.at(out, index, updates)
+    ufunc_at(np.add, out, index, updates)
     return out
 
 
@@ -431,7 +431,7 @@ def _scatter_nd_add_infer(x, indices, updates):
 )
 def _SCATTER_ND_ADD(x, indices, updates):
     out = x.copy()
-    np.add.at(out, _nd_index(indices, x.shape, "scatter_nd_add"), updates)
+    ufunc_at(np.add, out, _nd_index(indices, x.shape, "scatter_nd_add"), updates)
     return out
 
 

@@ -21,7 +21,7 @@ import math as _pymath
 import numpy as np
 
 from tapeflow import dtypes, tree
-from tapeflow.backends.common import check_index_range
+from tapeflow.backends.common import check_index_range, ufunc_at
 from tapeflow.ops import array, control, creation, math, reduce, shapes, sparse
 from tapeflow.ops.core import broadcast_to, cast, expand_dims, reshape, transpose, zeros_like
 from tapeflow.ops.registry import apply, as_tensor, defop
@@ -260,7 +260,7 @@ def _PUT_ALONG_AXIS_ADD(x, indices, updates, axis):
     """`x` with `updates` added at the positions take_along_axis reads; repeats accumulate."""
     indices = check_index_range("put_along_axis_add", indices, x.shape[axis], axis)
     out = x.copy()
-    np.add.at(out, _along_index(indices, axis), updates)
+    ufunc_at(np.add, out, _along_index(indices, axis), updates)
     return out
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import scipy.special
 
 from tapeflow import dtypes
+from tapeflow.backends.common import ufunc_at
 from tapeflow.ops import shapes
 from tapeflow.ops.core import (
     broadcast_to,
@@ -315,7 +316,7 @@ def _quantile_vjp(gs, xs, ys, *, qs, scalar_q, axes, keepdims, method, ignore_na
 def _QUANTILE(x, *, qs, scalar_q, axes, keepdims, method, ignore_nan):
     q = qs[0] if scalar_q else np.asarray(qs, like=x)
     if x.size == 0:
-        return np.full(_quantile_shape(x.shape, qs, scalar_q, axes, keepdims), np.nan, x.dtype, like=x)
+        return _filled(_quantile_shape(x.shape, qs, scalar_q, axes, keepdims), np.nan, x.dtype, x)
     if ignore_nan and not isinstance(x, np.ndarray):  # a device array's module (CuPy) has no nanquantile
         return _nan_quantile_from_weights(x, qs=qs, scalar_q=scalar_q, axes=axes, keepdims=keepdims, method=method)
     fn = np.nanquantile if ignore_nan else np.quantile
@@ -336,6 +337,14 @@ def _nan_quantile_from_weights(x, *, qs, scalar_q, axes, keepdims, method):
     return np.where(empty, np.nan, out).astype(x.dtype, copy=False)
 
 
+def _filled(shape, value, dtype, like):
+    """np.full(shape, value, dtype) in the array module of `like` (np.full's like= hands CuPy a
+    device= argument its full does not take)."""
+    out = np.empty(shape, dtype=dtype, like=like)
+    out.fill(value)
+    return out
+
+
 def _weights_infer(x, *, qs, scalar_q, axes, keepdims, method, ignore_nan):
     return [(x.shape if scalar_q else (len(qs),) + tuple(x.shape), x.dtype)]
 
@@ -348,7 +357,7 @@ def _QUANTILE_WEIGHTS(x, *, qs, scalar_q, axes, keepdims, method, ignore_nan):
     rows = moved.reshape(-1, int(np.prod([x.shape[a] for a in axes], dtype=np.int64)))
     m, n = rows.shape
     order = np.argsort(rows, axis=1, kind="stable")  # NaNs sort last
-    valid = (~np.isnan(rows)).sum(axis=1) if ignore_nan else np.full(m, n, like=x)
+    valid = (~np.isnan(rows)).sum(axis=1) if ignore_nan else _filled(m, n, np.int64, x)
     out = np.zeros((len(qs), m, n), dtype=x.dtype, like=x)
     r = np.arange(m, like=x)
     for k, q in enumerate(qs):
@@ -358,18 +367,18 @@ def _QUANTILE_WEIGHTS(x, *, qs, scalar_q, axes, keepdims, method, ignore_nan):
         if method == "linear":
             w_lo, w_hi = 1.0 - frac, frac
         elif method == "lower":
-            w_lo, w_hi = np.ones(m, like=x), np.zeros(m, like=x)
+            w_lo, w_hi = _filled(m, 1.0, np.float64, x), np.zeros(m, like=x)
         elif method == "higher":
-            w_lo, w_hi = np.zeros(m, like=x), np.ones(m, like=x)
+            w_lo, w_hi = np.zeros(m, like=x), _filled(m, 1.0, np.float64, x)
         elif method == "midpoint":
-            w_lo, w_hi = np.full(m, 0.5, like=x), np.full(m, 0.5, like=x)
+            w_lo, w_hi = _filled(m, 0.5, np.float64, x), _filled(m, 0.5, np.float64, x)
         else:  # nearest, halves to the even index as NumPy does
             near = np.around(pos).astype(np.int64)
             lo, hi = near, near
-            w_lo, w_hi = np.ones(m, like=x), np.zeros(m, like=x)
+            w_lo, w_hi = _filled(m, 1.0, np.float64, x), np.zeros(m, like=x)
         live = valid > 0
-        np.add.at(out[k], (r[live], order[r, np.minimum(lo, n - 1)][live]), w_lo[live])
-        np.add.at(out[k], (r[live], order[r, np.minimum(hi, n - 1)][live]), w_hi[live])
+        ufunc_at(np.add, out[k], (r[live], order[r, np.minimum(lo, n - 1)][live]), w_lo[live])
+        ufunc_at(np.add, out[k], (r[live], order[r, np.minimum(hi, n - 1)][live]), w_hi[live])
     out = out.reshape((len(qs),) + moved.shape)
     out = np.transpose(out, (0,) + tuple(int(i) + 1 for i in np.argsort(kept + axes)))
     return out[0] if scalar_q else out

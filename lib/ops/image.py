@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeflow.backends.common import ufunc_at
 from tapeflow.ops import linalg, math, random
 from tapeflow.ops.array import gather, pad, stack
 from tapeflow.ops.core import cast, ones_like, reshape, transpose, zeros_like
@@ -226,13 +227,13 @@ def _resize_matrix(n_in: int, n_out: int, method: str, antialias: bool) -> np.nd
         lam = src - i0
         i0 = np.minimum(i0, n_in - 1)
         i1 = np.minimum(i0 + 1, n_in - 1)
-        np.add.at(m, (rows, i0), 1.0 - lam)
-        np.add.at(m, (rows, i1), lam)
+        ufunc_at(np.add, m, (rows, i0), 1.0 - lam)
+        ufunc_at(np.add, m, (rows, i1), lam)
         return m
     i0 = np.floor(src).astype(np.int64)
     t = src - i0
     for k in range(-1, 3):
-        np.add.at(m, (rows, np.clip(i0 + k, 0, n_in - 1)), _cubic(t - k, -0.75))
+        ufunc_at(np.add, m, (rows, np.clip(i0 + k, 0, n_in - 1)), _cubic(t - k, -0.75))
     return m
 
 

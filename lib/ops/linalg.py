@@ -198,8 +198,10 @@ def _solve_vjp(gs, xs, ys):
 
 @defop("solve", infer=_solve_infer("solve"), vjp=_solve_vjp)
 def _SOLVE(a, b):
-    """x with a x = b, for matrices b (..., n, k)."""
-    return np.linalg.solve(a, b)
+    """x with a x = b, for matrices b (..., n, k); the batch shapes broadcast first (CuPy's
+    solve does not broadcast them)."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return np.linalg.solve(np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:]))
 
 
 def _solve_operands(name: str, a, b) -> tuple:

@@ -13,6 +13,7 @@ import numpy as np
 import scipy.special
 
 from tapeflow import dtypes
+from tapeflow.backends.common import ufunc_at
 from tapeflow.ops import shapes
 from tapeflow.ops.array import concat, gather, one_hot, pad, stack
 from tapeflow.ops.core import cast, expand_dims, reshape, squeeze, transpose, unbroadcast, zeros_like
@@ -549,7 +550,7 @@ def _segment_reference(name):
     def reference(data, ids, num_segments):
         out = np.full((num_segments + 1, *data.shape[1:]), _SEGMENT_INIT[name], dtype=np.float64)
         ids = np.where((ids >= 0) & (ids < num_segments), ids, num_segments)
-        _SEGMENT_UFUNC[name].at(out, ids, data.astype(np.float64))
+        ufunc_at(_SEGMENT_UFUNC[name], out, ids, data.astype(np.float64))
         return out[:-1].astype(data.dtype)
 
     return reference

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from tapeflow import dtypes
+from tapeflow.backends.common import ufunc_at
 from tapeflow.ops.registry import apply, as_tensor, defop
 from tapeflow.tensor import Tensor
 
@@ -91,8 +92,8 @@ def _SGNS(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_end, seed, win
             g = lr * (labels - 1.0 / (1.0 + np.exp(-(x @ y.T))))
             g[:, 1:][:, out[1:] == out[0]] = 0.0  # a negative equal to the center is skipped
             dx, dy = g @ y, g.T @ x
-            np.add.at(syn1, out, dy.astype(syn1.dtype))
-            np.add.at(syn0, ctx, dx.astype(syn0.dtype))
+            ufunc_at(np.add, syn1, out, dy.astype(syn1.dtype))
+            ufunc_at(np.add, syn0, ctx, dx.astype(syn0.dtype))
     return syn0, syn1, counts
 
 

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from tapeflow import dtypes
-from tapeflow.backends.common import check_index_range, checked_index_range
+from tapeflow.backends.common import check_index_range, checked_index_range, ufunc_at
 from tapeflow.ops.array import concat, gather, scatter_add
 from tapeflow.ops.creation import ones_like, zeros
 from tapeflow.ops.math import cast, multiply
@@ -61,7 +61,7 @@ def _UNIQUE_SUM(indices, values, num_rows):
     rows = indices.astype(np.int64, copy=False)
     unique, inverse = np.unique(np.where(rows < 0, rows + num_rows, rows), return_inverse=True)
     sums = np.zeros_like(values, shape=(unique.shape[0], *values.shape[1:]))
-    np.add.at(sums, inverse.reshape(-1), values)
+    ufunc_at(np.add, sums, inverse.reshape(-1), values)
     return unique, inverse.reshape(-1), sums
 
 

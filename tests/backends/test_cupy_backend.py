@@ -54,9 +54,10 @@ def test_im2col_convolution_matches_the_reference(strides, padding, dilations):
 
 def test_gather_and_dense_helpers_match_numpy():
     a, w, b = RNG.standard_normal((3, 4)), RNG.standard_normal((4, 2)), RNG.standard_normal(2)
-    np.testing.assert_allclose(cupy_backend.fused_matmul(a, w, b, "relu"), np.maximum(a @ w + b, 0))
-    np.testing.assert_array_equal(cupy_backend.gather(a, np.array([2, 0]), 0), a[[2, 0]])
-    np.testing.assert_array_equal(cupy_backend.relu_grad(a, a), np.where(a > 0, a, 0))
+    on, off = cupy_backend.from_host, cupy_backend.to_host
+    np.testing.assert_allclose(off(cupy_backend.fused_matmul(on(a), on(w), on(b), "relu")), np.maximum(a @ w + b, 0))
+    np.testing.assert_array_equal(off(cupy_backend.gather(on(a), on(np.array([2, 0])), 0)), a[[2, 0]])
+    np.testing.assert_array_equal(off(cupy_backend.relu_grad(on(a), on(a))), np.where(a > 0, a, 0))
 
 
 def test_without_a_gpu_there_is_no_gpu_device_and_no_pool():
@@ -131,6 +132,8 @@ def test_mixed_precision_training_on_the_gpu_backend_follows_the_cpu(gpu, policy
         gpu_loss, gpu_weights = fit_on(gpu, mlp_layers, data, jit=True)
     finally:
         tp.mixed_precision.set_global_policy("float32")
-    np.testing.assert_allclose(gpu_loss, cpu_loss, rtol=1e-4)
+    # bfloat16 keeps 8 bits of mantissa: the GPU's and the CPU's sums round apart by more
+    half = policy == "mixed_float16"
+    np.testing.assert_allclose(gpu_loss, cpu_loss, rtol=1e-4 if half else 1e-3)
     for a, b in zip(gpu_weights, cpu_weights, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(a, b, rtol=1e-3 if half else 3e-2, atol=1e-4 if half else 1e-3)

@@ -36,11 +36,15 @@ def test_ufuncs_take_device_arrays_and_scalars_only(a):
         np.spacing(a)
 
 
-def test_ufunc_at_exists_for_what_cupy_scatters_only(a):
-    np.add.at(a, np.array([0, 0]), 1.0)
+def test_ufunc_at_is_the_array_modules_for_what_cupy_scatters_only(a):
+    xp.add.at(a, xp.asarray(np.array([0, 0])), 1.0)
     assert unwrap(a)[0].tolist() == [2.0, 3.0, 4.0]
     with pytest.raises(NotImplementedError, match="multiply.at"):
-        np.multiply.at(a, np.array([0]), 2.0)
+        xp.multiply.at(a, xp.asarray(np.array([0])), 2.0)
+    with pytest.raises(TypeError, match="host arrays"):
+        xp.add.at(a, np.array([0]), 1.0)
+    with pytest.raises(TypeError, match="NotImplemented"):
+        np.add.at(a, np.array([0]), 1.0)  # NumPy's ufunc.at does not reach a CuPy array
 
 
 def test_only_cupys_functions_and_attributes(a):

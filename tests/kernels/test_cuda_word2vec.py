@@ -355,6 +355,7 @@ def test_on_a_gpu_the_backend_launches_the_kernel_as_written(monkeypatch, tmp_pa
     monkeypatch.setattr(cupy_backend, "ON_GPU", True)
     monkeypatch.setattr(cupy_backend, "_raw", host_build)
     monkeypatch.setattr(cupy_backend, "_multiprocessors", lambda: 1)
+    monkeypatch.setattr(cupy_backend, "WORD2VEC_ROWS_PER_BLOCK", 4)  # several blocks on this small vocabulary
     rng = np.random.default_rng(8)
     vocab, dim = 20, 20
     ids, offsets = corpus(rng, 12, vocab)
@@ -365,7 +366,7 @@ def test_on_a_gpu_the_backend_launches_the_kernel_as_written(monkeypatch, tmp_pa
     scalars = np.asarray(0.05), np.asarray(0.01), np.asarray(7, np.int64)
     new0, new1, counts = run(syn0, syn1, ids.astype(np.int64), offsets, keep, cum, *scalars)
     threads, lanes, shared = cupy_backend.word2vec_launch(4, dim, 1, 3)
-    assert launches == [((5,), (threads,), shared, lanes)]  # a block for every 4 words of the vocabulary
+    assert launches == [((5,), (threads,), shared, lanes)]  # a block for every 4 words of the vocabulary, as set
     assert counts.tolist() == train_on_cpu(syn0, syn1, ids, offsets, keep, cum, [0.05, 0.01], [7], 1, 3)[2][0].tolist()
     assert not np.array_equal(new0, syn0) and np.abs(new1).sum() > 0 and not np.abs(syn1).any()
     with pytest.raises(IndexError, match="word id 20 is out of range"):
