@@ -9,6 +9,7 @@ gate activations are stored at their time index, beside the inputs they come fro
 """
 
 include "_common.pxi"
+include "_wide_math.pxi"
 
 from tapeflow._kernels.private_blas import private_blas
 
@@ -20,22 +21,10 @@ from cython.parallel cimport parallel, prange
 from scipy.linalg.cython_blas cimport dgemm, sgemm
 
 # Float32 sigmoid and tanh over arrays, written branch-free so that the compiler vectorizes
-# them: exp by range reduction to [-ln2/2, ln2/2] and a degree-6 polynomial (within 2 ulp),
-# tanh from it, with an odd polynomial near zero where 1 - 2 / (exp(2x) + 1) would cancel.
+# them: exp from _wide_math.pxi, tanh from it, with an odd polynomial near zero where
+# 1 - 2 / (exp(2x) + 1) would cancel.
 cdef extern from *:
     """
-    static inline float tapeflow_expf(float x) {
-        x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-        float t = x * 1.44269504088896341f + 12582912.0f;
-        float n = t - 12582912.0f;
-        float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-        float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
-                    + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
-        y = y * r * r + r + 1.0f;
-        union { float f; int i; } scale;
-        scale.i = ((int)n + 127) << 23;
-        return y * scale.f;
-    }
     static inline float tapeflow_tanhf(float x) {
         float z = x * x;
         float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
@@ -43,11 +32,6 @@ cdef extern from *:
         float large = 1.0f - 2.0f / (tapeflow_expf(2.0f * x) + 1.0f);
         return (x < 0.625f && x > -0.625f) ? small : large;
     }
-    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-    #define TAPEFLOW_WIDE __attribute__((target_clones("arch=x86-64-v3", "default")))
-    #else
-    #define TAPEFLOW_WIDE
-    #endif
     TAPEFLOW_WIDE static void tapeflow_sigmoid_f32(float* v, long n) {
         for (long k = 0; k < n; k++) v[k] = 1.0f / (1.0f + tapeflow_expf(-v[k]));
     }

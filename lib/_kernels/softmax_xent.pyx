@@ -1,6 +1,7 @@
 """Fused sparse softmax cross-entropy: loss and its gradient in one pass per row."""
 
 include "_common.pxi"
+include "_wide_math.pxi"
 
 import numpy as np
 
@@ -13,28 +14,12 @@ from libc.stdint cimport int64_t
 cdef Py_ssize_t _PARALLEL_MIN = 1 << 15
 
 # A float32 row in a form the compiler vectorizes, cloned for AVX2 where the CPU has it: the
-# maximum and the sum of exponentials in 8 partial lanes (the sum in float64), exp by range
-# reduction and a degree-6 polynomial (within 2 ulp; 0 below the smallest normal float).
+# maximum and the sum of exponentials in 8 partial lanes (the sum in float64), exp from
+# _wide_math.pxi (0 below the smallest normal float).
 cdef extern from *:
     """
-    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-    #define TAPEFLOW_XENT_WIDE __attribute__((target_clones("arch=x86-64-v3", "default")))
-    #else
-    #define TAPEFLOW_XENT_WIDE
-    #endif
-    static inline float tapeflow_xent_expf(float x) {
-        float r0 = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-        float t = r0 * 1.44269504088896341f + 12582912.0f;
-        float n = t - 12582912.0f;
-        float r = r0 - n * 0.693359375f + n * 2.12194440e-4f;
-        float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
-                    + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
-        y = y * r * r + r + 1.0f;
-        union { float f; int i; } scale;
-        scale.i = ((int)n + 127) << 23;
-        return x < -87.0f ? 0.0f : y * scale.f;
-    }
-    TAPEFLOW_XENT_WIDE static double tapeflow_xent_row_f32(const float* restrict logits, long classes,
+    static inline float tapeflow_xent_expf(float x) { return x < -87.0f ? 0.0f : tapeflow_expf(x); }
+    TAPEFLOW_WIDE static double tapeflow_xent_row_f32(const float* restrict logits, long classes,
                                                            float* restrict backprop, float* top_out) {
         float tops[8];
         double sums[8];
