@@ -197,6 +197,7 @@ max_pool2d_backward = _pool.max_pool2d_backward
 avg_pool2d_forward = _pool.avg_pool2d_forward
 avg_pool2d_backward = _pool.avg_pool2d_backward
 sparse_softmax_xent = _xent.sparse_softmax_xent
+first_label_outside = _xent.first_label_outside
 gather_rows = _embedding.gather_rows
 scatter_add_rows = _embedding.scatter_add_rows
 adam_update = _fused.adam_update
@@ -242,6 +243,7 @@ __all__ = [
     "avg_pool2d_forward",
     "avg_pool2d_backward",
     "sparse_softmax_xent",
+    "first_label_outside",
     "gather_rows",
     "scatter_add_rows",
     "adam_update",

@@ -117,7 +117,7 @@ def _blas_calls_running():
     return _blas_scope[0]
 
 
-cdef int _gemm_threads(Py_ssize_t work) noexcept:
+cdef int _gemm_threads(Py_ssize_t work) noexcept nogil:
     """How many of our threads to give `work` multiply-adds of gemm (1: one plain BLAS call)."""
     if not _blas_single():
         return 1

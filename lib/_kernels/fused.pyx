@@ -4,7 +4,9 @@ include "_common.pxi"
 
 import numpy as np
 
-from cython cimport floating
+cimport numpy as cnp
+
+cnp.import_array()
 
 cdef extern from *:
     """
@@ -116,13 +118,15 @@ cdef extern from *:
     void tapeflow_relu_f64_grad(const double* g, const double* y, double* out, Py_ssize_t n,
                                 int threads) noexcept nogil
 
-# Below this many elements the parallel region costs more than it saves.
-cdef Py_ssize_t _PARALLEL_MIN = 1 << 20
+# Below this many elements the parallel region costs more than it saves (Adam's square root
+# and division make each element dearer than a relu's select).
+cdef Py_ssize_t _ADAM_PARALLEL_MIN = 1 << 15
 cdef Py_ssize_t _RELU_PARALLEL_MIN = 1 << 17
 
 
-def _check_same(name, **arrays):
-    """Every array a C-contiguous numpy array of the first one's shape and float dtype."""
+def _same_floats(name, **arrays) -> tuple:
+    """The arrays as C-contiguous numpy arrays (strided ones copied), once each is found to be
+    a numpy array of the first one's shape and float32/float64 dtype; else a clear error."""
     first_label, first = next(iter(arrays.items()))
     for label, array in arrays.items():
         if not isinstance(array, np.ndarray):
@@ -132,22 +136,25 @@ def _check_same(name, **arrays):
                             f"need one float32 or float64 dtype ({first_label} is {first.dtype})")
         if array.shape != first.shape:
             raise ValueError(f"{name}: shapes differ: {label} has shape {array.shape}, {first_label} {first.shape}")
-        if not array.flags.c_contiguous:
-            raise ValueError(f"{name}: {label} must be C-contiguous")
+    return tuple(np.asarray(a, order="C") for a in arrays.values())
 
 
-def _adam(const floating[::1] p, const floating[::1] m, const floating[::1] v,
-          const floating[::1] g, floating[::1] po, floating[::1] mo, floating[::1] vo,
-          double lr, double b1, double b2, double eps, double c1, double c2):
-    cdef Py_ssize_t n = p.shape[0]
-    cdef int threads = _threads_for(n, _PARALLEL_MIN)
-    with nogil:
-        if floating is float:
-            tapeflow_adam_f32(&p[0], &m[0], &v[0], &g[0], &po[0], &mo[0], &vo[0], n, lr, b1,
-                              b2, eps, c1, c2, threads)
-        else:
-            tapeflow_adam_f64(&p[0], &m[0], &v[0], &g[0], &po[0], &mo[0], &vo[0], n, lr, b1,
-                              b2, eps, c1, c2, threads)
+cdef inline bint _plain_float(object x) noexcept:
+    """x an exact numpy array, C-contiguous, of float32 or float64."""
+    if not cnp.PyArray_CheckExact(x):
+        return False
+    cdef int kind = cnp.PyArray_TYPE(<cnp.ndarray>x)
+    return (kind == cnp.NPY_FLOAT32 or kind == cnp.NPY_FLOAT64) and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)
+
+
+cdef inline bint _plain_like(object x, cnp.ndarray first) noexcept:
+    """x an exact C-contiguous numpy array of `first`'s dtype and shape."""
+    return (cnp.PyArray_CheckExact(x) and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.PyArray_TYPE(first)
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x) and cnp.PyArray_SAMESHAPE(<cnp.ndarray>x, first))
+
+
+cdef inline cnp.ndarray _empty_like(cnp.ndarray x):
+    return cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
 
 
 def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double eps,
@@ -163,33 +170,30 @@ def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double
     >>> np.round(p, 6).tolist()
     [0.9, 1.1]
     """
-    _check_same("adam_update", param=param, m=m, v=v, grad=grad)
-    flat = [array.reshape(-1) for array in (param, m, v, grad)]
-    outs = [np.empty_like(param) for _ in range(3)]
-    if param.size:
-        _adam(*flat, *(o.reshape(-1) for o in outs), lr, beta1, beta2, eps, bias_c1, bias_c2)
-    return tuple(outs)
-
-
-def _relu(const floating[::1] x, floating[::1] out):
-    cdef Py_ssize_t n = x.shape[0]
-    cdef int threads = _threads_for(n, _RELU_PARALLEL_MIN)
-    with nogil:
-        if floating is float:
-            tapeflow_relu_f32(&x[0], &out[0], n, threads)
-        else:
-            tapeflow_relu_f64(&x[0], &out[0], n, threads)
-
-
-def _relu_grad(const floating[::1] g, const floating[::1] y, floating[::1] out):
-    cdef Py_ssize_t n = g.shape[0]
-    cdef int threads = _threads_for(n, _RELU_PARALLEL_MIN)
-    with nogil:
-        if floating is float:
-            tapeflow_relu_f32_grad(&g[0], &y[0], &out[0], n, threads)
-        else:
-            tapeflow_relu_f64_grad(&g[0], &y[0], &out[0], n, threads)
-
+    if not (_plain_float(param) and _plain_like(m, <cnp.ndarray>param) and _plain_like(v, <cnp.ndarray>param)
+            and _plain_like(grad, <cnp.ndarray>param)):
+        param, m, v, grad = _same_floats("adam_update", param=param, m=m, v=v, grad=grad)
+    cdef cnp.ndarray p = <cnp.ndarray>param, mo = _empty_like(p), vo = _empty_like(p), po = _empty_like(p)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
+    cdef int threads = _threads_for(n, _ADAM_PARALLEL_MIN)
+    cdef void* pp = cnp.PyArray_DATA(p)
+    cdef void* mp = cnp.PyArray_DATA(<cnp.ndarray>m)
+    cdef void* vp = cnp.PyArray_DATA(<cnp.ndarray>v)
+    cdef void* gp = cnp.PyArray_DATA(<cnp.ndarray>grad)
+    cdef bint single = cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32
+    if n:
+        with nogil:
+            if single:
+                tapeflow_adam_f32(<const float*>pp, <const float*>mp, <const float*>vp, <const float*>gp,
+                                  <float*>cnp.PyArray_DATA(po), <float*>cnp.PyArray_DATA(mo),
+                                  <float*>cnp.PyArray_DATA(vo), n, lr, beta1, beta2, eps, bias_c1, bias_c2,
+                                  threads)
+            else:
+                tapeflow_adam_f64(<const double*>pp, <const double*>mp, <const double*>vp, <const double*>gp,
+                                  <double*>cnp.PyArray_DATA(po), <double*>cnp.PyArray_DATA(mo),
+                                  <double*>cnp.PyArray_DATA(vo), n, lr, beta1, beta2, eps, bias_c1, bias_c2,
+                                  threads)
+    return po, mo, vo
 
 
 def relu(x):
@@ -199,10 +203,20 @@ def relu(x):
     >>> relu(np.array([-1.0, 0.5, np.nan])).tolist()
     [0.0, 0.5, nan]
     """
-    _check_same("relu", x=x)
-    out = np.empty_like(x)
-    if x.size:
-        _relu(x.reshape(-1), out.reshape(-1))
+    if not _plain_float(x):
+        (x,) = _same_floats("relu", x=x)
+    cdef cnp.ndarray xa = <cnp.ndarray>x, out = _empty_like(xa)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(xa)
+    cdef int threads = _threads_for(n, _RELU_PARALLEL_MIN)
+    cdef void* xp = cnp.PyArray_DATA(xa)
+    cdef void* op = cnp.PyArray_DATA(out)
+    cdef bint single = cnp.PyArray_TYPE(xa) == cnp.NPY_FLOAT32
+    if n:
+        with nogil:
+            if single:
+                tapeflow_relu_f32(<const float*>xp, <float*>op, n, threads)
+            else:
+                tapeflow_relu_f64(<const double*>xp, <double*>op, n, threads)
     return out
 
 
@@ -213,8 +227,19 @@ def relu_grad(g, y):
     >>> relu_grad(np.array([1.0, 2.0, 3.0]), np.array([0.0, 4.0, np.nan])).tolist()
     [0.0, 2.0, 0.0]
     """
-    _check_same("relu_grad", g=g, y=y)
-    out = np.empty_like(g)
-    if g.size:
-        _relu_grad(g.reshape(-1), y.reshape(-1), out.reshape(-1))
+    if not (_plain_float(g) and _plain_like(y, <cnp.ndarray>g)):
+        g, y = _same_floats("relu_grad", g=g, y=y)
+    cdef cnp.ndarray ga = <cnp.ndarray>g, out = _empty_like(ga)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(ga)
+    cdef int threads = _threads_for(n, _RELU_PARALLEL_MIN)
+    cdef void* gp = cnp.PyArray_DATA(ga)
+    cdef void* yp = cnp.PyArray_DATA(<cnp.ndarray>y)
+    cdef void* op = cnp.PyArray_DATA(out)
+    cdef bint single = cnp.PyArray_TYPE(ga) == cnp.NPY_FLOAT32
+    if n:
+        with nogil:
+            if single:
+                tapeflow_relu_f32_grad(<const float*>gp, <const float*>yp, <float*>op, n, threads)
+            else:
+                tapeflow_relu_f64_grad(<const double*>gp, <const double*>yp, <double*>op, n, threads)
     return out

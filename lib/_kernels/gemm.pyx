@@ -17,64 +17,57 @@ cimport numpy as cnp
 cnp.import_array()
 
 
-def _matmul2d(const floating[:, ::1] a, const floating[:, ::1] b, floating[:, ::1] c,
-              bint trans_a, bint trans_b):
-    cdef Py_ssize_t m = c.shape[0], n = c.shape[1]
-    cdef Py_ssize_t k = a.shape[0] if trans_a else a.shape[1]
+cdef void _matmul2d(floating* a, floating* b, floating* c, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                    Py_ssize_t lda, Py_ssize_t ldb, bint trans_a, bint trans_b) noexcept nogil:
+    """Row-major c[m, n] = op(a) @ op(b), a and b stored with row strides lda and ldb."""
     cdef char ta = b'T' if trans_a else b'N', tb = b'T' if trans_b else b'N'
+    cdef Py_ssize_t i
     if m == 0 or n == 0:
         return
     if k == 0:
-        c[:, :] = 0
+        for i in range(m * n):
+            c[i] = 0
         return
     cdef int threads
     if m == 1:
         threads = _threads_for(n * k, _GEMV_PARALLEL_MIN) if _blas_single() else 1
-        with nogil:
-            _vec_mat(trans_b, n, k, &a[0, 0], &b[0, 0], b.shape[1], &c[0, 0], threads)
+        _vec_mat(trans_b, n, k, a, b, ldb, c, threads)
         return
     threads = _gemm_threads(m * n * k)
-    with nogil:
-        _gemm_split(ta, tb, m, n, k, 1, &a[0, 0], a.shape[1], &b[0, 0], b.shape[1], 0, &c[0, 0],
-                    n, threads)
+    _gemm_split(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, n, threads)
 
 
-def _matmul3d(const floating[:, :, ::1] a, const floating[:, :, ::1] b, floating[:, :, ::1] c,
-              bint trans_a, bint trans_b):
-    cdef Py_ssize_t batch = c.shape[0], m = c.shape[1], n = c.shape[2]
-    cdef Py_ssize_t k = a.shape[1] if trans_a else a.shape[2]
-    cdef Py_ssize_t lda = a.shape[2], ldb = b.shape[2], i
-    cdef Py_ssize_t sa = a.shape[1] * a.shape[2], sb = b.shape[1] * b.shape[2], sc = m * n
+cdef void _matmul3d(floating* a, floating* b, floating* c, Py_ssize_t batch, Py_ssize_t m, Py_ssize_t n,
+                    Py_ssize_t k, Py_ssize_t lda, Py_ssize_t ldb, Py_ssize_t sa, Py_ssize_t sb,
+                    bint trans_a, bint trans_b) noexcept nogil:
+    """c[i] = op(a[i]) @ op(b[i]) for each of `batch` products, item strides sa, sb and m * n."""
+    cdef Py_ssize_t sc = m * n, i
     cdef char ta = b'T' if trans_a else b'N', tb = b'T' if trans_b else b'N'
-    cdef int threads = _gemm_threads(batch * m * n * k)
     if batch == 0 or m == 0 or n == 0:
         return
     if k == 0:
-        c[:, :, :] = 0
+        for i in range(batch * sc):
+            c[i] = 0
         return
-    cdef const floating* ap = &a[0, 0, 0]
-    cdef const floating* bp = &b[0, 0, 0]
-    cdef floating* cp = &c[0, 0, 0]
+    cdef int threads = _gemm_threads(batch * m * n * k)
     if batch < threads:  # few large products: each split over the threads
-        with nogil:
-            for i in range(batch):
-                _gemm_split(ta, tb, m, n, k, 1, ap + i * sa, lda, bp + i * sb, ldb, 0,
-                            cp + i * sc, n, threads)
+        for i in range(batch):
+            _gemm_split(ta, tb, m, n, k, 1, a + i * sa, lda, b + i * sb, ldb, 0, c + i * sc, n, threads)
         return
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
-    with nogil, parallel(num_threads=threads):
+    with parallel(num_threads=threads):
         own = tapeflow_fpenv_swap(env)
         for i in prange(batch, schedule="static"):
-            _gemm(ta, tb, m, n, k, 1, ap + i * sa, lda, bp + i * sb, ldb, 0, cp + i * sc, n)
+            _gemm(ta, tb, m, n, k, 1, a + i * sa, lda, b + i * sb, ldb, 0, c + i * sc, n)
         tapeflow_fpenv_swap(own)
 
 
 cdef tuple _stored(x):
     """(buffer, transposed): x itself if C-contiguous, else the C-contiguous array x transposes."""
-    if x.flags.c_contiguous:
+    if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x):
         return x, False
     swapped = np.swapaxes(x, x.ndim - 1, x.ndim - 2)
-    if swapped.flags.c_contiguous:
+    if cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>swapped):
         return swapped, True
     return np.ascontiguousarray(x), False
 
@@ -87,22 +80,47 @@ def matmul(a, b):
     >>> matmul(a, b).tolist(), matmul(b.T, a.T).tolist()
     ([[3.0, 3.0], [12.0, 12.0]], [[3.0, 12.0], [3.0, 12.0]])
     """
-    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        raise TypeError(f"matmul: need numpy arrays, got {type(a).__name__} and {type(b).__name__}")
+    cdef int kind = cnp.PyArray_TYPE(<cnp.ndarray>a)
+    if kind != cnp.PyArray_TYPE(<cnp.ndarray>b) or (kind != cnp.NPY_FLOAT32 and kind != cnp.NPY_FLOAT64):
         raise TypeError(f"matmul: need two float32 or two float64 arrays, got {a.dtype} and {b.dtype}")
-    cdef int nd = a.ndim
-    if b.ndim != nd or nd not in (2, 3) or (nd == 3 and a.shape[0] != b.shape[0]):
+    cdef int nd = cnp.PyArray_NDIM(<cnp.ndarray>a)
+    cdef cnp.npy_intp* ad = cnp.PyArray_DIMS(<cnp.ndarray>a)
+    cdef cnp.npy_intp* bd = cnp.PyArray_DIMS(<cnp.ndarray>b)
+    if cnp.PyArray_NDIM(<cnp.ndarray>b) != nd or nd not in (2, 3) or (nd == 3 and ad[0] != bd[0]):
         raise ValueError(f"matmul: unsupported shapes {a.shape} and {b.shape}")
-    if a.shape[nd - 1] != b.shape[nd - 2]:
+    if ad[nd - 1] != bd[nd - 2]:
         raise ValueError(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
     abuf, ta = _stored(a)
     bbuf, tb = _stored(b)
-    out = np.empty(a.shape[:nd - 1] + (b.shape[nd - 1],), dtype=a.dtype)
+    cdef cnp.npy_intp dims[3]
+    cdef int i
+    for i in range(nd - 1):
+        dims[i] = ad[i]
+    dims[nd - 1] = bd[nd - 1]
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(nd, dims, kind, 0)
+    cdef cnp.npy_intp* sa = cnp.PyArray_DIMS(<cnp.ndarray>abuf)
+    cdef cnp.npy_intp* sb = cnp.PyArray_DIMS(<cnp.ndarray>bbuf)
+    cdef Py_ssize_t m = ad[nd - 2], n = bd[nd - 1], k = ad[nd - 1], lda = sa[nd - 1], ldb = sb[nd - 1]
+    cdef void* ap = cnp.PyArray_DATA(<cnp.ndarray>abuf)
+    cdef void* bp = cnp.PyArray_DATA(<cnp.ndarray>bbuf)
+    cdef void* cp = cnp.PyArray_DATA(out)
+    cdef Py_ssize_t batch = ad[0] if nd == 3 else 1, step_a = m * k, step_b = k * n
+    cdef bint trans_a = ta, trans_b = tb
     _blas_enter()
     try:
-        if a.ndim == 2:
-            _matmul2d(abuf, bbuf, out, ta, tb)
-        else:
-            _matmul3d(abuf, bbuf, out, ta, tb)
+        with nogil:
+            if nd == 2 and kind == cnp.NPY_FLOAT32:
+                _matmul2d(<float*>ap, <float*>bp, <float*>cp, m, n, k, lda, ldb, trans_a, trans_b)
+            elif nd == 2:
+                _matmul2d(<double*>ap, <double*>bp, <double*>cp, m, n, k, lda, ldb, trans_a, trans_b)
+            elif kind == cnp.NPY_FLOAT32:
+                _matmul3d(<float*>ap, <float*>bp, <float*>cp, batch, m, n, k, lda, ldb, step_a, step_b,
+                          trans_a, trans_b)
+            else:
+                _matmul3d(<double*>ap, <double*>bp, <double*>cp, batch, m, n, k, lda, ldb, step_a, step_b,
+                          trans_a, trans_b)
     finally:
         _blas_leave()
     return out
@@ -158,17 +176,18 @@ cdef class DenseKernel:
         return out if out is not None else self.general(a, w, bias)
 
 
-def _bias_activation(floating[:, ::1] c, const floating[::1] bias, bint relu):
-    cdef Py_ssize_t rows = c.shape[0], cols = c.shape[1], i, j
+cdef void _bias_activation(floating* c, const floating* bias, Py_ssize_t rows, Py_ssize_t cols,
+                           bint relu) noexcept nogil:
+    cdef Py_ssize_t i, j
     cdef floating v
     cdef int threads = _threads_for(rows * cols, 1 << 16)
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
-    with nogil, parallel(num_threads=threads):
+    with parallel(num_threads=threads):
         own = tapeflow_fpenv_swap(env)
         for i in prange(rows, schedule="static"):
             for j in range(cols):
-                v = c[i, j] + bias[j]
-                c[i, j] = (0 if v <= 0 else v) if relu else v  # NaN stays NaN, as np.maximum keeps it
+                v = c[i * cols + j] + bias[j]
+                c[i * cols + j] = (0 if v <= 0 else v) if relu else v  # NaN stays NaN, as np.maximum keeps it
         tapeflow_fpenv_swap(own)
 
 
@@ -187,5 +206,13 @@ def dense(a, w, bias, bint relu):
     out = matmul(a, w)
     if out.ndim != 2:
         raise ValueError(f"dense: need 2-D operands, got {a.shape} and {w.shape}")
-    _bias_activation(out, np.ascontiguousarray(bias), relu)
+    bias = np.ascontiguousarray(bias)
+    cdef void* op = cnp.PyArray_DATA(<cnp.ndarray>out)
+    cdef void* bp = cnp.PyArray_DATA(<cnp.ndarray>bias)
+    cdef Py_ssize_t rows = out.shape[0], cols = out.shape[1]
+    with nogil:
+        if cnp.PyArray_TYPE(<cnp.ndarray>out) == cnp.NPY_FLOAT32:
+            _bias_activation(<float*>op, <const float*>bp, rows, cols, relu)
+        else:
+            _bias_activation(<double*>op, <const double*>bp, rows, cols, relu)
     return out

@@ -238,9 +238,12 @@ def depthwise_conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations
 
 
 def sparse_softmax_cross_entropy_with_logits(logits, labels):
-    check_labels("sparse_softmax_cross_entropy_with_logits", labels, logits.shape[1])
-    (lc,) = _ready(logits)
-    loss, backprop = _kernels.sparse_softmax_xent(lc, np.ascontiguousarray(labels, dtype=np.int64))
+    ids = np.ascontiguousarray(labels, dtype=np.int64)
+    if ids.ndim != 1 or _kernels.first_label_outside(ids, logits.shape[1]) >= 0:
+        check_labels("sparse_softmax_cross_entropy_with_logits", labels, logits.shape[1])  # names the label
+    if logits.dtype in _FAST:
+        return _kernels.sparse_softmax_xent(np.ascontiguousarray(logits), ids)
+    loss, backprop = _kernels.sparse_softmax_xent(logits.astype(np.float32), ids)
     return loss.astype(logits.dtype, copy=False), backprop.astype(logits.dtype, copy=False)
 
 
@@ -284,13 +287,15 @@ def unique_sum(indices, values, num_rows):
 
 
 def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
-    dtype = param.dtype
-    p, m, v, g = _ready(param, m, v, grad)
-    lr, step = float(lr), float(step)
+    step = float(step)
     bias1, bias2 = 1.0 - beta1**step, 1.0 - beta2**step
     if epsilon_on_sqrt_v:
         epsilon = epsilon / bias2**0.5
-    outs = _kernels.adam_update(p, m, v, g, lr, beta1, beta2, epsilon, bias1, bias2)
+    dtype = param.dtype
+    if dtype in _FAST and m.dtype == dtype and v.dtype == dtype and grad.dtype == dtype:
+        return _kernels.adam_update(param, m, v, grad, float(lr), beta1, beta2, epsilon, bias1, bias2)
+    p, m, v, g = _ready(param, m, v, grad)
+    outs = _kernels.adam_update(p, m, v, g, float(lr), beta1, beta2, epsilon, bias1, bias2)
     return tuple(o.astype(dtype, copy=False) for o in outs)
 
 
@@ -325,40 +330,39 @@ def word2vec_sgns_train(syn0, syn1, ids, offsets, keep, cum, alpha_start, alpha_
     return syn0, syn1, np.array(counts, dtype=np.int64)
 
 
-def _elementwise_ok(*arrays):
-    """Same shape and one float32/float64 dtype: the fused elementwise kernels apply."""
-    first = arrays[0]
-    return first.dtype in _FAST and all(
-        isinstance(a, np.ndarray) and a.dtype == first.dtype and a.shape == first.shape for a in arrays
-    )
-
-
-def _contiguous(a):
-    return a if a.flags.c_contiguous else np.array(a, order="C")
-
-
 def relu(x):
-    if not _elementwise_ok(x):
-        return np.maximum(x, 0)
-    return _kernels.relu(_contiguous(x))
+    if isinstance(x, np.ndarray) and x.dtype in _FAST:
+        return _kernels.relu(x)
+    return np.maximum(x, 0)
 
 
 def relu_grad(g, y):
-    if not _elementwise_ok(g, y):
-        return np.where(y > 0, g, 0).astype(g.dtype, copy=False)
-    return _kernels.relu_grad(_contiguous(g), _contiguous(y))
+    if (
+        isinstance(g, np.ndarray)
+        and isinstance(y, np.ndarray)
+        and g.dtype in _FAST
+        and g.dtype == y.dtype
+        and g.shape == y.shape
+    ):
+        return _kernels.relu_grad(g, y)
+    return np.where(y > 0, g, 0).astype(g.dtype, copy=False)
 
 
-def _blas_sized(*arrays) -> bool:
-    """Every matrix dimension fits the C ints BLAS takes (NumPy's own matmul takes the rest)."""
-    return all(d <= MAX_DIM for a in arrays for d in a.shape[-2:])
+def _blas_sized(a, b) -> bool:
+    """Both operands of one float dtype the kernels take, every dimension within the C ints
+    BLAS takes (NumPy's own matmul takes the rest): no dimension of an array with at most
+    MAX_DIM elements exceeds it, and a larger one is checked dimension by dimension."""
+    if a.dtype != b.dtype or a.dtype not in _FAST:
+        return False
+    return (a.size <= MAX_DIM and b.size <= MAX_DIM) or all(d <= MAX_DIM for x in (a, b) for d in x.shape[-2:])
 
 
 def matmul(a, b):
-    if a.dtype == b.dtype and a.dtype in _FAST and _blas_sized(a, b):
-        if a.ndim == b.ndim == 2 or (a.ndim == b.ndim == 3 and a.shape[0] == b.shape[0]):
+    if _blas_sized(a, b):
+        nd = a.ndim
+        if nd == b.ndim and (nd == 2 or (nd == 3 and a.shape[0] == b.shape[0])):
             return _kernels.matmul(a, b)
-        if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:  # a dense layer over a sequence
+        if nd > 2 and b.ndim == 2 and a.flags.c_contiguous:  # a dense layer over a sequence
             rows = _kernels.matmul(a.reshape(math.prod(a.shape[:-1]), a.shape[-1]), b)
             return rows.reshape(a.shape[:-1] + (b.shape[1],))
     return np.matmul(a, b)
@@ -374,7 +378,7 @@ def _bias_activation(out, bias, activation):
 
 
 def fused_matmul(a, w, b, activation):
-    if a.ndim == 2 and a.dtype == w.dtype == b.dtype and a.dtype in _FAST and _blas_sized(a, w):
+    if a.ndim == 2 and b.dtype == a.dtype and _blas_sized(a, w):
         return _kernels.dense(a, w, b, activation == "relu")  # product, bias and relu in one kernel call
     return _bias_activation(matmul(a, w), b, activation)
 

@@ -281,6 +281,25 @@ def test_sparse_softmax_xent_is_stable_and_marks_bad_labels():
     assert np.isnan(loss[1:]).all() and np.isnan(grad[1:]).all()
 
 
+def test_first_label_outside_finds_what_numpy_finds():
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        labels = rng.integers(-2, 12, size=rng.integers(0, 30))
+        bad = np.flatnonzero((labels < 0) | (labels >= 10))
+        assert K.first_label_outside(labels, 10) == (bad[0] if bad.size else -1)
+    with pytest.raises(TypeError, match="int64"):
+        K.first_label_outside(np.zeros(3, np.int32), 10)
+
+
+def test_sparse_softmax_xent_refuses_other_layouts():
+    with pytest.raises(TypeError, match="logits"):
+        K.sparse_softmax_xent(np.zeros((4, 3))[::2], np.zeros(2, np.int64))
+    with pytest.raises(TypeError, match="labels"):
+        K.sparse_softmax_xent(np.zeros((2, 3)), np.zeros(2, np.int32))
+    with pytest.raises(ValueError, match="3 labels for 2 rows"):
+        K.sparse_softmax_xent(np.zeros((2, 3)), np.zeros(3, np.int64))
+
+
 # ----------------------------------------------------------------------------- embedding
 
 
@@ -338,8 +357,20 @@ def test_adam_update_rejects_mismatched_arrays():
     a = np.zeros(4)
     with pytest.raises(TypeError, match="grad"):
         K.adam_update(a, a.copy(), a.copy(), a.astype(np.float32), 0.1, 0.9, 0.99, 1e-8, 1, 1)
-    with pytest.raises(ValueError, match="contiguous"):
-        K.adam_update(a, a.copy(), a.copy(), np.zeros(8)[::2], 0.1, 0.9, 0.99, 1e-8, 1, 1)
+    with pytest.raises(ValueError, match="shapes differ"):
+        K.adam_update(a, a.copy(), a.copy(), np.zeros(5), 0.1, 0.9, 0.99, 1e-8, 1, 1)
+
+
+def test_adam_update_takes_strided_arrays_as_their_copies():
+    rng = np.random.default_rng(0)
+    p, m, v, g = rng.random((4, 16))
+    strided = rng.random(32)
+    strided[::2] = g
+    expected = K.adam_update(p, m, v, g, 0.1, 0.9, 0.99, 1e-8, 0.5, 0.25)
+    for actual, want in zip(
+        K.adam_update(p, m, v, strided[::2], 0.1, 0.9, 0.99, 1e-8, 0.5, 0.25), expected, strict=True
+    ):
+        np.testing.assert_array_equal(actual, want)
 
 
 @pytest.mark.parametrize("shape", [(7,), (300, 1001)], ids=["serial", "parallel"])
@@ -360,8 +391,10 @@ def test_relu_rejects_mismatched_arrays():
         K.relu_grad(a, a.astype(np.float32))
     with pytest.raises(ValueError, match="shapes"):
         K.relu_grad(a, np.zeros(5))
-    with pytest.raises(ValueError, match="contiguous"):
-        K.relu(np.zeros(8)[::2])
+    with pytest.raises(TypeError, match="numpy array"):
+        K.relu([1.0, -1.0])
+    strided = np.array([-1.0, 5.0, 2.0, 5.0, -0.0, 5.0])[::2]
+    assert K.relu(strided).tolist() == np.maximum(strided, 0).tolist()
 
 
 # One row through a dense layer: bands of 64 and 8 outputs and single outputs, split
