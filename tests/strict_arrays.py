@@ -8,7 +8,8 @@ and the op references can be checked for them without a GPU.
 - A ufunc takes device arrays, Python scalars and NumPy scalars only (no host array, not even
   a 0-d one, no list). `ufunc.at` is the array module's (`xp.add.at`), for add, subtract,
   maximum and minimum only, with device arrays for the indices and values; NumPy's own
-  `np.add.at` on a device array fails, as CuPy's arrays answer NotImplemented to it.
+  `np.add.at` on a device array fails, as CuPy's arrays answer NotImplemented to it. As CuPy's,
+  `maximum.at` and `minimum.at` on float64 round each slot they reach to float32.
 - A NumPy function reaching a device array runs only where CuPy 14 has a function of that
   name, and never with a host array beside it; an array method or attribute exists only where
   CuPy's ndarray has one (`flags` has no `writeable`).
@@ -311,6 +312,13 @@ class StrictUfunc:
         if any(isinstance(p, np.ndarray | list) for p in parts) or isinstance(b, np.ndarray | list):
             raise TypeError(f"{name}.at: indices and values must be device arrays or scalars, not host arrays")
         self.ufunc.at(a.array, unwrap(indices), unwrap(b))
+        if name in ("maximum", "minimum") and a.array.dtype == np.float64:
+            # CuPy 14's atomicMax and atomicMin on doubles compare through fmaxf and fminf: each
+            # slot they reach is rounded to float32
+            reached = np.zeros(a.array.shape, bool)
+            reached[unwrap(indices)] = True
+            with np.errstate(over="ignore"):
+                a.array[reached] = a.array[reached].astype(np.float32).astype(np.float64)
 
 
 def use_strict_arrays(backend, monkeypatch) -> None:

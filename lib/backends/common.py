@@ -76,6 +76,18 @@ def ufunc_at(ufunc, out, index, values) -> None:
     _DEVICE_UFUNC_AT[-1](ufunc.__name__, out, index, values)
 
 
+# An accelerator's backend may check a range in one fused step of its own: `run(values, low,
+# high)` gives (values clipped into range, the flag `check_pending` reads, whether all were in
+# range) for its arrays, or None where it cannot.
+_DEVICE_RANGE_CHECK: list[Callable] = []
+
+
+def register_range_check(run: Callable) -> None:
+    """Make `run(values, low, high)` check device values in range (see `check_in_range`)."""
+    if run not in _DEVICE_RANGE_CHECK:
+        _DEVICE_RANGE_CHECK.append(run)
+
+
 def check_in_range(values, low: int, high: int, error: Callable[[int], Exception]) -> tuple:
     """(integer `values` safe to index with, whether all lay in [low, high)). On the host a
     value out of range raises `error(the first such value)` at once, and the flag is None; on
@@ -91,6 +103,12 @@ def check_in_range(values, low: int, high: int, error: Callable[[int], Exception
         if values.size and (values.min() < low or values.max() >= high):
             raise error(values[(values < low) | (values >= high)].flat[0])
         return values, None
+    for run in _DEVICE_RANGE_CHECK if high > low else ():
+        fused = run(values, low, high)
+        if fused is not None:
+            safe, flag, ok = fused
+            _hold(flag, error, certain=False)
+            return safe, ok
     any_bad = _record((values < low) | (values >= high), values, error, certain=high <= low)
     return np.clip(values, low, max(high - 1, low)), ~any_bad
 
@@ -129,11 +147,15 @@ def _record(bad, values, error: Callable[[int], Exception], certain: bool):
         return flat.any()
     any_bad = flat.any()
     first = values.reshape(-1)[flat.argmax()]
-    entry = (np.stack([any_bad.astype(np.int64), first.astype(np.int64)]), error, PENDING.place)
-    (PENDING.held if PENDING.deferring else PENDING.flags).append(entry)
+    _hold(np.stack([any_bad.astype(np.int64), first.astype(np.int64)]), error, certain)
+    return any_bad
+
+
+def _hold(flag, error: Callable[[int], Exception], certain: bool) -> None:
+    """Record `flag` (a device array [any bad, first bad value]) until the checks are read."""
+    (PENDING.held if PENDING.deferring else PENDING.flags).append((flag, error, PENDING.place))
     if certain or len(PENDING.flags) + len(PENDING.held) >= MAX_PENDING:
         check_pending()
-    return any_bad
 
 
 class recording_at:

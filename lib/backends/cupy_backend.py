@@ -25,7 +25,13 @@ from tapeflow import _compat
 from tapeflow._kernels import cuda
 from tapeflow._kernels.cuda import elementwise_source
 from tapeflow.backends import cupy_recurrent, window_ops
-from tapeflow.backends.common import check_in_range, check_index_range, check_labels, register_ufunc_at
+from tapeflow.backends.common import (
+    check_in_range,
+    check_index_range,
+    check_labels,
+    register_range_check,
+    register_ufunc_at,
+)
 
 xp = _compat.cupy if _compat.has_gpu else np
 ON_GPU = xp is not np
@@ -62,7 +68,10 @@ def _on(index: int | None):
 
 # ------------------------------------------------------------ the device boundary
 def from_host(array, index: int | None = None):
-    """A copy of a host array on GPU `index` (default: the GPU of the op or graph run now)."""
+    """A copy of a host array on GPU `index` (default: the GPU of the op or graph run now); an
+    array already there as it is."""
+    if ON_GPU and type(array) is xp.ndarray and (index is None or array.device.id == index):
+        return array  # what xp.asarray gives, without entering the device
     with _on(index):
         return xp.asarray(array)
 
@@ -87,6 +96,8 @@ register_ufunc_at(ufunc_at)
 
 
 def conform(array, npdtype, index: int | None = None):
+    if type(array) is xp.ndarray and array.dtype == npdtype:  # the usual case, at every node of a run
+        return array
     with _on(None if isinstance(array, xp.ndarray) else index):  # a host result goes to GPU `index`
         return xp.asarray(array, dtype=npdtype)
 
@@ -97,11 +108,13 @@ def dtype_of(array) -> np.dtype:
 
 def enter_numerics(index: int = 0):
     """Make GPU `index` current for the op or graph run (new arrays go there); returns the
-    GPU that was current."""
+    GPU that was current, or None where it was `index` already (nothing to restore)."""
     if not ON_GPU:
         return None
-    previous = xp.cuda.Device().id
-    xp.cuda.Device(index).use()
+    previous = xp.cuda.runtime.getDevice()
+    if previous == index:
+        return None
+    xp.cuda.runtime.setDevice(index)
     return previous
 
 
@@ -109,7 +122,7 @@ def leave_numerics(state) -> None:
     """Make the GPU current before the run current again (kernels are queued on the
     current stream as they are called, so nothing waits)."""
     if state is not None:
-        xp.cuda.Device(state).use()
+        xp.cuda.runtime.setDevice(state)
 
 
 def stats(index: int = 0) -> dict:
@@ -136,16 +149,45 @@ def _raw(source: str, name: str, dtype):
     return cuda.kernel(source, f"{name}_{suffix}")
 
 
+# Values a range check walks in its one block at most (beyond, the array operations' check).
+RANGE_CHECK_LIMIT = 1 << 16
+_RANGE_CHECK_TYPES = {np.dtype(np.int64): "range_check_i64", np.dtype(np.int32): "range_check_i32"}
+
+
+def _range_check(values, low: int, high: int):
+    """On a GPU, `common.check_in_range`'s device check as one launch of range_check.cu:
+    (values clipped into range, the flag [any bad, first bad value], all in range); None
+    elsewhere, and for values of another type or more than RANGE_CHECK_LIMIT of them."""
+    if not ON_GPU or not isinstance(values, xp.ndarray):
+        return None
+    function = _RANGE_CHECK_TYPES.get(values.dtype)
+    n = values.size
+    if function is None or n > RANGE_CHECK_LIMIT or n == 0:
+        return None
+    flat = xp.ascontiguousarray(values).reshape(-1)
+    clipped, flag, ok = xp.empty_like(flat), xp.empty(2, np.int64), xp.empty((), np.bool_)
+    args = (flat, np.int64(n), np.int64(low), np.int64(high), clipped, flag, ok)
+    cuda.kernel("range_check", function)((1,), (_THREADS,), args, shared_mem=_THREADS * 8)
+    return clipped.reshape(values.shape), flag, ok
+
+
+register_range_check(_range_check)
+
+
 def sparse_softmax_cross_entropy_with_logits(logits, labels):
     """Loss and gradient in one pass: one block per row on a GPU. Labels are checked on the
     device (read at the end of the step) and clipped into range meanwhile."""
-    logits, labels = xp.asarray(logits), xp.asarray(labels, dtype=np.int64)
+    if type(logits) is not xp.ndarray:
+        logits = xp.asarray(logits)
+    if type(labels) is not xp.ndarray or labels.dtype != np.int64:
+        labels = xp.asarray(labels, dtype=np.int64)
     labels = check_labels("sparse_softmax_cross_entropy_with_logits", labels, logits.shape[1])
     kernel = _raw("softmax_xent", "sparse_softmax_xent", logits.dtype)
     if kernel is None:
         return _softmax_xent_xp(logits, labels)
     rows, classes = logits.shape
-    logits = xp.ascontiguousarray(logits)
+    if not logits.flags.c_contiguous:
+        logits = xp.ascontiguousarray(logits)
     loss, backprop = xp.empty(rows, logits.dtype), xp.empty_like(logits)
     shared = _THREADS * logits.dtype.itemsize
     kernel((rows,), (_THREADS,), (logits, labels, loss, backprop, np.int32(rows), np.int32(classes)), shared_mem=shared)
@@ -284,33 +326,58 @@ def bind_fused_elementwise(reference, program):
     broadcasting the inputs; the reference for half floats and without a GPU."""
     if not ON_GPU:
         return reference
-    sources: dict = {}
+    kernels: dict = {}
 
     def run(*arrays):
-        dtype = np.dtype(arrays[0].dtype)
-        if dtype.name not in elementwise_source.CTYPES or any(a.dtype != dtype for a in arrays):
+        dtype = arrays[0].dtype
+        name = _FLOAT_NAMES.get(dtype)
+        if name is None or any(a.dtype != dtype for a in arrays):
             return reference(*arrays)
-        key = (dtype.name, len(arrays))
-        if key not in sources:
-            sources[key] = elementwise_source.fused_elementwise(program, len(arrays), dtype.name)
-        return cuda.elementwise(sources[key])(*arrays)
+        key = (cuda.elementwise, name, len(arrays))
+        kernel = kernels.get(key)
+        if kernel is None:
+            kernel = kernels[key] = cuda.elementwise(elementwise_source.fused_elementwise(program, len(arrays), name))
+        return kernel(*arrays)
 
     return run
 
 
 def _device_float64(value):
     """`value` (a 0-d device array or a number) as a float64 device array, read nowhere else."""
-    return value.astype(np.float64) if isinstance(value, xp.ndarray) else from_host(np.asarray(value, np.float64))
+    if isinstance(value, xp.ndarray):
+        return value.astype(np.float64, copy=False)
+    return from_host(np.asarray(value, np.float64))
+
+
+# The dtypes generated kernels take, by dtype (a dict lookup: a dtype's `name` is slow to ask).
+_FLOAT_NAMES = {np.dtype(name): name for name in elementwise_source.CTYPES}
+_SCALAR_NAMES = {np.dtype(name): name for name in elementwise_source.SCALAR_CTYPES}
+
+
+def _kernel_scalar(value) -> tuple:
+    """(`value` as a generated kernel reads it, the name of its type): a 0-d device array of a
+    type in `elementwise_source.SCALAR_CTYPES` as it is (no conversion before the launch), any
+    other value as a float64 device array."""
+    if type(value) is xp.ndarray and value.ndim == 0:
+        name = _SCALAR_NAMES.get(value.dtype)
+        if name is not None:
+            return value, name
+    return _device_float64(value), "float64"
 
 
 def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
     """One generated kernel per variable on a GPU, reading `lr` and `step` on the device (never
-    on the host); elsewhere the reference's arithmetic in array ops, as free of host reads."""
-    lr, step = _device_float64(lr), _device_float64(step)
+    on the host), as they come; elsewhere the reference's arithmetic in array ops, as free of
+    host reads."""
+    dtype = param.dtype
+    name = _FLOAT_NAMES.get(dtype) if ON_GPU else None
+    if name is not None and m.dtype == v.dtype == grad.dtype == dtype:
+        (lr, lr_type), (step, step_type) = _kernel_scalar(lr), _kernel_scalar(step)
+        settings = (name, beta1, beta2, epsilon, epsilon_on_sqrt_v, (lr_type, step_type))
+        kernel = _update_kernel(cuda.elementwise, elementwise_source.adam_update, *settings)
+        return tuple(kernel(param, m, v, grad, lr, step))
     dtype = dtype_of(param)
-    if ON_GPU and dtype.name in elementwise_source.CTYPES and all(dtype_of(a) == dtype for a in (m, v, grad)):
-        source = elementwise_source.adam_update(dtype.name, beta1, beta2, epsilon, epsilon_on_sqrt_v)
-        return tuple(cuda.elementwise(source)(param, m, v, grad, lr, step))
+    lr, step = _device_float64(lr), _device_float64(step)
     bias1 = (1.0 - xp.power(beta1, step)).astype(dtype)
     bias2 = (1.0 - xp.power(beta2, step)).astype(dtype)
     m_new = beta1 * m + (1.0 - beta1) * grad
@@ -322,25 +389,32 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
 
 
 @functools.cache
-def _update_source(make, *settings):
-    return make(*settings)
+def _update_kernel(compile_source, make, *settings):
+    """`compile_source(make(*settings))`, made once: a launch looks its kernel up rather than
+    writing its source."""
+    return compile_source(make(*settings))
 
 
 def _one_kernel_per_step(reference, make, settings: tuple, split):
     """An optimizer step as one generated kernel per variable on a GPU, for float32 and float64
     parameters: `split(inputs)` gives (the arrays, in the kernel's order; the learning rate and
-    step), the scalars going in as float64 device arrays, never read on the host. Elsewhere (and
-    for other dtypes) the reference, which keeps device scalars on the device as well."""
+    step), the scalars going in as they are (or as float64 device arrays where the kernel cannot
+    read their type), never read on the host; the source is written once per dtype and the
+    scalars' types. Elsewhere (and for other dtypes) the reference, which keeps device scalars on
+    the device as well."""
     if not ON_GPU:
         return reference
 
     def run(*inputs):
         arrays, scalars = split(inputs)
-        dtype = dtype_of(arrays[0])
-        if dtype.name not in elementwise_source.CTYPES or any(dtype_of(a) != dtype for a in arrays):
+        dtype = arrays[0].dtype
+        name = _FLOAT_NAMES.get(dtype)
+        if name is None or any(a.dtype != dtype for a in arrays):
             return reference(*inputs)
-        kernel = cuda.elementwise(_update_source(make, dtype.name, *settings))
-        return tuple(kernel(*arrays, *(_device_float64(s) for s in scalars)))
+        scalars = [_kernel_scalar(s) for s in scalars]
+        types = tuple(t for _, t in scalars)
+        kernel = _update_kernel(cuda.elementwise, make, name, *settings, *types)
+        return tuple(kernel(*arrays, *(s for s, _ in scalars)))
 
     return run
 
@@ -373,7 +447,7 @@ def bind_adamw_update(reference, weight_decay, beta1, beta2, epsilon, epsilon_on
     }
 
     def run(*inputs):
-        rate = np.dtype(getattr(inputs[4], "dtype", np.float64)).name
+        rate = _FLOAT_NAMES.get(np.dtype(getattr(inputs[4], "dtype", np.float64)))
         return by_rate[rate](*inputs) if rate in by_rate else reference(*inputs)
 
     return run
@@ -395,6 +469,10 @@ def relu(x):
 
 
 def relu_grad(g, y):
+    """One generated kernel on a GPU (no boolean mask in between)."""
+    name = _FLOAT_NAMES.get(g.dtype) if ON_GPU else None
+    if name is not None and y.dtype == g.dtype and y.shape == g.shape:
+        return _update_kernel(cuda.elementwise, elementwise_source.relu_grad, name)(g, y)
     return xp.where(y > 0, g, 0).astype(g.dtype, copy=False)
 
 
@@ -403,8 +481,34 @@ def _bias_activation(y, b, activation):
     return xp.maximum(y, 0) if activation == "relu" else y
 
 
+_BIAS_PROGRAMS = {
+    "linear": (("input", 0), ("input", 1), ("add", 0, 1)),
+    "relu": (("input", 0), ("input", 1), ("add", 0, 1), ("relu", 2)),
+}
+
+
+def _bias_source(dtype: str, activation: str):
+    return elementwise_source.fused_elementwise(_BIAS_PROGRAMS[activation], 2, dtype)
+
+
 def fused_matmul(a, w, b, activation):
-    return _bias_activation(xp.matmul(a, w), b, activation)
+    """The product, then the bias and activation written into it (it is new, nothing else holds
+    it): one generated kernel on a GPU, in-place array operations elsewhere."""
+    y = xp.matmul(a, w)
+    if y.dtype != b.dtype or y.ndim == 0:
+        return _bias_activation(y, b, activation)
+    name = _FLOAT_NAMES.get(y.dtype) if ON_GPU else None
+    if name is not None:
+        return _update_kernel(cuda.elementwise, _bias_source, name, activation)(y, b, y)
+    xp.add(y, b, out=y)
+    if activation == "relu":
+        xp.maximum(y, 0, out=y)
+    return y
+
+
+def sum(x, axes, keepdims):  # noqa: A001 - the op's name
+    """The reference's sum as the array's own method (no NumPy dispatch on the way)."""
+    return x.sum(axis=axes, dtype=x.dtype if x.dtype != np.bool_ else np.int64, keepdims=keepdims)
 
 
 # ------------------------------------------------------------ window ops (im2col views, one GEMM each)
@@ -488,21 +592,60 @@ def fused_conv2d(x, w, b, activation, **conv):
     return _bias_activation(conv2d(x, w, **conv), b, activation)
 
 
-def _segment(ufunc: str, init: float):
+def segment_sum(data, ids, num_segments):
+    """The reference with its accumulator on the device: rows added in float64 into
+    num_segments + 1 slots, the last one taking (and dropping) ids out of range."""
+    out = xp.zeros((num_segments + 1, *data.shape[1:]), dtype=np.float64)
+    ids = xp.where((ids >= 0) & (ids < num_segments), ids, num_segments)
+    xp.add.at(out, ids, data.astype(np.float64))
+    return out[:-1].astype(data.dtype)
+
+
+_SIGN = np.uint64(1 << 63)
+_ONE, _SHIFT = np.uint64(1), np.uint64(63)
+
+
+def _ordered_key(x64):
+    """float64 values as uint64 keys in the same order (-inf lowest, +inf highest; -0.0 just
+    below 0.0)."""
+    bits = x64.view(np.uint64)
+    return xp.where((bits >> _SHIFT) == _ONE, ~bits, bits | _SIGN)
+
+
+def _from_key(key):
+    bits = xp.where((key >> _SHIFT) == _ONE, key ^ _SIGN, ~key)
+    return bits.view(np.float64)
+
+
+def _host_key(value: float) -> np.uint64:
+    """`_ordered_key` of one number, on the host."""
+    bits = int(np.float64(value).view(np.uint64))
+    return np.uint64(~bits & ((1 << 64) - 1) if bits >> 63 else bits | (1 << 63))
+
+
+def _segment_extreme(ufunc: str, init: float):
+    nan_key = np.uint64((1 << 64) - 1) if ufunc == "maximum" else np.uint64(0)  # wins every comparison
+    init_key = _host_key(init)
+
     def kernel(data, ids, num_segments):
-        """The reference with its accumulator on the device: rows reduced in float64 into
-        num_segments + 1 slots, the last one taking (and dropping) ids out of range."""
-        out = xp.full((num_segments + 1, *data.shape[1:]), init, dtype=np.float64)
+        """The reference's extremes, exactly: rows reduced into num_segments + 1 slots (the last
+        one taking, and dropping, ids out of range) as order-preserving uint64 keys of their
+        float64 values, NaN a key that wins, so that `ufunc.at` runs on integers. (CuPy 14's
+        maximum.at and minimum.at on float64 compare through fmaxf and fminf: each slot they
+        reach is rounded to float32, and the maxima no longer equal the rows they came from.)"""
+        x = data.astype(np.float64)
+        keys = xp.where(xp.isnan(x), nan_key, _ordered_key(x))
+        out = xp.full((num_segments + 1, *data.shape[1:]), init_key, dtype=np.uint64)
         ids = xp.where((ids >= 0) & (ids < num_segments), ids, num_segments)
-        getattr(xp, ufunc).at(out, ids, data.astype(np.float64))
-        return out[:-1].astype(data.dtype)
+        getattr(xp, ufunc).at(out, ids, keys)
+        out = out[:-1]
+        return xp.where(out == nan_key, np.nan, _from_key(out)).astype(data.dtype)
 
     return kernel
 
 
-segment_sum = _segment("add", 0.0)
-segment_max = _segment("maximum", -np.inf)
-segment_min = _segment("minimum", np.inf)
+segment_max = _segment_extreme("maximum", -np.inf)
+segment_min = _segment_extreme("minimum", np.inf)
 
 
 # ------------------------------------------------------------ recurrent sequences (a GEMM and a cell kernel a step)

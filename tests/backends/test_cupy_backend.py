@@ -60,6 +60,32 @@ def test_gather_and_dense_helpers_match_numpy():
     np.testing.assert_array_equal(off(cupy_backend.relu_grad(on(a), on(a))), np.where(a > 0, a, 0))
 
 
+@pytest.mark.parametrize("name", ["segment_max", "segment_min"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_segment_extremes_are_exact_and_their_gradient_picks_the_rows(name, dtype, monkeypatch):
+    """On the stand-in (whose float64 maximum.at rounds to float32, as CuPy's does) the
+    extremes are the CPU's bit for bit, NaN and infinities and dropped ids included, so the
+    gradient (which compares each row with its segment's extreme) reaches the rows it picked."""
+    gpu = stand_in_gpu(monkeypatch)
+    rng = np.random.default_rng(4)
+    data = ((rng.permutation(16) - 8) * 0.1).reshape(8, 2).astype(dtype)
+    data[5, 0], data[6, 1] = np.nan, -np.inf
+    ids = np.array([0, 2, 0, 1, 2, 3, 1, 7])
+    op = getattr(tp.ops, name)
+    results = {}
+    for device in ("cpu", gpu):
+        x = tp.tensor(data, device=device)
+        with tp.device(device), tp.GradientTape() as tape:
+            tape.watch(x)
+            y = op(x, tp.tensor(ids, device=device), num_segments=5)
+            weights = tp.tensor(np.arange(10.0).reshape(5, 2), dtype=dtype, device=device)
+            total = tp.sum(tp.ops.where(tp.ops.isfinite(y), y, 0.0) * weights)
+        results[device] = y.numpy(), tape.gradient(total, x).numpy()
+    np.testing.assert_array_equal(results[gpu][0], results["cpu"][0])
+    np.testing.assert_array_equal(results[gpu][1], results["cpu"][1])
+    assert np.count_nonzero(results["cpu"][1]) >= 5
+
+
 def test_without_a_gpu_there_is_no_gpu_device_and_no_pool():
     if _compat.has_gpu:
         pytest.skip("a GPU is present")

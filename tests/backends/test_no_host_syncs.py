@@ -11,6 +11,7 @@ from strict_arrays import HOST_READS, stand_in_gpu
 
 import tapeflow as tp
 from tapeflow import _compat
+from tapeflow.backends.common import deferring_checks
 
 MODELS = {"mlp": (mlp_layers, (8,)), "cnn": (cnn_layers, (8, 8, 1))}
 counted = pytest.mark.skipif(_compat.has_gpu, reason="HOST_READS counts the stand-in's reads, not a real GPU's")
@@ -134,3 +135,39 @@ def test_the_adam_reference_keeps_device_scalars_on_the_device(gpu):
         assert sum(HOST_READS.values()) == 0  # (none counted on a real GPU either)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(cupy_backend.to_host(g), w)
+
+
+@counted
+def test_a_frozen_mlp_training_step_reads_nothing_back(gpu):
+    """bench/gpu.py's step (a tp.function: the forward pass and GradientTape, the fused softmax
+    cross-entropy, Adam's update op per variable) reads nothing on the host while it runs: the
+    label check waits on the device, and is read once, where the held checks are."""
+    tp.random.seed(0)
+    rng = np.random.default_rng(0)
+    with tp.device(gpu):
+        dense = [tp.layers.Dense(16, activation="relu"), tp.layers.Dense(16, activation="relu"), tp.layers.Dense(3)]
+        model = tp.Sequential([tp.Input((8,)), *dense])
+        variables = model.trainable_weights
+        optimizer = tp.optimizers.Adam(1e-3)
+        optimizer.build(variables)
+        loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+        x, y = tp.tensor(rng.random((16, 8), dtype=np.float32)), tp.tensor(rng.integers(0, 3, 16))
+
+        @tp.function
+        def step(x, y):
+            with tp.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+            return loss
+
+        with deferring_checks():
+            step(x, y)  # traced here
+            HOST_READS.clear()
+            for _ in range(3):
+                step(x, y)
+            during = sum(HOST_READS.values())
+        held = sum(HOST_READS.values()) - during
+    ops = {node.op for graph in step.graphs.values() for node in graph.nodes}
+    assert {"adam_update", "sparse_softmax_cross_entropy_with_logits"} <= ops
+    assert during == 0, dict(HOST_READS)
+    assert held == 1  # the three steps' label checks, in one read

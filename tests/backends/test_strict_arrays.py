@@ -47,6 +47,16 @@ def test_ufunc_at_is_the_array_modules_for_what_cupy_scatters_only(a):
         np.add.at(a, np.array([0]), 1.0)  # NumPy's ufunc.at does not reach a CuPy array
 
 
+def test_maximum_at_on_float64_rounds_what_it_reaches_to_float32_as_cupys():
+    """CuPy 14's atomicMax and atomicMin on doubles go through fmaxf and fminf."""
+    out = xp.full((3,), -np.inf, dtype=np.float64)
+    xp.maximum.at(out, xp.asarray(np.array([0, 0])), xp.asarray(np.array([0.1, -2.0])))
+    assert unwrap(out).tolist() == [float(np.float32(0.1)), -np.inf, -np.inf]
+    exact = xp.zeros((2,), dtype=np.float32)  # float32 targets stay exact
+    xp.minimum.at(exact, xp.asarray(np.array([1])), xp.asarray(np.array([-0.1], np.float32)))
+    assert unwrap(exact).tolist() == [0.0, float(np.float32(-0.1))]
+
+
 def test_only_cupys_functions_and_attributes(a):
     assert unwrap(np.concatenate([a, a])).shape == (4, 3)
     with pytest.raises(TypeError, match="nanquantile"):

@@ -107,10 +107,42 @@ def test_generated_optimizer_steps_match_the_references(dtype, tmp_path):
         state = results
 
 
+@needs_compiler
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_kernels_read_scalars_of_their_own_type_as_float64_ones(dtype, tmp_path):
+    """A learning rate and step given as float32 (or an int64 step) reach the kernel as they
+    are: its steps are bit for bit those of the kernel given the same values as float64."""
+    rng, nptype = np.random.default_rng(8), NPTYPES[dtype]
+    typed = [("float32", "float32"), ("float32", "int64"), ("float64", "int32")]
+    adam = [elementwise_source.adam_update(dtype, 0.9, 0.999, 1e-7, True, s) for s in [("float64", "float64"), *typed]]
+    adamw = [elementwise_source.adamw_update(dtype, 0.1, 0.9, 0.999, 1e-7, False, "float32", *s) for s in typed]
+    sgd = [elementwise_source.sgd_momentum_update(dtype, 0.9, True, t) for t in ("float64", "float32")]
+    sources = [*adam, *adamw, elementwise_source.adamw_update(dtype, 0.1, 0.9, 0.999, 1e-7, False, "float32"), *sgd]
+    harness = Harness([(source, N) for source in sources], tmp_path)
+    param, grad = rng.standard_normal(N).astype(nptype), rng.standard_normal(N).astype(nptype)
+    m, v = np.abs(rng.standard_normal(N)).astype(nptype), np.abs(rng.standard_normal(N)).astype(nptype)
+    lr, step = float(np.float32(0.01)), 7.0
+    inputs = []
+    for source in sources:
+        scalars = [np.array([lr if n == "tf_lr" else step], t) for t, n, raw in source.inputs if raw]
+        arrays = [param, m, v, grad] if len(scalars) == 2 else [param, m, grad]
+        inputs.append([*arrays, *scalars])
+    got = harness(inputs)
+    for other in got[1:4]:
+        for a, b in zip(other, got[0], strict=True):
+            np.testing.assert_array_equal(a, b)
+    for other in got[4:7]:
+        for a, b in zip(other, got[7], strict=True):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(got[9], got[8], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_on_a_gpu_each_step_is_one_generated_kernel_with_device_scalars(monkeypatch):
     """The GPU dispatch, the compiled kernel replaced by a recorder: float32 and float64
     parameters reach one generated kernel per variable, with the learning rate (and AdamW's
-    step) as float64 0-d device arrays; float16 parameters run the reference."""
+    step) the very 0-d device arrays given (no conversion before the launch: the kernel reads
+    their type); float16 parameters run the reference."""
     calls = []
 
     def fake_elementwise(source):
@@ -139,8 +171,10 @@ def test_on_a_gpu_each_step_is_one_generated_kernel_with_device_scalars(monkeypa
                 continue
             assert len(calls) == 1 and len(outs) == 1 + len(slots)
             source, arrays = calls[0]
-            raw = [a for (_, _, is_raw), a in zip(source.inputs, arrays, strict=True) if is_raw]
-            assert [(a.dtype, a.shape) for a in raw] == [(np.float64, ())] * (2 if name == "adamw_update" else 1)
+            raw = [(t, a) for (t, _, is_raw), a in zip(source.inputs, arrays, strict=True) if is_raw]
+            given = [lr, step] if name == "adamw_update" else [lr]
+            assert len(raw) == len(given) and all(a is g for (_, a), g in zip(raw, given, strict=True))
+            assert [t for t, _ in raw] == ["float32"] * len(given)
             assert source.in_params.startswith(f"{dtype} tf_param")
 
 

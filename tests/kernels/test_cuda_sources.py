@@ -87,7 +87,7 @@ class Harness:
         for k, (source, n) in enumerate(kernels):
             lines, args = [f"static void kernel_{k}(long tf_n, char** tf_args) {{"], []
             for a, (dtype, name, raw) in enumerate(source.inputs):
-                t = elementwise_source.CTYPES[dtype]
+                t = elementwise_source.SCALAR_CTYPES[dtype]
                 if raw:
                     lines.append(f"    const {t}* {name} = reinterpret_cast<const {t}*>(tf_args[{a}]);")
                 args.append(f"tf_in + {in_offset}")
@@ -95,7 +95,7 @@ class Harness:
             lines.append(source.loop_prep)
             lines.append("    for (long tf_i = 0; tf_i < tf_n; ++tf_i) {")
             for a, (dtype, name, raw) in enumerate(source.inputs):
-                t = elementwise_source.CTYPES[dtype]
+                t = elementwise_source.SCALAR_CTYPES[dtype]
                 if not raw:
                     lines.append(f"        const {t} {name} = reinterpret_cast<const {t}*>(tf_args[{a}])[tf_i];")
             for b, (dtype, name, _) in enumerate(source.outputs):
@@ -241,6 +241,49 @@ def test_generated_fused_programs_match_the_reference(dtype, tmp_path):
     cases = fused_cases(dtype)
     kernels = [(with_registers(elementwise_source.fused_elementwise(p, len(xs), dtype)), xs[0].size) for p, xs in cases]
     check_fused_results(cases, Harness(kernels, tmp_path)([xs for _, xs in cases]), dtype)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_relu_grad_and_the_bias_kernels_match_their_references(dtype, tmp_path):
+    """relu_grad's kernel and fused_matmul's bias-and-activation kernels (fused programs), on
+    special values: NaN, infinities and signed zeros in both operands."""
+    nptype = NPTYPES[dtype]
+    special = np.array(SPECIAL, nptype)
+    g, y = np.repeat(special, special.size), np.tile(special, special.size)
+    bias = {a: cupy_backend._bias_source(dtype, a) for a in ("linear", "relu")}
+    kernels = [(elementwise_source.relu_grad(dtype), g.size), *((source, g.size) for source in bias.values())]
+    got = Harness(kernels, tmp_path)([[g, y], [y, g], [y, g]])
+    assert_same_values(got[0][0], get_op("relu_grad").reference(g, y))
+    with np.errstate(invalid="ignore"):  # inf - inf
+        total = y + g
+    assert_same_values(got[1][0], total)
+    relu = np.where((total > 0) | np.isnan(total), total, nptype(0))  # NaN kept, -0.0 made 0.0
+    assert_same_values(got[2][0], relu)
+
+
+def test_on_a_gpu_dense_layers_run_one_kernel_after_the_product(monkeypatch):
+    """fused_matmul's bias and activation, and relu_grad, each as one generated kernel (built
+    once per dtype) on a GPU, the bias written into the product; other dtypes as before."""
+    calls = []
+
+    def fake_elementwise(source):
+        def kernel(*arrays):
+            calls.append((source.name, arrays))
+            return arrays[2] if len(arrays) == 3 else np.zeros_like(arrays[0])
+
+        return kernel
+
+    monkeypatch.setattr(cupy_backend, "ON_GPU", True)
+    monkeypatch.setattr(cuda, "elementwise", fake_elementwise)
+    a, w, b = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), np.ones(4, np.float32)
+    for _ in range(2):
+        y = cupy_backend.fused_matmul(a, w, b, "relu")
+        assert calls[-1][1][2] is y and calls[-1][1][0] is y and calls[-1][1][1] is b
+        cupy_backend.relu_grad(y, y)
+    assert len({name for name, _ in calls}) == 2 and len(calls) == 4
+    half = cupy_backend.fused_matmul(a.astype(np.float16), w.astype(np.float16), b.astype(np.float16), "relu")
+    assert half.dtype == np.float16 and half.tolist() == [[4.0] * 4] * 2 and len(calls) == 4
 
 
 @needs_gpu
@@ -495,8 +538,9 @@ def test_without_a_gpu_the_backend_runs_the_references(monkeypatch):
 
 def test_on_a_gpu_each_program_and_dtype_gets_one_generated_kernel(monkeypatch):
     """The GPU path's dispatch, with the compiled kernel replaced by a recorder: float32 and
-    float64 inputs reach the generated kernel (built once per program and dtype), float16
-    inputs the reference; Adam's kernel gets lr and step as float64 device scalars."""
+    float64 inputs reach the generated kernel (its source written and compiled once per program
+    and dtype), float16 inputs the reference; Adam's kernel gets numbers for lr and step as
+    float64 device scalars, and 0-d device arrays as they are."""
     built = []
 
     def fake_elementwise(source):
@@ -515,9 +559,11 @@ def test_on_a_gpu_each_program_and_dtype_gets_one_generated_kernel(monkeypatch):
         tag, source, arrays = run(x32, y32)
         assert tag == "kernel" and arrays == (x32, y32) and "float32 tf_in1" in source.in_params
     run(x32.astype(np.float64), y32.astype(np.float64))
-    assert [s.in_params.split()[0] for s in built] == ["float32", "float32", "float64"]
-    assert built[0] == built[1]  # the same text: compiled once by cuda.elementwise's cache
+    assert [s.in_params.split()[0] for s in built] == ["float32", "float64"]
     half = run(x32.astype(np.float16), y32.astype(np.float16))
     assert half.dtype == np.float16 and half.tolist() == [[np.float16(0.7071)] * 3] * 2
     tag, arrays = cupy_backend.adam_update(x32, x32, x32, x32, np.float32(0.1), 2, 0.9, 0.999, 1e-7)
     assert tag == "adam" and [a.dtype for a in arrays[4:]] == [np.float64] * 2 and arrays[5].shape == ()
+    lr, step = np.asarray(0.1, np.float32), np.asarray(2, np.int64)
+    tag, arrays = cupy_backend.adam_update(x32, x32, x32, x32, lr, step, 0.9, 0.999, 1e-7)
+    assert arrays[4] is lr and arrays[5] is step

@@ -1,13 +1,15 @@
 """CUDA sources for the GPU backend, compiled on first use through CuPy.
 
 Each ``<name>.cu`` file holds ``extern "C"`` kernels named ``<kernel>_f32`` and
-``<kernel>_f64``. `kernel(name, function)` compiles a file the first time one of its
-kernels is asked for (NVRTC, in CuPy's default C++ dialect, cached by CuPy on disk) and keeps
-the module. `elementwise(source)` makes the ElementwiseKernel of a generated
+``<kernel>_f64`` (``_i32`` and ``_i64`` for integer data). `kernel(name, function)`
+compiles a file the first time one of its kernels is asked for (NVRTC, in CuPy's default
+C++ dialect, cached by CuPy on disk) and keeps the module, and each kernel once per GPU
+(a launch looks it up in a dict).
+`elementwise(source)` makes the ElementwiseKernel of a generated
 `elementwise_source.KernelSource` (compiled by CuPy on its first call for each device).
 
 >>> sorted(SOURCES)
-['scatter_add_rows', 'softmax_xent', 'word2vec']
+['range_check', 'scatter_add_rows', 'softmax_xent', 'word2vec']
 """
 
 from __future__ import annotations
@@ -28,9 +30,18 @@ def _module(name: str):
     return cupy.RawModule(code=SOURCES[name].read_text())
 
 
+_FUNCTIONS: dict = {}  # (file, kernel, GPU) -> the loaded kernel
+
+
 def kernel(name: str, function: str):
-    """The compiled kernel `function` of source file `name` (compiled on the first call)."""
-    return _module(name).get_function(function)
+    """The compiled kernel `function` of source file `name` on the current GPU (compiled on
+    the first call; later calls find it in a dict, without asking the driver again)."""
+    cupy = _compat.require_cupy()
+    key = (name, function, cupy.cuda.runtime.getDevice())
+    found = _FUNCTIONS.get(key)
+    if found is None:
+        found = _FUNCTIONS[key] = _module(name).get_function(function)
+    return found
 
 
 @functools.lru_cache(maxsize=1024)

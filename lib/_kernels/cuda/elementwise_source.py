@@ -31,6 +31,10 @@ import numpy as np
 from tapeflow._kernels.fusion_opcodes import ARITY
 
 CTYPES = {"float32": "float", "float64": "double"}
+# Types a 0-d device scalar (learning rate, step) may have: the kernel reads it as it is, so that
+# no conversion runs before each launch.
+SCALAR_CTYPES = {**CTYPES, "int32": "int", "int64": "long long"}
+_FLOAT64_SCALARS = ("float64", "float64")
 OPTIONS = ("--fmad=false",)
 _BITS = {"float32": (np.uint32, "__int_as_float({:#x})"), "float64": (np.uint64, "__longlong_as_double({:#x}LL)")}
 
@@ -146,10 +150,31 @@ def fused_elementwise(program: tuple, n_inputs: int, dtype: str) -> KernelSource
     )
 
 
-def adam_update(dtype: str, beta1: float, beta2: float, epsilon: float, epsilon_on_sqrt_v: bool) -> KernelSource:
+def relu_grad(dtype: str) -> KernelSource:
+    """`tapeflow`'s relu_grad for `dtype`: the gradient tf_g where tf_y > 0, else 0 (a NaN in
+    tf_y gives 0); output tf_out.
+
+    >>> print(relu_grad("float32").operation)
+    tf_out = tf_y > 0.e+00f ? tf_g : 0.e+00f;
+    """
+    zero = literal(0.0, dtype)
+    operation = f"tf_out = tf_y > {zero} ? tf_g : {zero};"
+    inputs = ((dtype, "tf_g", False), (dtype, "tf_y", False))
+    return KernelSource(_name("tapeflow_relu_grad", operation), inputs, ((dtype, "tf_out", False),), operation)
+
+
+def adam_update(
+    dtype: str,
+    beta1: float,
+    beta2: float,
+    epsilon: float,
+    epsilon_on_sqrt_v: bool,
+    scalars: tuple = _FLOAT64_SCALARS,
+) -> KernelSource:
     """The Adam step of `tapeflow.ops.optim.adam_update` for parameters of `dtype`: inputs
-    tf_param, tf_m, tf_v, tf_grad and the float64 0-d device scalars tf_lr and tf_step (read
-    once per thread, never on the host); outputs tf_param_out, tf_m_out, tf_v_out.
+    tf_param, tf_m, tf_v, tf_grad and the 0-d device scalars tf_lr and tf_step of the types
+    `scalars` (in `SCALAR_CTYPES`; read once per thread, as float64, never on the host);
+    outputs tf_param_out, tf_m_out, tf_v_out.
 
     As the reference: the moments in `dtype` with the betas rounded to it, the bias corrections
     computed in float64 and rounded to it, and with `epsilon_on_sqrt_v` the denominator and the
@@ -159,7 +184,7 @@ def adam_update(dtype: str, beta1: float, beta2: float, epsilon: float, epsilon_
     c = functools.partial(literal, dtype=dtype)
     beta2_64 = literal(beta2, "float64")
     prep = [
-        "const double tf_s = tf_step[0];",
+        "const double tf_s = (double)tf_step[0];",
         f"const {t} tf_lr_t = ({t})tf_lr[0];",
         f"const {t} tf_bias1 = ({t})(1.0 - pow({literal(beta1, 'float64')}, tf_s));",
         f"const {t} tf_bias2 = ({t})(1.0 - pow({beta2_64}, tf_s));",
@@ -182,23 +207,32 @@ def adam_update(dtype: str, beta1: float, beta2: float, epsilon: float, epsilon_
     operation, loop_prep = "\n".join(body), "\n".join(prep)
     inputs = (
         *((dtype, name, False) for name in ("tf_param", "tf_m", "tf_v", "tf_grad")),
-        ("float64", "tf_lr", True),
-        ("float64", "tf_step", True),
+        (scalars[0], "tf_lr", True),
+        (scalars[1], "tf_step", True),
     )
     outputs = tuple((dtype, name, False) for name in ("tf_param_out", "tf_m_out", "tf_v_out"))
-    return KernelSource(_name("tapeflow_adam", loop_prep + operation), inputs, outputs, operation, "", loop_prep)
+    name = _name("tapeflow_adam", _typed(scalars) + loop_prep + operation)
+    return KernelSource(name, inputs, outputs, operation, "", loop_prep)
 
 
-def _update_kernel(prefix: str, dtype: str, arrays: tuple, outputs: tuple, prep: list, body: list) -> KernelSource:
-    """An optimizer step's kernel: `arrays` (inputs of `dtype`), then the float64 0-d device
-    scalar tf_lr (read once per thread in `prep`, never on the host); `outputs` of `dtype`."""
+def _typed(scalars: tuple) -> str:
+    """The scalars' types as text for a kernel's name (none for the float64 default)."""
+    return "" if tuple(scalars) == _FLOAT64_SCALARS[: len(scalars)] else ",".join(scalars)
+
+
+def _update_kernel(
+    prefix: str, dtype: str, arrays: tuple, outputs: tuple, prep: list, body: list, lr_dtype: str
+) -> KernelSource:
+    """An optimizer step's kernel: `arrays` (inputs of `dtype`), then the 0-d device scalar
+    tf_lr of `lr_dtype` (read once per thread in `prep`, never on the host); `outputs` of `dtype`."""
     operation, loop_prep = "\n".join(body), "\n".join(prep)
-    inputs = (*((dtype, name, False) for name in arrays), ("float64", "tf_lr", True))
+    inputs = (*((dtype, name, False) for name in arrays), (lr_dtype, "tf_lr", True))
     outs = tuple((dtype, name, False) for name in outputs)
-    return KernelSource(_name(prefix, loop_prep + operation), inputs, outs, operation, "", loop_prep)
+    name = _name(prefix, _typed((lr_dtype,)) + loop_prep + operation)
+    return KernelSource(name, inputs, outs, operation, "", loop_prep)
 
 
-def sgd_momentum_update(dtype: str, momentum: float, nesterov: bool) -> KernelSource:
+def sgd_momentum_update(dtype: str, momentum: float, nesterov: bool, lr_dtype: str = "float64") -> KernelSource:
     """The step of `tapeflow.ops.optim.sgd_momentum_update` for parameters of `dtype`: inputs
     tf_param, tf_m, tf_grad and tf_lr; outputs tf_param_out, tf_m_out. As the reference, all in
     `dtype`, the learning rate and momentum rounded to it."""
@@ -211,11 +245,13 @@ def sgd_momentum_update(dtype: str, momentum: float, nesterov: bool) -> KernelSo
     body.append("tf_m_out = tf_m_new;")
     prep = [f"const {t} tf_lr_t = ({t})tf_lr[0];"]
     return _update_kernel(
-        "tapeflow_sgd", dtype, ("tf_param", "tf_m", "tf_grad"), ("tf_param_out", "tf_m_out"), prep, body
+        "tapeflow_sgd", dtype, ("tf_param", "tf_m", "tf_grad"), ("tf_param_out", "tf_m_out"), prep, body, lr_dtype
     )
 
 
-def rmsprop_update(dtype: str, rho: float, momentum: float, epsilon: float, centered: bool) -> KernelSource:
+def rmsprop_update(
+    dtype: str, rho: float, momentum: float, epsilon: float, centered: bool, lr_dtype: str = "float64"
+) -> KernelSource:
     """The step of `tapeflow.ops.optim.rmsprop_update` for parameters of `dtype`: inputs tf_param,
     tf_velocity, tf_grad, then tf_moment (momentum > 0) and tf_average (centered), and tf_lr;
     outputs tf_param_out, tf_velocity_out, then tf_moment_out and tf_average_out likewise. As the
@@ -240,10 +276,10 @@ def rmsprop_update(dtype: str, rho: float, momentum: float, epsilon: float, cent
     prep = [f"const {t} tf_lr_t = ({t})tf_lr[0];"]
     arrays = ("tf_param", "tf_velocity", "tf_grad", *slots)
     outputs = ("tf_param_out", "tf_velocity_out", *(f"{s}_out" for s in slots))
-    return _update_kernel("tapeflow_rmsprop", dtype, arrays, outputs, prep, body)
+    return _update_kernel("tapeflow_rmsprop", dtype, arrays, outputs, prep, body, lr_dtype)
 
 
-def adagrad_update(dtype: str, epsilon: float) -> KernelSource:
+def adagrad_update(dtype: str, epsilon: float, lr_dtype: str = "float64") -> KernelSource:
     """The step of `tapeflow.ops.optim.adagrad_update` for parameters of `dtype`: inputs tf_param,
     tf_accumulator, tf_grad and tf_lr; outputs tf_param_out, tf_accumulator_out. As the
     reference, all in `dtype`, epsilon inside the square root."""
@@ -255,7 +291,7 @@ def adagrad_update(dtype: str, epsilon: float) -> KernelSource:
     ]
     prep = [f"const {t} tf_lr_t = ({t})tf_lr[0];"]
     arrays, outputs = ("tf_param", "tf_accumulator", "tf_grad"), ("tf_param_out", "tf_accumulator_out")
-    return _update_kernel("tapeflow_adagrad", dtype, arrays, outputs, prep, body)
+    return _update_kernel("tapeflow_adagrad", dtype, arrays, outputs, prep, body, lr_dtype)
 
 
 def adamw_update(
@@ -266,16 +302,20 @@ def adamw_update(
     epsilon: float,
     epsilon_on_sqrt_v: bool,
     rate_dtype: str = "float64",
+    lr_dtype: str = "float64",
+    step_dtype: str = "float64",
 ) -> KernelSource:
     """The step of `tapeflow.ops.optim.adamw_update`: the parameter first decays by
     lr * weight_decay (computed in `rate_dtype`, the float type the learning rate had before it
     became the float64 tf_lr, then rounded to `dtype`), then `adam_update`'s kernel body runs on
-    the decayed parameter; inputs and outputs as that kernel's."""
+    the decayed parameter; inputs and outputs as that kernel's (tf_lr of `lr_dtype`, tf_step of
+    `step_dtype`)."""
     t, r = CTYPES[dtype], CTYPES[rate_dtype]
-    adam = adam_update(dtype, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    scalars = (lr_dtype, step_dtype)
+    adam = adam_update(dtype, beta1, beta2, epsilon, epsilon_on_sqrt_v, scalars)
     decay = f"({r})tf_lr[0] * {literal(weight_decay, rate_dtype)}"
     prep = f"{adam.loop_prep}\nconst {t} tf_decay = ({t})({decay});"
     decayed = f"const {t} tf_decayed = tf_param - tf_param * tf_decay;"
     operation = decayed + "\n" + re.sub(r"\btf_param\b", "tf_decayed", adam.operation)
-    name = _name("tapeflow_adamw", prep + operation)
+    name = _name("tapeflow_adamw", _typed(scalars) + prep + operation)
     return dataclasses.replace(adam, name=name, operation=operation, loop_prep=prep)
