@@ -368,6 +368,18 @@ def matmul(a, b):
     return np.matmul(a, b)
 
 
+def bind_sum(reference, axes, keepdims):
+    """A float sum as NumPy's add.reduce itself (what np.sum calls, without its Python layers);
+    other dtypes (booleans counted in int64) through the reference."""
+
+    def run(x):
+        if type(x) is np.ndarray and x.dtype in _FAST:
+            return np.add.reduce(x, axis=axes, keepdims=keepdims)
+        return reference(x)
+
+    return run
+
+
 # ------------------------------------------------------------ fused layer ops
 def _bias_activation(out, bias, activation):
     """Bias and activation in place on `out`, a product the kernel has just allocated."""

@@ -100,7 +100,8 @@ def compile_schedule(steps, feed_slots, constants, reads, fetch_slots, options):
             run_lines += [
                 "if PENDING.flags:  # checks deferred on a device pass before any variable changes",
                 "    check_pending(deferrable=True)",
-                f"f{i}._value = c{i}(v{ins[0]}, d{i})",
+                f"r = v{ins[0]}",
+                f"f{i}._value = r if type(r) is ndarray and r.dtype is d{i} else c{i}(r, d{i})",
             ]
         else:
             raise ValueError(f"compile_schedule: step {i} has a kind ({kind}) a straight-line run cannot take")

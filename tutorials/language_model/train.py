@@ -1,7 +1,8 @@
 """A word-level LSTM language model: TensorFlow's classic PTB tutorial ("small") with `fit`.
 
     python tutorials/language_model/train.py                     # full softmax, then sampled softmax
-    python tutorials/language_model/train.py --max-words 0 --epochs 4 --decay-after 2   # the whole excerpt
+    python tutorials/language_model/train.py --max-words 150000  # the first 150k words only
+    python tutorials/language_model/train.py --epochs 4 --decay-after 2
     python tutorials/language_model/train.py --variant sampled --num-sampled 512 --epochs 3
     python tutorials/language_model/train.py --replicas 2        # the same run on 2 replicas (Dask), clipped alike
 
@@ -304,7 +305,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decay-after", type=int, default=1, help="epochs at the full learning rate (default 1)")
     p.add_argument("--max-steps", type=int, help="at most this many batches per epoch (for quick runs)")
     p.add_argument(
-        "--max-words", type=int, default=150_000, help="the first N words of the corpus (default 150,000; 0: all 582k)"
+        "--max-words", type=int, default=0, help="only the first N words of the corpus (default 0: all 582k)"
     )
     p.add_argument("--vocabulary", type=int, default=10_000)
     p.add_argument("--units", type=int, default=200)
