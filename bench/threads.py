@@ -58,7 +58,7 @@ def tapeflow_worker(kind: str, steps: int) -> float:
     model = tapeflow_model(kind, dropout=False)
     model.compile(tp.optimizers.Adam(1e-3), tp.losses.SparseCategoricalCrossentropy(from_logits=True))
     x, y = (tp.tensor(a) for a in _data(kind))
-    return _median_ms(lambda: model.train_step(x, y), steps)
+    return _median_ms(lambda: model.train_step((x, y)), steps)
 
 
 def torch_worker(kind: str, steps: int) -> float:
