@@ -40,7 +40,7 @@ cdef extern from *:
     static size_t tf_sizes[TF_SLOTS];
     static int tf_count = 0;
     static size_t tf_cached = 0;
-    static size_t tf_limit = (size_t)1 << 28;
+    static size_t tf_limit = (size_t)1 << 28;  /* raised at import where memory allows */
     static unsigned long long tf_reused = 0;
 
     /* Every block starts with a header: the size it was made for (rounded to pages when large). */
@@ -158,6 +158,20 @@ cdef extern from *:
 cdef extern from "numpy/arrayobject.h":
     object PyDataMem_SetHandler(object handler)
 
+import os
+
+
+def _cache_limit() -> int:
+    """The bytes kept: a sixteenth of the machine's memory, between 256 MiB and 1 GiB (a large
+    dense layer's weights, their gradient and their update are each one block of a step)."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 28
+    return max(1 << 28, min(1 << 30, memory // 16))
+
+
+tf_limit = _cache_limit()
 LARGE_BYTES = TF_LARGE
 CACHE_SLOTS = TF_SLOTS
 CACHE_LIMIT = tf_limit

@@ -1,5 +1,6 @@
 """The caching allocator of graph runs: large arrays reuse the blocks earlier arrays gave back."""
 
+import os
 import threading
 
 import numpy as np
@@ -63,6 +64,15 @@ def test_the_kept_blocks_are_bounded():
         first, second, third = (np.empty(huge, np.uint8) for _ in range(3))
     del first, second, third
     assert A.cached_bytes() <= A.CACHE_LIMIT
+
+
+def test_the_limit_is_a_sixteenth_of_memory_within_bounds():
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert A.CACHE_LIMIT == A._cache_limit() == max(1 << 28, min(1 << 30, memory // 16))
+    with A.reusing_blocks():
+        weights, update = np.empty((1 << 28) // 4 + 1024, np.float32), np.empty((1 << 28) // 4 + 1024, np.float32)
+    del weights, update  # two blocks past 256 MiB together: both kept where the limit allows
+    assert A.cached_bytes() == (2 * ((1 << 28) + 4096) if A.CACHE_LIMIT >= (1 << 29) + 8192 else (1 << 28) + 4096)
 
 
 def test_resizing_in_place_keeps_the_data():
