@@ -18,7 +18,7 @@ from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import as_tensor
 from tapeflow.optimizers import schedules
 from tapeflow.optimizers.schedules import LearningRateSchedule
-from tapeflow.tensor import IndexedSlices, Tensor, Variable, eager_scope
+from tapeflow.tensor import TRACING, FreezeError, IndexedSlices, Tensor, Variable, eager_scope
 
 _AVERAGE = "average"  # the slot holding a variable's moving average when use_ema is set
 
@@ -87,7 +87,8 @@ class Optimizer:
         self.global_clipnorm = None if global_clipnorm is None else float(global_clipnorm)
         self.weight_decay = None if weight_decay is None else _nonnegative(owner, "weight_decay", weight_decay)
         self.name = name or owner.lower()
-        self.iterations = 0
+        self._iterations = 0
+        self._counter: Variable | None = None  # the count frozen functions advance (made by the first trace)
         self._step = 1  # the step number the update in progress uses (counted from 1)
         self._decay = 0.0  # the weight decay the update in progress applies itself (see _rule_decays)
         self._learning_rate = self._checked_learning_rate(learning_rate)
@@ -198,17 +199,81 @@ class Optimizer:
         return [v for slots in self._slots for v in slots.values()]
 
     # ---------------------------------------------------------------- updating
+    @property
+    def iterations(self) -> int:
+        """The updates applied so far: each `apply_gradients` counts one, also where a
+        `tp.function` that calls it runs frozen (the graph reads and advances the count).
+
+        >>> import tapeflow as tp
+        >>> w, opt = tp.Variable([1.0]), tp.optimizers.Adam(0.1)
+        >>> @tp.function
+        ... def step():
+        ...     with tp.GradientTape() as tape:
+        ...         loss = tp.sum(w * w)
+        ...     opt.apply_gradients([(tape.gradient(loss, w), w)])
+        >>> for _ in range(3):
+        ...     step()
+        >>> opt.iterations
+        3
+        """
+        counter = self._counter
+        if counter is None:
+            return self._iterations
+        with eager_scope():  # inside a freeze too: the count reached so far
+            return int(counter.numpy())
+
+    @iterations.setter
+    def iterations(self, value) -> None:
+        self._iterations = int(value)
+        if self._counter is not None:
+            self._counter.assign(np.int64(value))
+
     def apply_gradients(self, grads_and_vars) -> None:
         """Update each variable from its gradient, then count one iteration.
 
         Pairs whose gradient is None are skipped with a warning; if every
-        gradient is None that is an error. An empty list does nothing.
+        gradient is None that is an error. An empty list does nothing. Inside a
+        function being frozen, the step number (and a schedule's learning rate) come
+        from a counter the graph reads and advances, so every run takes the next step.
         """
         pairs = self._checked_pairs(grads_and_vars)
         if not pairs:
             return
+        if TRACING.tracer is not None:
+            self._apply_traced(pairs)
+            return
         self._apply_pairs(pairs, self.learning_rate, self.iterations + 1)
         self.iterations += 1
+
+    def _apply_traced(self, pairs) -> None:
+        """`apply_gradients` recorded into a graph: the step is the counter plus one, in the
+        first variable's float dtype, and the counter is advanced by the graph."""
+        if self._counter is None:
+            with eager_scope(), device("cpu"):
+                self._counter = Variable(np.int64(self._iterations), trainable=False, name=f"{self.name}/iterations")
+        count = self._counter + 1
+        dtype = pairs[0][1].dtype
+        step = cast(count, dtype if dtype.kind == "f" else "float32")
+        self._apply_pairs(pairs, self._traced_rate(step), step)
+        self._counter.assign(count)
+
+    def _traced_rate(self, step):
+        """The learning rate for a traced step: a schedule evaluated on it where the schedule
+        is written in ops; one in Python arithmetic gives its value at the count reached so
+        far, fixed in the graph, with a warning."""
+        schedule = self._learning_rate
+        if not isinstance(schedule, LearningRateSchedule):
+            return self.learning_rate
+        try:
+            return schedule(step)
+        except FreezeError:
+            warnings.warn(
+                f"{type(self).__name__}: the learning-rate schedule {type(schedule).__name__} computes in Python, "
+                f"so this frozen function keeps its rate at step {self.iterations + 1} for every run; train with "
+                "model.fit (which feeds the rate at every step) to follow the schedule",
+                stacklevel=4,
+            )
+            return self.learning_rate
 
     def apply_gradients_at(self, grads_and_vars, learning_rate, step) -> None:
         """Update like `apply_gradients`, with the learning rate and the step number
