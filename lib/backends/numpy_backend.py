@@ -390,8 +390,12 @@ def _bias_activation(out, bias, activation):
 
 
 def fused_matmul(a, w, b, activation):
-    if a.ndim == 2 and b.dtype == a.dtype and _blas_sized(a, w):
-        return _kernels.dense(a, w, b, activation == "relu")  # product, bias and relu in one kernel call
+    if a.ndim >= 2 and w.ndim == 2 and b.dtype == a.dtype and _blas_sized(a, w):
+        if a.ndim == 2:
+            return _kernels.dense(a, w, b, activation == "relu")  # product, bias and relu in one kernel call
+        if a.flags.c_contiguous:  # a dense layer over a sequence: its rows as one matrix
+            rows = _kernels.dense(a.reshape(math.prod(a.shape[:-1]), a.shape[-1]), w, b, activation == "relu")
+            return rows.reshape(a.shape[:-1] + (w.shape[1],))
     return _bias_activation(matmul(a, w), b, activation)
 
 

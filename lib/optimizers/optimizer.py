@@ -249,7 +249,7 @@ class Optimizer:
         """`apply_gradients` recorded into a graph: the step is the counter plus one, in the
         first variable's float dtype, and the counter is advanced by the graph."""
         if self._counter is None:
-            with eager_scope(), device("cpu"):
+            with eager_scope(), device(pairs[0][1].device):  # beside the variables, as the slots are
                 self._counter = Variable(np.int64(self._iterations), trainable=False, name=f"{self.name}/iterations")
         count = self._counter + 1
         dtype = pairs[0][1].dtype
