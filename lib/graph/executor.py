@@ -34,10 +34,6 @@ from tapeflow.backends import backend, numerics
 from tapeflow.backends.common import PENDING, check_pending, recording_at
 from tapeflow.devices import Device, parse_device
 from tapeflow.graph.ir import ASSIGN, QUEUE_OPS, READ, SIDE_EFFECT_OPS, GraphError, GraphIR, Value
-from tapeflow.graph.straight_line import ASSIGN as _ASSIGN
-from tapeflow.graph.straight_line import KERNEL as _KERNEL
-from tapeflow.graph.straight_line import MULTI as _MULTI
-from tapeflow.graph.straight_line import compile_schedule
 from tapeflow.ops.profiling import HOOKS
 from tapeflow.ops.registry import get_op
 from tapeflow.ops.sparse import in_place_rows, sole_owner
@@ -47,10 +43,7 @@ class NodeError(RuntimeError):
     """An op failed while a graph ran; names the node, its op and input shapes."""
 
 
-_ROWS = 3  # a scatter written in place into its variable's array (after the kinds compile_schedule takes)
-# Schedules up to this many steps also run as one straight-line function (longer ones would
-# take longer to compile than they save).
-_STRAIGHT_MAX_STEPS = 4096
+_ASSIGN, _KERNEL, _MULTI, _ROWS = 0, 1, 2, 3
 
 
 class RunCancelled(RuntimeError):
@@ -147,25 +140,10 @@ class Executor:
         reusing = getattr(self._backend, "reusing_blocks", None)
         large = any(_known_bytes(v) >= _LARGE_BYTES for node in nodes for v in node.outputs)
         self._reusing = reusing if reusing is not None and large else contextlib.nullcontext
-        self._straight = None
-        if len(steps) <= _STRAIGHT_MAX_STEPS and all(step[0] != _ROWS for step in steps):
-            options = {
-                "devices": self._numerics_devices,
-                "reusing": self._reusing,
-                "from_host": None if self._backend.HOLDS_NUMPY else self._backend.from_host,
-                "device_index": graph.device.index,
-                "node_error": _node_error,
-            }
-            schedule = [(*step[:2], ins, *step[3:]) for step, ins in zip(self._steps, reads, strict=True)]
-            self._straight = compile_schedule(
-                schedule, self._feed_slots, self._constants, self._reads, self._fetch_slots, options
-            )
 
     def run(self, feed_arrays, cancelled=None) -> list[np.ndarray]:
         """Run the schedule on the fed arrays; return the fetched arrays. With `cancelled`,
         raise `RunCancelled` before the first node run after it returns true."""
-        if cancelled is None and HOOKS.node is None and self._straight is not None:
-            return self._straight(feed_arrays)
         env = [None] * self._size
         kernels = self._backend
         if kernels.HOLDS_NUMPY:
