@@ -362,22 +362,24 @@ def matmul(a, b):
         nd = a.ndim
         if nd == b.ndim and (nd == 2 or (nd == 3 and a.shape[0] == b.shape[0])):
             return _kernels.matmul(a, b)
-        if nd > 2 and b.ndim == 2 and a.flags.c_contiguous:  # a dense layer over a sequence
-            rows = _kernels.matmul(a.reshape(math.prod(a.shape[:-1]), a.shape[-1]), b)
-            return rows.reshape(a.shape[:-1] + (b.shape[1],))
+        if nd > 2 and b.ndim == 2 and a.flags.c_contiguous:
+            return _over_rows(_kernels.matmul, a, b)
     return np.matmul(a, b)
 
 
-def bind_sum(reference, axes, keepdims):
-    """A float sum as NumPy's add.reduce itself (what np.sum calls, without its Python layers);
-    other dtypes (booleans counted in int64) through the reference."""
+def sum(x, axes, keepdims):  # noqa: A001 - the op's name
+    """The reference's sum, float arrays straight through NumPy's add.reduce (what np.sum
+    calls, without its Python layers); booleans are counted in int64."""
+    if type(x) is np.ndarray and x.dtype in _FAST:
+        return np.add.reduce(x, axis=axes, keepdims=keepdims)
+    return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype if x.dtype != np.bool_ else np.int64)
 
-    def run(x):
-        if type(x) is np.ndarray and x.dtype in _FAST:
-            return np.add.reduce(x, axis=axes, keepdims=keepdims)
-        return reference(x)
 
-    return run
+def _over_rows(kernel, a, *operands):
+    """`kernel` on the rows of a C-contiguous `a` of rank above 2 as one matrix (a dense layer
+    over a sequence), its result given `a`'s leading axes back."""
+    out = kernel(a.reshape(math.prod(a.shape[:-1]), a.shape[-1]), *operands)
+    return out.reshape(a.shape[:-1] + out.shape[-1:])
 
 
 # ------------------------------------------------------------ fused layer ops
@@ -393,9 +395,8 @@ def fused_matmul(a, w, b, activation):
     if a.ndim >= 2 and w.ndim == 2 and b.dtype == a.dtype and _blas_sized(a, w):
         if a.ndim == 2:
             return _kernels.dense(a, w, b, activation == "relu")  # product, bias and relu in one kernel call
-        if a.flags.c_contiguous:  # a dense layer over a sequence: its rows as one matrix
-            rows = _kernels.dense(a.reshape(math.prod(a.shape[:-1]), a.shape[-1]), w, b, activation == "relu")
-            return rows.reshape(a.shape[:-1] + (w.shape[1],))
+        if a.flags.c_contiguous:
+            return _over_rows(_kernels.dense, a, w, b, activation == "relu")
     return _bias_activation(matmul(a, w), b, activation)
 
 
