@@ -201,6 +201,7 @@ first_label_outside = _xent.first_label_outside
 gather_rows = _embedding.gather_rows
 scatter_add_rows = _embedding.scatter_add_rows
 adam_update = _fused.adam_update
+adam_update_rows = _fused.adam_update_rows
 relu = _fused.relu
 relu_grad = _fused.relu_grad
 flush_denormals_enter = _fpenv.flush_denormals_enter
@@ -247,6 +248,7 @@ __all__ = [
     "gather_rows",
     "scatter_add_rows",
     "adam_update",
+    "adam_update_rows",
     "relu",
     "relu_grad",
     "sgns_train",

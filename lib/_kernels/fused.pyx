@@ -5,6 +5,7 @@ include "_common.pxi"
 import numpy as np
 
 cimport numpy as cnp
+from libc.stdlib cimport calloc, free
 
 cnp.import_array()
 
@@ -57,6 +58,44 @@ cdef extern from *:
     #endif
     TAPEFLOW_ADAM(tapeflow_adam_f32, float, sqrtf)
     TAPEFLOW_ADAM(tapeflow_adam_f64, double, sqrt)
+
+    /* The same step on the rows `ids` (distinct) of p, m and v, in place: one row a chunk,
+       the gradient row i for table row ids[i]; rows are shared out among the threads. */
+    #define TAPEFLOW_ADAM_ROWS(NAME, T, SQRT)                                               \\
+    static void NAME##_row(T* p, T* m, T* v, const T* restrict g, Py_ssize_t n, T b1,      \\
+                           T b2, T c1, T c2, T step, T inv_c2, T e)                         \\
+    {                                                                                      \\
+        for (Py_ssize_t i = 0; i < n; i++) {                                               \\
+            T gi = g[i];                                                                   \\
+            T mi = b1 * m[i] + c1 * gi;                                                    \\
+            T vi = b2 * v[i] + c2 * gi * gi;                                               \\
+            m[i] = mi;                                                                     \\
+            v[i] = vi;                                                                     \\
+            p[i] = p[i] - step * mi / (SQRT(vi * inv_c2) + e);                             \\
+        }                                                                                  \\
+    }                                                                                      \\
+    static void NAME(T* p, T* m, T* v, const long long* ids, const T* g, Py_ssize_t rows,  \\
+                     Py_ssize_t width, double lr, double beta1, double beta2, double eps,   \\
+                     double bias_c1, double bias_c2, int threads)                          \\
+    {                                                                                      \\
+        const T b1 = (T)beta1, b2 = (T)beta2, c1 = (T)(1 - beta1), c2 = (T)(1 - beta2);    \\
+        const T step = (T)(lr / bias_c1), inv_c2 = (T)(1 / bias_c2), e = (T)eps;           \\
+        const unsigned int env = tapeflow_fpenv_get();                                    \\
+        _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \\
+        {                                                                                  \\
+            const unsigned int own = tapeflow_fpenv_swap(env);                             \\
+            Py_ssize_t lo = 0, hi = rows, n = rows;                                        \\
+            TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \\
+            for (Py_ssize_t r = lo; r < hi; r++) {                                         \\
+                Py_ssize_t at = (Py_ssize_t)ids[r] * width;                                \\
+                NAME##_row(p + at, m + at, v + at, g + r * width, width, b1, b2, c1, c2,   \\
+                           step, inv_c2, e);                                               \\
+            }                                                                              \\
+            tapeflow_fpenv_swap(own);                                                      \\
+        }                                                                                  \\
+    }
+    TAPEFLOW_ADAM_ROWS(tapeflow_adam_rows_f32, float, sqrtf)
+    TAPEFLOW_ADAM_ROWS(tapeflow_adam_rows_f64, double, sqrt)
 
     /* relu and its gradient, as NumPy computes them: max(x, 0) keeps NaN and turns -0.0
        into 0.0, and the gradient passes g where y > 0 (never where y is NaN). */
@@ -111,6 +150,12 @@ cdef extern from *:
                            double* p_out, double* m_out, double* v_out, Py_ssize_t n, double lr,
                            double beta1, double beta2, double eps, double bias_c1,
                            double bias_c2, int threads) noexcept nogil
+    void tapeflow_adam_rows_f32(float* p, float* m, float* v, const long long* ids, const float* g,
+                                Py_ssize_t rows, Py_ssize_t width, double lr, double beta1, double beta2,
+                                double eps, double bias_c1, double bias_c2, int threads) noexcept nogil
+    void tapeflow_adam_rows_f64(double* p, double* m, double* v, const long long* ids, const double* g,
+                                Py_ssize_t rows, Py_ssize_t width, double lr, double beta1, double beta2,
+                                double eps, double bias_c1, double bias_c2, int threads) noexcept nogil
     void tapeflow_relu_f32(const float* x, float* out, Py_ssize_t n, int threads) noexcept nogil
     void tapeflow_relu_f64(const double* x, double* out, Py_ssize_t n, int threads) noexcept nogil
     void tapeflow_relu_f32_grad(const float* g, const float* y, float* out, Py_ssize_t n,
@@ -194,6 +239,72 @@ def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double
                                   <double*>cnp.PyArray_DATA(vo), n, lr, beta1, beta2, eps, bias_c1, bias_c2,
                                   threads)
     return po, mo, vo
+
+
+def adam_update_rows(param, m, v, ids, grad, double lr, double beta1, double beta2, double eps,
+                     double bias_c1, double bias_c2):
+    """`adam_update` on the rows `ids` of param, m and v, in place (the tables are written, not
+    copied); grad[i] is the gradient of row ids[i]. The ids must lie in [0, rows) and be distinct:
+    a repeated one raises before anything is written.
+
+    >>> import numpy as np
+    >>> p, m, v = np.ones((3, 2)), np.zeros((3, 2)), np.zeros((3, 2))
+    >>> adam_update_rows(p, m, v, np.array([2]), np.array([[1.0, -1.0]]), 0.1, 0.9, 0.999, 0.0, 0.1, 0.001)
+    >>> np.round(p, 6).tolist()
+    [[1.0, 1.0], [1.0, 1.0], [0.9, 1.1]]
+    """
+    if not (_plain_float(param) and _plain_like(m, <cnp.ndarray>param) and _plain_like(v, <cnp.ndarray>param)):
+        _same_floats("adam_update_rows", param=param, m=m, v=v)
+        raise ValueError("adam_update_rows: param, m and v must be C-contiguous, to be written in place")
+    cdef cnp.ndarray p = <cnp.ndarray>param
+    if cnp.PyArray_NDIM(p) < 1 or not cnp.PyArray_ISWRITEABLE(p):
+        raise ValueError(f"adam_update_rows: param of shape {param.shape} must be a writeable table of rows")
+    cdef Py_ssize_t num = cnp.PyArray_DIM(p, 0)
+    cdef Py_ssize_t width = cnp.PyArray_SIZE(p) // num if num else 0
+    if not (cnp.PyArray_CheckExact(ids) and cnp.PyArray_TYPE(<cnp.ndarray>ids) == cnp.NPY_INT64
+            and cnp.PyArray_NDIM(<cnp.ndarray>ids) == 1 and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>ids)):
+        raise TypeError(f"adam_update_rows: ids must be a contiguous 1-D int64 array, got {type(ids).__name__} "
+                        f"{getattr(ids, 'dtype', '')}{list(getattr(ids, 'shape', ()))}")
+    cdef Py_ssize_t rows = cnp.PyArray_DIM(<cnp.ndarray>ids, 0)
+    if not (cnp.PyArray_CheckExact(grad) and cnp.PyArray_TYPE(<cnp.ndarray>grad) == cnp.PyArray_TYPE(p)
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>grad) and cnp.PyArray_SIZE(<cnp.ndarray>grad) == rows * width
+            and (cnp.PyArray_NDIM(<cnp.ndarray>grad) == 0 or cnp.PyArray_DIM(<cnp.ndarray>grad, 0) == rows)):
+        raise ValueError(f"adam_update_rows: gradient rows {getattr(grad, 'dtype', type(grad).__name__)}"
+                         f"{list(getattr(grad, 'shape', ()))} for {rows} ids into a table "
+                         f"{param.dtype}{list(param.shape)}")
+    cdef const long long* ip = <const long long*>cnp.PyArray_DATA(<cnp.ndarray>ids)
+    cdef unsigned char* seen = <unsigned char*>calloc(max(num, 1), 1)
+    cdef Py_ssize_t r, bad = -1
+    cdef long long at
+    if seen == NULL:
+        raise MemoryError()
+    with nogil:
+        for r in range(rows):
+            at = ip[r]
+            if at < 0 or at >= num or seen[at]:
+                bad = r
+                break
+            seen[at] = 1
+    free(seen)
+    if bad >= 0:
+        at = ip[bad]
+        if at < 0 or at >= num:
+            raise IndexError(f"adam_update_rows: id {at} is out of range for {num} rows")
+        raise ValueError(f"adam_update_rows: id {at} repeats; the ids must be distinct")
+    cdef int threads = _threads_for(rows * width, _ADAM_PARALLEL_MIN)
+    cdef void* pp = cnp.PyArray_DATA(p)
+    cdef void* mp = cnp.PyArray_DATA(<cnp.ndarray>m)
+    cdef void* vp = cnp.PyArray_DATA(<cnp.ndarray>v)
+    cdef void* gp = cnp.PyArray_DATA(<cnp.ndarray>grad)
+    cdef bint single = cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32
+    if rows and width:
+        with nogil:
+            if single:
+                tapeflow_adam_rows_f32(<float*>pp, <float*>mp, <float*>vp, ip, <const float*>gp, rows, width, lr,
+                                       beta1, beta2, eps, bias_c1, bias_c2, threads)
+            else:
+                tapeflow_adam_rows_f64(<double*>pp, <double*>mp, <double*>vp, ip, <const double*>gp, rows, width,
+                                       lr, beta1, beta2, eps, bias_c1, bias_c2, threads)
 
 
 def relu(x):

@@ -113,6 +113,31 @@ def check_in_range(values, low: int, high: int, error: Callable[[int], Exception
     return np.clip(values, low, max(high - 1, low)), ~any_bad
 
 
+def check_distinct(name: str, rows) -> None:
+    """Row numbers (in range, none negative) must be distinct: an update of a repeated row would
+    depend on the order of the writes. On the host a repeat raises at once; on an accelerator the
+    check is recorded, as `check_in_range`'s are.
+
+    >>> check_distinct("op", np.array([2, 0, 2]))
+    Traceback (most recent call last):
+    ValueError: op: row 2 repeats; sum the rows of a repeated index first (coalesce)
+    """
+
+    def error(bad):
+        return ValueError(f"{name}: row {bad} repeats; sum the rows of a repeated index first (coalesce)")
+
+    ordered = rows.reshape(-1)
+    if ordered.shape[0] < 2:
+        return
+    ordered = ordered[ordered.argsort()]
+    repeated = ordered[1:] == ordered[:-1]
+    if _on_host(rows):
+        if repeated.any():
+            raise error(ordered[1:][repeated][0])
+        return
+    _record(repeated, ordered[1:], error, certain=False)
+
+
 def check_labels(name: str, labels, num_classes: int):
     """Class labels must lie in [0, num_classes); returns labels safe to index with (see
     `check_in_range`)."""

@@ -26,6 +26,7 @@ from tapeflow._kernels import cuda
 from tapeflow._kernels.cuda import elementwise_source
 from tapeflow.backends import cupy_recurrent, window_ops
 from tapeflow.backends.common import (
+    check_distinct,
     check_in_range,
     check_index_range,
     check_labels,
@@ -386,6 +387,20 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     eps = epsilon / xp.sqrt(1.0 - xp.power(beta2, step)) if epsilon_on_sqrt_v else epsilon
     p_new = param - lr.astype(dtype) * (m_new / bias1) / (xp.sqrt(v_new / bias2) + eps)
     return p_new.astype(dtype), m_new.astype(dtype), v_new.astype(dtype)
+
+
+def sparse_adam_update(param, m, v, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """`adam_update` on the rows taken out of the tables, written into copies; the rows' range
+    and distinctness are checked on the device (read at the end of the step)."""
+    rows = check_index_range("sparse_adam_update", xp.asarray(indices), param.shape[0], 0).reshape(-1)
+    rows = xp.where(rows < 0, rows + param.shape[0], rows)
+    check_distinct("sparse_adam_update", rows)
+    old = (xp.take(t, rows, axis=0) for t in (param, m, v))
+    parts = adam_update(*old, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    outs = tuple(t.copy() for t in (param, m, v))
+    for table, part in zip(outs, parts, strict=True):
+        table[rows] = part
+    return outs
 
 
 @functools.cache

@@ -19,7 +19,7 @@ import numpy as np
 
 from tapeflow import _kernels
 from tapeflow._kernels import elementwise as _elementwise
-from tapeflow.backends.common import check_index_range, check_labels
+from tapeflow.backends.common import check_distinct, check_index_range, check_labels
 from tapeflow.backends.geometry import MAX_EXTENT as MAX_DIM
 from tapeflow.backends.geometry import axis_geometry, conv_geometry
 from tapeflow.backends.numpy_recurrent import (  # noqa: F401 (kernels by op name)
@@ -297,6 +297,38 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     p, m, v, g = _ready(param, m, v, grad)
     outs = _kernels.adam_update(p, m, v, g, float(lr), beta1, beta2, epsilon, bias1, bias2)
     return tuple(o.astype(dtype, copy=False) for o in outs)
+
+
+def sparse_adam_update(param, m, v, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """The rows' Adam step on copies of the tables (the executor writes a variable it owns in
+    place, through `sparse_adam_update_in_place`)."""
+    tables = tuple(np.array(t, copy=True, order="C") for t in (param, m, v))
+    return sparse_adam_update_in_place(*tables, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+
+
+def sparse_adam_update_in_place(param, m, v, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """`sparse_adam_update` writing the rows of param, m and v themselves; returns them."""
+    rows = check_index_range("sparse_adam_update", indices, param.shape[0], 0).astype(np.int64, copy=False)
+    rows = np.ascontiguousarray(np.where(rows < 0, rows + param.shape[0], rows))
+    dtype = param.dtype
+    fast = dtype in _FAST and m.dtype == v.dtype == grad.dtype == dtype
+    if fast and all(t.flags.c_contiguous and t.flags.writeable for t in (param, m, v)):
+        step = float(step)
+        bias1, bias2 = 1.0 - beta1**step, 1.0 - beta2**step
+        eps = epsilon / bias2**0.5 if epsilon_on_sqrt_v else epsilon
+        grad = np.ascontiguousarray(grad)
+        try:
+            _kernels.adam_update_rows(param, m, v, rows, grad, float(lr), beta1, beta2, eps, bias1, bias2)
+        except ValueError:  # a repeated row: the op's own error names it
+            check_distinct("sparse_adam_update", rows)
+            raise
+        return param, m, v
+    check_distinct("sparse_adam_update", rows)
+    old = (np.take(t, rows, axis=0) for t in (param, m, v))
+    parts = adam_update(*old, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    for table, part in zip((param, m, v), parts, strict=True):
+        table[rows] = part
+    return param, m, v
 
 
 def adamw_update(param, m, v, grad, lr, step, weight_decay, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):

@@ -52,6 +52,7 @@ UNSUPPORTED = frozenset(
         "recv",  # a partition's ends of a transfer between workers, which run on the CPU
         "send",
         "unique_sum",  # its output's length depends on the values (distinct rows)
+        "sparse_adam_update",  # its rows must be distinct, which only reading them can tell (gradients are dense here)
         "while_loop",
         "while_loop_grad",
         "word2vec_sgns_train",  # the fused CPU kernel, Hogwild threads over host memory

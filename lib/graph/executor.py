@@ -114,10 +114,11 @@ class Executor:
             owned = None
             if custom_run_node:
                 fn = functools.partial(self.run_node, node, fn)
-            else:  # a scatter into a variable nothing else holds writes its rows in place
-                owned = _owned_rows_target(graph, node, nodes, self.fetches)
+            else:  # a row update of variables nothing else holds writes their rows in place
+                owned = _owned_rows_target(graph, node, nodes, self.fetches, device.family, _kernel_attrs(graph, node))
             if owned is not None:
-                steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0], dtypes[0], node, conform))
+                single = op.num_outputs == 1
+                steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0] if single else outs, dtypes, node, conform))
             elif op.num_outputs != 1:
                 steps.append((_MULTI, fn, _arguments(ins), outs, dtypes, node, conform))
             else:
@@ -172,7 +173,12 @@ class Executor:
                         r = conform(r, dtype)
                     env[out] = r
                 elif kind == _ROWS:
-                    r = env[out] = _write_owned_rows(env, args, fn, node)
+                    r = _write_owned_rows(env, args, fn, node)
+                    if type(out) is tuple:
+                        for s, one in zip(out, r, strict=True):
+                            env[s] = one
+                    else:
+                        env[out] = r
                 elif kind == _MULTI:
                     try:
                         r = fn(*args(env))
@@ -306,37 +312,63 @@ def _switched_to(device: Device, fn):
     return run
 
 
-def _owned_rows_target(graph: GraphIR, node, nodes, fetches):
-    """The Variable a `scatter_update` node may write in place: its table is the
-    variable's read value, read by no later node and not fetched, and its result is
-    written back to that variable. None otherwise."""
-    if node.op != "scatter_update":
+# Ops that write rows of tables they are given, with the form that writes the tables themselves:
+# op name -> (how many leading inputs are tables, each the same-numbered output's table; that form).
+_ROW_WRITERS = {
+    "scatter_update": (1, lambda family, attrs: in_place_rows),
+    "sparse_adam_update": (3, lambda family, attrs: _bound(backend(family), "sparse_adam_update_in_place", attrs)),
+}
+
+
+def _bound(module, name: str, attrs: dict):
+    fn = getattr(module, name, None)
+    return None if fn is None else functools.partial(fn, **attrs)
+
+
+def _owned_rows_target(graph: GraphIR, node, nodes, fetches, family: str, attrs: dict):
+    """(the in-place form of a row-writing node, for each table it reads the Variable whose
+    array it may write, or None): a table that is a variable's read value, read by no later
+    node and not fetched, whose result the node's output writes back to that variable. None
+    where no table is such, or the backend has no in-place form."""
+    writer = _ROW_WRITERS.get(node.op)
+    if writer is None:
         return None
-    table = node.inputs[0]
-    reader = table.producer
-    if reader is None or reader.op != READ or any(f is table for f in fetches):
-        return None
-    name = reader.attrs["variable"]
+    count, in_place_form = writer
     later = nodes[nodes.index(node) + 1 :]
-    if any(table in n.inputs for n in later):
+    owners = []
+    for table, result in zip(node.inputs[:count], node.outputs, strict=True):
+        reader = table.producer
+        name = reader.attrs["variable"] if reader is not None and reader.op == READ else None
+        if (
+            name is None
+            or name in owners
+            or any(f is table for f in fetches)
+            or sum(t is table for t in node.inputs) > 1
+            or any(table in n.inputs for n in later)
+            or not any(n.op == ASSIGN and n.attrs["variable"] == name and result in n.inputs for n in later)
+        ):
+            name = None
+        owners.append(name)
+    in_place = in_place_form(family, attrs) if any(owners) else None
+    if in_place is None:
         return None
-    if not any(n.op == ASSIGN and n.attrs["variable"] == name and node.outputs[0] in n.inputs for n in later):
-        return None
-    return graph.state[name]
+    return in_place, tuple(None if name is None else graph.state[name] for name in owners)
 
 
-def _write_owned_rows(env, args, fn_and_variable, node):
-    """Run a scatter_update on the variable's own array when nothing else holds it
-    (the env slot, the variable and the local name here are the only references)."""
-    fn, variable = fn_and_variable
-    table, indices, updates = args(env)
+def _write_owned_rows(env, args, target, node):
+    """Run a row-writing node on the arrays of the variables it writes, where nothing else
+    holds them (their env slot, the variable and the arguments here), and on copies of its
+    other tables."""
+    fn, (in_place, variables) = target
+    arrays = list(args(env))
     try:
-        if table is variable._value and sole_owner(table, holders=3):  # the env slot, the variable and `table`
-            with recording_at(_failed_node(node)):
-                return in_place_rows(table, indices, updates)
-        return fn(table, indices, updates)
+        for i, variable in enumerate(variables):
+            if variable is None or arrays[i] is not variable._value or not sole_owner(arrays[i], holders=3):
+                arrays[i] = arrays[i].copy()
+        with recording_at(_failed_node(node)):
+            return in_place(*arrays)
     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
-        raise _node_error(node, [table, indices, updates], exc) from exc
+        raise _node_error(node, list(args(env)), exc) from exc
 
 
 def _arguments(slots: tuple):

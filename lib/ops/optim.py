@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeflow.backends.common import check_distinct, check_index_range
 from tapeflow.ops.registry import apply, as_tensor, defop, wrap_host
 from tapeflow.tensor import Tensor
 
@@ -291,3 +292,82 @@ def adamw_update(
         "epsilon_on_sqrt_v": bool(epsilon_on_sqrt_v),
     }
     return apply(_ADAMW, ins + _scalars(ins[0].device, lr=lr, step=step), attrs)
+
+
+def _sparse_adam_infer(param, m, v, indices, grad, lr, step, **_):
+    _check_scalars("sparse_adam_update", {"lr": lr, "step": step})
+    _check_like_param("sparse_adam_update", param, {"m": m, "v": v})
+    if indices.dtype.kind != "i" or len(indices.shape) != 1:
+        raise TypeError(
+            f"sparse_adam_update: indices must be a 1-D integer tensor, got shape {indices.shape} and {indices.dtype}"
+        )
+    rows_shape = (indices.shape[0], *param.shape[1:])
+    if len(param.shape) < 1 or tuple(grad.shape) != rows_shape or grad.dtype is not param.dtype:
+        raise ValueError(
+            f"sparse_adam_update: gradient rows of shape {grad.shape} and dtype {grad.dtype} for "
+            f"{indices.shape[0]} indices into a parameter of shape {param.shape} and dtype {param.dtype}"
+        )
+    return [(param.shape, param.dtype)] * 3
+
+
+@defop("sparse_adam_update", infer=_sparse_adam_infer, num_outputs=3)
+def _SPARSE_ADAM(param, m, v, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    rows = distinct_rows("sparse_adam_update", indices, param.shape[0])
+    old = [np.take(t, rows, axis=0) for t in (param, m, v)]
+    new = _ADAM.reference(*old, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    outs = []
+    for table, part in zip((param, m, v), new, strict=True):
+        out = table.copy()
+        out[rows] = part
+        outs.append(out)
+    return tuple(outs)
+
+
+def distinct_rows(name: str, indices, num_rows: int):
+    """`indices` into the rows of a table of `num_rows`, negative ones counted from the end,
+    checked to be in range and distinct (an update of a repeated row would depend on order)."""
+    rows = check_index_range(name, indices, num_rows, 0)
+    rows = np.where(rows < 0, rows + num_rows, rows)
+    check_distinct(name, rows)
+    return rows
+
+
+def sparse_adam_update(
+    param,
+    m,
+    v,
+    indices,
+    grad,
+    lr,
+    step,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-7,
+    epsilon_on_sqrt_v: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The Adam step of `adam_update` on the rows `indices` (distinct) of param, m and v, with
+    `grad` holding one gradient row per index; the other rows stay as they are (lazy Adam).
+    Returns (param, m, v). A frozen train step updates a variable's rows in place when nothing
+    else holds its array, so a step costs the rows it touches, not the table.
+
+    >>> import tapeflow as tp
+    >>> p, m, v = tp.ops.optim.sparse_adam_update(tp.ones((3, 1)), tp.zeros((3, 1)), tp.zeros((3, 1)), [2],
+    ...                                           tp.ones((1, 1)), lr=0.1, step=1)
+    >>> [round(x, 4) for x in p.numpy().ravel().tolist()]
+    [1.0, 1.0, 0.9]
+    """
+    if not isinstance(step, Tensor) and step < 1:
+        raise ValueError(f"sparse_adam_update: step must be >= 1, got {step}")
+    ins = tuple(as_tensor(t, name="sparse_adam_update") for t in (param, m, v))
+    rows = as_tensor(indices, name="sparse_adam_update")
+    grad = as_tensor(grad, name="sparse_adam_update")
+    npdtype = ins[0].dtype.np if ins[0].dtype.kind == "f" else np.float32
+    where = ins[0].device
+    scalars = tuple(t if isinstance(t, Tensor) else wrap_host(np.asarray(float(t), npdtype), where) for t in (lr, step))
+    attrs = {
+        "beta1": float(beta1),
+        "beta2": float(beta2),
+        "epsilon": float(epsilon),
+        "epsilon_on_sqrt_v": bool(epsilon_on_sqrt_v),
+    }
+    return apply(_SPARSE_ADAM, (*ins, rows, grad, *scalars), attrs)

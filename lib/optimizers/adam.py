@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from tapeflow.ops.math import maximum, sqrt, square
-from tapeflow.ops.optim import adam_update, adamw_update
+from tapeflow.ops.optim import adam_update, adamw_update, sparse_adam_update
 from tapeflow.optimizers.optimizer import Optimizer, _nonnegative
-from tapeflow.tensor import Tensor, Variable
+from tapeflow.tensor import TRACING, Tensor, Variable
 
 
 class Adam(Optimizer):
@@ -78,6 +78,32 @@ class Adam(Optimizer):
             alpha = learning_rate * math.sqrt(1.0 - b2**step) / (1.0 - b1**step)
         p_new = value - m_new * alpha / (sqrt(v_hat) + self.epsilon)
         return p_new, {"momentum": m_new, "velocity": v_new, "velocity_hat": v_hat}
+
+    def update_rows(self, gradient, variable, learning_rate) -> None:
+        """Lazy Adam's rows in a frozen step: one op (`sparse_adam_update`) that the step runs on
+        the variable's own arrays. Eager steps (whose variables write rows in place already) and
+        amsgrad's rows go the general way, with the same arithmetic."""
+        if self.amsgrad or self._decay or TRACING.tracer is None:
+            super().update_rows(gradient, variable, learning_rate)
+            return
+        slots = self._rule_slots(variable)
+        m, v = slots["momentum"], slots["velocity"]
+        p_new, m_new, v_new = sparse_adam_update(
+            variable,
+            m,
+            v,
+            gradient.indices,
+            gradient.values,
+            learning_rate,
+            self._step,
+            self.beta_1,
+            self.beta_2,
+            self.epsilon,
+            epsilon_on_sqrt_v=True,
+        )
+        m.assign(m_new)
+        v.assign(v_new)
+        variable.assign(p_new)
 
     def get_config(self) -> dict:
         return {

@@ -414,6 +414,13 @@ class Optimizer:
                 slot.assign(new_slots[name])
             variable.assign(new_value)
             return
+        self.update_rows(gradient, variable, learning_rate)
+
+    def update_rows(self, gradient: IndexedSlices, variable: Variable, learning_rate) -> None:
+        """The sparse form of `update_step`: `update_rule` on the rows the gradient names (each
+        once), taken out of the variable and its slots and written back. An optimizer with an op
+        that updates rows where they lie overrides this."""
+        slots = self._rule_slots(variable)
         rows = gradient.indices
         old = {name: gather(slot, rows) for name, slot in slots.items()}
         new_value, new_slots = self.update_rule(gradient.values, gather(variable, rows), old, learning_rate)

@@ -361,6 +361,37 @@ def test_adam_update_rejects_mismatched_arrays():
         K.adam_update(a, a.copy(), a.copy(), np.zeros(5), 0.1, 0.9, 0.99, 1e-8, 1, 1)
 
 
+@pytest.mark.parametrize("rows", [3, 3000], ids=["serial", "parallel"])
+def test_adam_update_rows_writes_the_dense_step_into_its_rows(rows, dtype, threads):
+    rng = np.random.default_rng(12)
+    tables = [rng.standard_normal((rows + 5, 16)), rng.standard_normal((rows + 5, 16)) * 0.1]
+    tables.append(rng.random((rows + 5, 16)) * 0.01)
+    p, m, v = (t.astype(dtype) for t in tables)
+    ids = rng.permutation(rows + 5)[:rows].astype(np.int64)
+    grad = rng.standard_normal((rows, 16)).astype(dtype)
+    before = [t.copy() for t in (p, m, v)]
+    dense = K.adam_update(*(t[ids] for t in before), grad, 0.01, 0.9, 0.999, 1e-7, 0.19, 0.003)
+    assert K.adam_update_rows(p, m, v, ids, grad, 0.01, 0.9, 0.999, 1e-7, 0.19, 0.003) is None
+    untouched = np.setdiff1d(np.arange(rows + 5), ids)
+    for table, old, new in zip((p, m, v), before, dense, strict=True):
+        np.testing.assert_array_equal(table[ids], new)  # the same arithmetic as the dense step
+        np.testing.assert_array_equal(table[untouched], old[untouched])
+
+
+def test_adam_update_rows_refuses_repeated_or_outside_ids_before_writing():
+    p, m, v = np.ones((4, 2)), np.zeros((4, 2)), np.zeros((4, 2))
+    for ids, error in (([1, 3, 1], "repeats"), ([0, 4], "out of range"), ([-1], "out of range")):
+        with pytest.raises((ValueError, IndexError), match=error):
+            K.adam_update_rows(p, m, v, np.array(ids), np.ones((len(ids), 2)), 0.1, 0.9, 0.99, 1e-8, 1, 1)
+        np.testing.assert_array_equal(p, 1.0)
+    with pytest.raises(ValueError, match="gradient rows"):
+        K.adam_update_rows(p, m, v, np.array([0, 1]), np.ones((3, 2)), 0.1, 0.9, 0.99, 1e-8, 1, 1)
+    with pytest.raises(TypeError, match="int64"):
+        K.adam_update_rows(p, m, v, np.array([0], np.int32), np.ones((1, 2)), 0.1, 0.9, 0.99, 1e-8, 1, 1)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.adam_update_rows(p.T, m.T, v.T, np.array([0]), np.ones((1, 4)), 0.1, 0.9, 0.99, 1e-8, 1, 1)
+
+
 def test_adam_update_takes_strided_arrays_as_their_copies():
     rng = np.random.default_rng(0)
     p, m, v, g = rng.random((4, 16))

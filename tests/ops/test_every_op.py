@@ -56,6 +56,7 @@ NOT_DIFFERENTIABLE = {
     "random_uniform",
     "rmsprop_update",
     "sgd_momentum_update",
+    "sparse_adam_update",
     "queue_close",  # queue ops move data in and out of queues: no gradient crosses them
     "queue_dequeue",
     "queue_dequeue_many",
@@ -1567,6 +1568,41 @@ sample(
     [normal(3, 4), normal(3, 4), positive(3, 4), normal(3, 4), np.array(0.1), np.array(2.0)],
     {**_ADAM, "weight_decay": 0.3, "epsilon_on_sqrt_v": True},
     lambda p, m, v, g, lr, step: np_adam(p - p * lr * 0.3, m, v, g, lr, step, **_ADAM, epsilon_on_sqrt_v=True),
+)
+
+
+def np_sparse_adam(param, m, v, indices, grad, lr, step, **settings):
+    rows = np.where(indices < 0, indices + param.shape[0], indices)
+    outs = [param.copy(), m.copy(), v.copy()]
+    for out, part in zip(outs, np_adam(param[rows], m[rows], v[rows], grad, lr, step, **settings), strict=True):
+        out[rows] = part
+    return tuple(outs)
+
+
+sample(
+    "sparse_adam_update",
+    "rows",
+    [normal(6, 3), normal(6, 3), positive(6, 3), np.array([4, 0, -1]), normal(3, 3), np.array(0.01), np.array(3.0)],
+    _ADAM,
+    lambda p, m, v, i, g, lr, step: np_sparse_adam(p, m, v, i, g, lr, step, **_ADAM),
+)
+sample(
+    "sparse_adam_update",
+    "keras-epsilon-3d",
+    [normal(4, 2, 3), normal(4, 2, 3), positive(4, 2, 3), np.array([2, 1]), normal(2, 2, 3)]
+    + [np.array(0.1), np.array(2.0)],
+    {**_ADAM, "epsilon": 0.1, "epsilon_on_sqrt_v": True},
+    lambda p, m, v, i, g, lr, step: np_sparse_adam(
+        p, m, v, i, g, lr, step, **{**_ADAM, "epsilon": 0.1}, epsilon_on_sqrt_v=True
+    ),
+)
+sample(
+    "sparse_adam_update",
+    "no-rows",
+    [normal(3, 2), normal(3, 2), positive(3, 2), np.zeros((0,), np.int64), normal(0, 2)]
+    + [np.array(0.01), np.array(1.0)],
+    _ADAM,
+    lambda p, m, v, i, g, lr, step: (p, m, v),
 )
 
 

@@ -99,6 +99,54 @@ def test_frozen_train_step_matches_eager_sparse_step(optimizer):
     assert not np.array_equal(frozen.get_weights()[0][:30], start[:30])
 
 
+@pytest.mark.parametrize(
+    "optimizer", [lambda: tp.optimizers.Adam(0.01), lambda: tp.optimizers.AdamW(0.01)], ids=["adam", "adamw"]
+)
+def test_a_frozen_adam_step_writes_the_rows_of_the_tables_in_place(optimizer):
+    """Lazy Adam's frozen step is one op on the embedding's and its slots' own arrays (no table
+    copied; AdamW's decayed table is the decay's result), with the eager step's numbers."""
+    x = RNG.integers(0, 30, (16, 3))
+    y = RNG.standard_normal((16, 3 * 4)).astype(np.float32)
+    eager, frozen = _embedding_model(50, 4, False, optimizer()), _embedding_model(50, 4, True, optimizer())
+    frozen.set_weights(eager.get_weights())
+    eager.train_on_batch(x, y)
+    frozen.train_on_batch(x, y)
+    table = frozen.layers[0].embeddings
+    slots = frozen.optimizer.slots(table)
+    held = [slots["momentum"], slots["velocity"]]
+    if not isinstance(frozen.optimizer, tp.optimizers.AdamW):  # AdamW's decay gives the table a new array
+        held.append(table)
+    addresses = [v._value.__array_interface__["data"][0] for v in held]  # no reference kept
+    with tp.profiler.trace() as profile:
+        eager.train_on_batch(x, y)
+        frozen.train_on_batch(x, y)  # a copy would be made while the old array lives: a new address
+    assert [v._value.__array_interface__["data"][0] for v in held] == addresses
+    assert "sparse_adam_update" in {e.op for e in profile.events}
+    gathers = [e for e in profile.events if e.kind == "node" and e.op == "gather" and e.input_shapes[0] == [50, 4]]
+    assert len(gathers) == 1  # the lookup only: no rows taken out of the tables to update them
+    eager.train_on_batch(x, y)
+    frozen.train_on_batch(x, y)
+    np.testing.assert_allclose(table.numpy(), eager.layers[0].embeddings.numpy(), rtol=1e-6, atol=1e-7)
+    eager_slots = eager.optimizer.slots(eager.layers[0].embeddings)
+    for name in ("momentum", "velocity"):
+        np.testing.assert_allclose(slots[name].numpy(), eager_slots[name].numpy(), rtol=1e-6, atol=1e-9)
+
+
+def test_a_frozen_adam_step_copies_a_table_that_something_else_holds():
+    """A table still held elsewhere (here a NumPy view) is updated in a copy: the view keeps the
+    values it had."""
+    x = RNG.integers(0, 30, (16, 3))
+    y = RNG.standard_normal((16, 3 * 4)).astype(np.float32)
+    model = _embedding_model(50, 4, True, tp.optimizers.Adam(0.01))
+    model.train_on_batch(x, y)
+    table = model.layers[0].embeddings
+    view = table._value[:]
+    held = view.copy()
+    model.train_on_batch(x, y)
+    np.testing.assert_array_equal(view, held)
+    assert not np.array_equal(table.numpy(), held)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
