@@ -15,6 +15,16 @@ cdef extern from *:
     #ifdef _OPENMP
     #include <omp.h>
     #endif
+    /* Adam at element i, reading p, m, v, g and writing p_out, m_out, v_out (which may be
+       p, m, v themselves); b1, b2, c1, c2, step, inv_c2 and e come from the caller. */
+    #define TAPEFLOW_ADAM_AT(T, SQRT, p, m, v, g, p_out, m_out, v_out, i) do {             \\
+            T gi = (g)[i];                                                                 \\
+            T mi = b1 * (m)[i] + c1 * gi;                                                  \\
+            T vi = b2 * (v)[i] + c2 * gi * gi;                                             \\
+            (m_out)[i] = mi;                                                               \\
+            (v_out)[i] = vi;                                                               \\
+            (p_out)[i] = (p)[i] - step * mi / (SQRT(vi * inv_c2) + e);                     \\
+        } while (0)
     /* One thread's share, in a function of its own: with restrict parameters the
        compiler vectorizes it, which it does not inside an OpenMP-outlined loop body. */
     #define TAPEFLOW_ADAM(NAME, T, SQRT)                                                    \\
@@ -23,14 +33,8 @@ cdef extern from *:
                              T* restrict v_out, Py_ssize_t n, T b1, T b2, T c1, T c2,       \\
                              T step, T inv_c2, T e)                                         \\
     {                                                                                      \\
-        for (Py_ssize_t i = 0; i < n; i++) {                                               \\
-            T gi = g[i];                                                                   \\
-            T mi = b1 * m[i] + c1 * gi;                                                    \\
-            T vi = b2 * v[i] + c2 * gi * gi;                                               \\
-            m_out[i] = mi;                                                                 \\
-            v_out[i] = vi;                                                                 \\
-            p_out[i] = p[i] - step * mi / (SQRT(vi * inv_c2) + e);                         \\
-        }                                                                                  \\
+        for (Py_ssize_t i = 0; i < n; i++)                                                 \\
+            TAPEFLOW_ADAM_AT(T, SQRT, p, m, v, g, p_out, m_out, v_out, i);                 \\
     }                                                                                      \\
     static void NAME(const T* p, const T* m, const T* v, const T* g, T* p_out, T* m_out,   \\
                      T* v_out, Py_ssize_t n, double lr, double beta1, double beta2,         \\
@@ -65,14 +69,8 @@ cdef extern from *:
     static void NAME##_row(T* p, T* m, T* v, const T* restrict g, Py_ssize_t n, T b1,      \\
                            T b2, T c1, T c2, T step, T inv_c2, T e)                         \\
     {                                                                                      \\
-        for (Py_ssize_t i = 0; i < n; i++) {                                               \\
-            T gi = g[i];                                                                   \\
-            T mi = b1 * m[i] + c1 * gi;                                                    \\
-            T vi = b2 * v[i] + c2 * gi * gi;                                               \\
-            m[i] = mi;                                                                     \\
-            v[i] = vi;                                                                     \\
-            p[i] = p[i] - step * mi / (SQRT(vi * inv_c2) + e);                             \\
-        }                                                                                  \\
+        for (Py_ssize_t i = 0; i < n; i++)                                                 \\
+            TAPEFLOW_ADAM_AT(T, SQRT, p, m, v, g, p, m, v, i);                             \\
     }                                                                                      \\
     static void NAME(T* p, T* m, T* v, const long long* ids, const T* g, Py_ssize_t rows,  \\
                      Py_ssize_t width, double lr, double beta1, double beta2, double eps,   \\

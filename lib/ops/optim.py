@@ -91,16 +91,25 @@ def adam_update(
     if not isinstance(step, Tensor) and step < 1:
         raise ValueError(f"adam_update: step must be >= 1, got {step}")
     ins = tuple(as_tensor(t, name="adam_update") for t in (param, m, v, grad))
-    npdtype = ins[0].dtype.np if ins[0].dtype.kind == "f" else np.float32
-    where = ins[0].device  # a number becomes a scalar beside the parameter
-    scalars = tuple(t if isinstance(t, Tensor) else wrap_host(np.asarray(float(t), npdtype), where) for t in (lr, step))
-    attrs = {
+    return apply(_ADAM, ins + _rate_and_step(ins[0], lr, step), _adam_attrs(beta1, beta2, epsilon, epsilon_on_sqrt_v))
+
+
+def _rate_and_step(param: Tensor, lr, step) -> tuple:
+    """`lr` and `step` as scalar tensors: numbers become scalars of the parameter's float dtype
+    beside it."""
+    npdtype = param.dtype.np if param.dtype.kind == "f" else np.float32
+    return tuple(
+        t if isinstance(t, Tensor) else wrap_host(np.asarray(float(t), npdtype), param.device) for t in (lr, step)
+    )
+
+
+def _adam_attrs(beta1, beta2, epsilon, epsilon_on_sqrt_v) -> dict:
+    return {
         "beta1": float(beta1),
         "beta2": float(beta2),
         "epsilon": float(epsilon),
         "epsilon_on_sqrt_v": bool(epsilon_on_sqrt_v),
     }
-    return apply(_ADAM, ins + scalars, attrs)
 
 
 def _rate(lr, like):
@@ -358,16 +367,6 @@ def sparse_adam_update(
     """
     if not isinstance(step, Tensor) and step < 1:
         raise ValueError(f"sparse_adam_update: step must be >= 1, got {step}")
-    ins = tuple(as_tensor(t, name="sparse_adam_update") for t in (param, m, v))
-    rows = as_tensor(indices, name="sparse_adam_update")
-    grad = as_tensor(grad, name="sparse_adam_update")
-    npdtype = ins[0].dtype.np if ins[0].dtype.kind == "f" else np.float32
-    where = ins[0].device
-    scalars = tuple(t if isinstance(t, Tensor) else wrap_host(np.asarray(float(t), npdtype), where) for t in (lr, step))
-    attrs = {
-        "beta1": float(beta1),
-        "beta2": float(beta2),
-        "epsilon": float(epsilon),
-        "epsilon_on_sqrt_v": bool(epsilon_on_sqrt_v),
-    }
-    return apply(_SPARSE_ADAM, (*ins, rows, grad, *scalars), attrs)
+    ins = tuple(as_tensor(t, name="sparse_adam_update") for t in (param, m, v, indices, grad))
+    attrs = _adam_attrs(beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    return apply(_SPARSE_ADAM, ins + _rate_and_step(ins[0], lr, step), attrs)
