@@ -202,6 +202,7 @@ gather_rows = _embedding.gather_rows
 scatter_add_rows = _embedding.scatter_add_rows
 adam_update = _fused.adam_update
 adam_update_rows = _fused.adam_update_rows
+adam_update_in_place = _fused.adam_update_in_place
 relu = _fused.relu
 relu_grad = _fused.relu_grad
 flush_denormals_enter = _fpenv.flush_denormals_enter
@@ -249,6 +250,7 @@ __all__ = [
     "scatter_add_rows",
     "adam_update",
     "adam_update_rows",
+    "adam_update_in_place",
     "relu",
     "relu_grad",
     "sgns_train",

@@ -71,4 +71,4 @@ cdef extern from *:
                             Py_ssize_t k, Py_ssize_t n, int relu, int threads) noexcept nogil
 
 # Below this many multiply-adds (or 128 outputs) one row runs on one thread.
-cdef Py_ssize_t _ROW_PARALLEL_MIN = 1 << 16
+cdef Py_ssize_t _ROW_PARALLEL_MIN = 1 << 17

@@ -63,8 +63,9 @@ cdef extern from *:
     TAPEFLOW_ADAM(tapeflow_adam_f32, float, sqrtf)
     TAPEFLOW_ADAM(tapeflow_adam_f64, double, sqrt)
 
-    /* The same step on the rows `ids` (distinct) of p, m and v, in place: one row a chunk,
-       the gradient row i for table row ids[i]; rows are shared out among the threads. */
+    /* The same step in place: on the rows `ids` (distinct) of p, m and v, the gradient row i
+       for table row ids[i], rows shared out among the threads (NAME), or on every element
+       (NAME##_all). */
     #define TAPEFLOW_ADAM_ROWS(NAME, T, SQRT)                                               \\
     static void NAME##_row(T* p, T* m, T* v, const T* restrict g, Py_ssize_t n, T b1,      \\
                            T b2, T c1, T c2, T step, T inv_c2, T e)                         \\
@@ -89,6 +90,23 @@ cdef extern from *:
                 NAME##_row(p + at, m + at, v + at, g + r * width, width, b1, b2, c1, c2,   \\
                            step, inv_c2, e);                                               \\
             }                                                                              \\
+            tapeflow_fpenv_swap(own);                                                      \\
+        }                                                                                  \\
+    }                                                                                      \\
+    static void NAME##_all(T* p, T* m, T* v, const T* g, Py_ssize_t n, double lr,          \\
+                           double beta1, double beta2, double eps, double bias_c1,          \\
+                           double bias_c2, int threads)                                     \\
+    {                                                                                      \\
+        const T b1 = (T)beta1, b2 = (T)beta2, c1 = (T)(1 - beta1), c2 = (T)(1 - beta2);    \\
+        const T step = (T)(lr / bias_c1), inv_c2 = (T)(1 / bias_c2), e = (T)eps;           \\
+        const unsigned int env = tapeflow_fpenv_get();                                    \\
+        _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \\
+        {                                                                                  \\
+            const unsigned int own = tapeflow_fpenv_swap(env);                             \\
+            Py_ssize_t lo = 0, hi = n;                                                     \\
+            TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \\
+            NAME##_row(p + lo, m + lo, v + lo, g + lo, hi - lo, b1, b2, c1, c2, step,      \\
+                       inv_c2, e);                                                         \\
             tapeflow_fpenv_swap(own);                                                      \\
         }                                                                                  \\
     }
@@ -154,6 +172,12 @@ cdef extern from *:
     void tapeflow_adam_rows_f64(double* p, double* m, double* v, const long long* ids, const double* g,
                                 Py_ssize_t rows, Py_ssize_t width, double lr, double beta1, double beta2,
                                 double eps, double bias_c1, double bias_c2, int threads) noexcept nogil
+    void tapeflow_adam_rows_f32_all(float* p, float* m, float* v, const float* g, Py_ssize_t n, double lr,
+                                    double beta1, double beta2, double eps, double bias_c1, double bias_c2,
+                                    int threads) noexcept nogil
+    void tapeflow_adam_rows_f64_all(double* p, double* m, double* v, const double* g, Py_ssize_t n, double lr,
+                                    double beta1, double beta2, double eps, double bias_c1, double bias_c2,
+                                    int threads) noexcept nogil
     void tapeflow_relu_f32(const float* x, float* out, Py_ssize_t n, int threads) noexcept nogil
     void tapeflow_relu_f64(const double* x, double* out, Py_ssize_t n, int threads) noexcept nogil
     void tapeflow_relu_f32_grad(const float* g, const float* y, float* out, Py_ssize_t n,
@@ -237,6 +261,43 @@ def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double
                                   <double*>cnp.PyArray_DATA(vo), n, lr, beta1, beta2, eps, bias_c1, bias_c2,
                                   threads)
     return po, mo, vo
+
+
+def adam_update_in_place(param, m, v, grad, double lr, double beta1, double beta2, double eps,
+                         double bias_c1, double bias_c2):
+    """`adam_update` writing param, m and v themselves (C-contiguous and writeable), with the
+    same arithmetic.
+
+    >>> import numpy as np
+    >>> p, m, v = np.ones(2), np.zeros(2), np.zeros(2)
+    >>> adam_update_in_place(p, m, v, np.array([1.0, -1.0]), 0.1, 0.9, 0.999, 0.0, 0.1, 0.001)
+    >>> np.round(p, 6).tolist()
+    [0.9, 1.1]
+    """
+    if not (_plain_float(param) and _plain_like(m, <cnp.ndarray>param) and _plain_like(v, <cnp.ndarray>param)
+            and _plain_like(grad, <cnp.ndarray>param)):
+        _, _, _, grad = _same_floats("adam_update_in_place", param=param, m=m, v=v, grad=grad)
+        if not (_plain_float(param) and _plain_like(m, <cnp.ndarray>param) and _plain_like(v, <cnp.ndarray>param)):
+            raise ValueError("adam_update_in_place: param, m and v must be C-contiguous, to be written in place")
+    cdef cnp.ndarray p = <cnp.ndarray>param
+    if not (cnp.PyArray_ISWRITEABLE(p) and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>m)
+            and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>v)):
+        raise ValueError("adam_update_in_place: param, m and v must be writeable")
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
+    cdef int threads = _threads_for(n, _ADAM_PARALLEL_MIN)
+    cdef void* pp = cnp.PyArray_DATA(p)
+    cdef void* mp = cnp.PyArray_DATA(<cnp.ndarray>m)
+    cdef void* vp = cnp.PyArray_DATA(<cnp.ndarray>v)
+    cdef void* gp = cnp.PyArray_DATA(<cnp.ndarray>grad)
+    cdef bint single = cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32
+    if n:
+        with nogil:
+            if single:
+                tapeflow_adam_rows_f32_all(<float*>pp, <float*>mp, <float*>vp, <const float*>gp, n, lr, beta1, beta2,
+                                           eps, bias_c1, bias_c2, threads)
+            else:
+                tapeflow_adam_rows_f64_all(<double*>pp, <double*>mp, <double*>vp, <const double*>gp, n, lr, beta1,
+                                           beta2, eps, bias_c1, bias_c2, threads)
 
 
 def adam_update_rows(param, m, v, ids, grad, double lr, double beta1, double beta2, double eps,

@@ -299,6 +299,32 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     return tuple(o.astype(dtype, copy=False) for o in outs)
 
 
+def adam_update_in_place(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """`adam_update` writing param, m and v themselves (the executor's form for variables it
+    owns); returns them."""
+    step = float(step)
+    bias1, bias2 = 1.0 - beta1**step, 1.0 - beta2**step
+    eps = epsilon / bias2**0.5 if epsilon_on_sqrt_v else epsilon
+    dtype = param.dtype
+    if dtype in _FAST and m.dtype == v.dtype == grad.dtype == dtype and param.shape == grad.shape:
+        if all(t.flags.c_contiguous and t.flags.writeable for t in (param, m, v)):
+            _kernels.adam_update_in_place(param, m, v, grad, float(lr), beta1, beta2, eps, bias1, bias2)
+            return param, m, v
+    for table, new in zip(
+        (param, m, v), adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v), strict=True
+    ):
+        table[...] = new
+    return param, m, v
+
+
+def adamw_update_in_place(param, m, v, grad, lr, step, weight_decay, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """`adamw_update` writing param, m and v themselves; returns them."""
+    decay = (np.asarray(lr) * weight_decay).astype(param.dtype)
+    np.subtract(param, param * decay, out=param)
+    rate = param.dtype.type(float(lr))
+    return adam_update_in_place(param, m, v, grad, rate, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+
+
 def sparse_adam_update(param, m, v, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
     """The rows' Adam step on copies of the tables (the executor writes a variable it owns in
     place, through `sparse_adam_update_in_place`)."""

@@ -43,7 +43,7 @@ class NodeError(RuntimeError):
     """An op failed while a graph ran; names the node, its op and input shapes."""
 
 
-_ASSIGN, _KERNEL, _MULTI, _ROWS = 0, 1, 2, 3
+_ASSIGN, _KERNEL, _MULTI, _IN_PLACE = 0, 1, 2, 3
 
 
 class RunCancelled(RuntimeError):
@@ -114,11 +114,15 @@ class Executor:
             owned = None
             if custom_run_node:
                 fn = functools.partial(self.run_node, node, fn)
-            else:  # a row update of variables nothing else holds writes their rows in place
-                owned = _owned_rows_target(graph, node, nodes, self.fetches, device.family, _kernel_attrs(graph, node))
+            else:  # an update of arrays only variables hold writes them in place
+                owned = _owned_arrays_target(
+                    graph, node, nodes, self.fetches, device.family, _kernel_attrs(graph, node)
+                )
             if owned is not None:
                 single = op.num_outputs == 1
-                steps.append((_ROWS, (fn, owned), _arguments(ins), outs[0] if single else outs, dtypes, node, conform))
+                steps.append(
+                    (_IN_PLACE, (fn, owned), _arguments(ins), outs[0] if single else outs, dtypes, node, conform)
+                )
             elif op.num_outputs != 1:
                 steps.append((_MULTI, fn, _arguments(ins), outs, dtypes, node, conform))
             else:
@@ -172,8 +176,8 @@ class Executor:
                     if type(r) is not np.ndarray or (r.dtype is not dtype and r.dtype != dtype):
                         r = conform(r, dtype)
                     env[out] = r
-                elif kind == _ROWS:
-                    r = _write_owned_rows(env, args, fn, node)
+                elif kind == _IN_PLACE:
+                    r = _write_in_place(env, args, fn, node)
                     if type(out) is tuple:
                         for s, one in zip(out, r, strict=True):
                             env[s] = one
@@ -205,7 +209,7 @@ class Executor:
         torch.fx's `Interpreter.run_node`); state reads and writes are not kernel calls and
         do not pass through it. This base method is the kernel call itself, so the run loop
         calls kernels directly; an override is bound into every node's step when the
-        executor is built (and scatters are then never written in place).
+        executor is built (and no node then writes its inputs in place).
 
         >>> import numpy as np
         >>> from tapeflow.graph.ir import GraphIR
@@ -312,11 +316,14 @@ def _switched_to(device: Device, fn):
     return run
 
 
-# Ops that write rows of tables they are given, with the form that writes the tables themselves:
-# op name -> (how many leading inputs are tables, each the same-numbered output's table; that form).
-_ROW_WRITERS = {
+# Ops that give new values of arrays they are given (a scatter, an optimizer step), with the form
+# that writes those arrays themselves: op name -> (how many leading inputs are such arrays, each
+# the same-numbered output's; that form, from the backend's family and the node's attrs).
+_IN_PLACE_FORMS = {
     "scatter_update": (1, lambda family, attrs: in_place_rows),
     "sparse_adam_update": (3, lambda family, attrs: _bound(backend(family), "sparse_adam_update_in_place", attrs)),
+    "adam_update": (3, lambda family, attrs: _bound(backend(family), "adam_update_in_place", attrs)),
+    "adamw_update": (3, lambda family, attrs: _bound(backend(family), "adamw_update_in_place", attrs)),
 }
 
 
@@ -325,12 +332,12 @@ def _bound(module, name: str, attrs: dict):
     return None if fn is None else functools.partial(fn, **attrs)
 
 
-def _owned_rows_target(graph: GraphIR, node, nodes, fetches, family: str, attrs: dict):
-    """(the in-place form of a row-writing node, for each table it reads the Variable whose
-    array it may write, or None): a table that is a variable's read value, read by no later
-    node and not fetched, whose result the node's output writes back to that variable. None
-    where no table is such, or the backend has no in-place form."""
-    writer = _ROW_WRITERS.get(node.op)
+def _owned_arrays_target(graph: GraphIR, node, nodes, fetches, family: str, attrs: dict):
+    """(the in-place form of a node that has one, for each array it may write the Variable that
+    holds it, or None): an array that is a variable's read value, read by no later node and
+    not fetched, whose new value the node's output writes back to that variable. None where
+    no array is such, or the backend has no in-place form."""
+    writer = _IN_PLACE_FORMS.get(node.op)
     if writer is None:
         return None
     count, in_place_form = writer
@@ -355,10 +362,10 @@ def _owned_rows_target(graph: GraphIR, node, nodes, fetches, family: str, attrs:
     return in_place, tuple(None if name is None else graph.state[name] for name in owners)
 
 
-def _write_owned_rows(env, args, target, node):
-    """Run a row-writing node on the arrays of the variables it writes, where nothing else
+def _write_in_place(env, args, target, node):
+    """Run a node's in-place form on the arrays of the variables it writes, where nothing else
     holds them (their env slot, the variable and the arguments here), and on copies of its
-    other tables."""
+    other arrays."""
     fn, (in_place, variables) = target
     arrays = list(args(env))
     try:
