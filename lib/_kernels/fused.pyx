@@ -224,6 +224,38 @@ cdef inline cnp.ndarray _empty_like(cnp.ndarray x):
     return cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
 
 
+cdef void _adam(cnp.ndarray p, m, v, grad, cnp.ndarray po, mo, vo, double lr, double beta1, double beta2,
+                double eps, double bias_c1, double bias_c2):
+    """The Adam step from p, m, v and grad into po, mo and vo (checked arrays of one shape and
+    float dtype); the three outputs either all new arrays or p, m and v themselves."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
+    cdef int threads = _threads_for(n, _ADAM_PARALLEL_MIN)
+    cdef void* pp = cnp.PyArray_DATA(p)
+    cdef void* mp = cnp.PyArray_DATA(<cnp.ndarray>m)
+    cdef void* vp = cnp.PyArray_DATA(<cnp.ndarray>v)
+    cdef void* gp = cnp.PyArray_DATA(<cnp.ndarray>grad)
+    cdef void* pop = cnp.PyArray_DATA(po)
+    cdef void* mop = cnp.PyArray_DATA(<cnp.ndarray>mo)
+    cdef void* vop = cnp.PyArray_DATA(<cnp.ndarray>vo)
+    cdef bint single = cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32, in_place = pop == pp
+    if not n:
+        return
+    with nogil:
+        if single and in_place:
+            tapeflow_adam_rows_f32_all(<float*>pp, <float*>mp, <float*>vp, <const float*>gp, n, lr, beta1, beta2,
+                                       eps, bias_c1, bias_c2, threads)
+        elif in_place:
+            tapeflow_adam_rows_f64_all(<double*>pp, <double*>mp, <double*>vp, <const double*>gp, n, lr, beta1, beta2,
+                                       eps, bias_c1, bias_c2, threads)
+        elif single:
+            tapeflow_adam_f32(<const float*>pp, <const float*>mp, <const float*>vp, <const float*>gp, <float*>pop,
+                              <float*>mop, <float*>vop, n, lr, beta1, beta2, eps, bias_c1, bias_c2, threads)
+        else:
+            tapeflow_adam_f64(<const double*>pp, <const double*>mp, <const double*>vp, <const double*>gp,
+                              <double*>pop, <double*>mop, <double*>vop, n, lr, beta1, beta2, eps, bias_c1, bias_c2,
+                              threads)
+
+
 def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double eps,
                 double bias_c1, double bias_c2):
     """One Adam step in one pass; returns new (param, m, v) and leaves the inputs as they were.
@@ -241,25 +273,7 @@ def adam_update(param, m, v, grad, double lr, double beta1, double beta2, double
             and _plain_like(grad, <cnp.ndarray>param)):
         param, m, v, grad = _same_floats("adam_update", param=param, m=m, v=v, grad=grad)
     cdef cnp.ndarray p = <cnp.ndarray>param, mo = _empty_like(p), vo = _empty_like(p), po = _empty_like(p)
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
-    cdef int threads = _threads_for(n, _ADAM_PARALLEL_MIN)
-    cdef void* pp = cnp.PyArray_DATA(p)
-    cdef void* mp = cnp.PyArray_DATA(<cnp.ndarray>m)
-    cdef void* vp = cnp.PyArray_DATA(<cnp.ndarray>v)
-    cdef void* gp = cnp.PyArray_DATA(<cnp.ndarray>grad)
-    cdef bint single = cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32
-    if n:
-        with nogil:
-            if single:
-                tapeflow_adam_f32(<const float*>pp, <const float*>mp, <const float*>vp, <const float*>gp,
-                                  <float*>cnp.PyArray_DATA(po), <float*>cnp.PyArray_DATA(mo),
-                                  <float*>cnp.PyArray_DATA(vo), n, lr, beta1, beta2, eps, bias_c1, bias_c2,
-                                  threads)
-            else:
-                tapeflow_adam_f64(<const double*>pp, <const double*>mp, <const double*>vp, <const double*>gp,
-                                  <double*>cnp.PyArray_DATA(po), <double*>cnp.PyArray_DATA(mo),
-                                  <double*>cnp.PyArray_DATA(vo), n, lr, beta1, beta2, eps, bias_c1, bias_c2,
-                                  threads)
+    _adam(p, m, v, grad, po, mo, vo, lr, beta1, beta2, eps, bias_c1, bias_c2)
     return po, mo, vo
 
 
@@ -283,21 +297,7 @@ def adam_update_in_place(param, m, v, grad, double lr, double beta1, double beta
     if not (cnp.PyArray_ISWRITEABLE(p) and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>m)
             and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>v)):
         raise ValueError("adam_update_in_place: param, m and v must be writeable")
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(p)
-    cdef int threads = _threads_for(n, _ADAM_PARALLEL_MIN)
-    cdef void* pp = cnp.PyArray_DATA(p)
-    cdef void* mp = cnp.PyArray_DATA(<cnp.ndarray>m)
-    cdef void* vp = cnp.PyArray_DATA(<cnp.ndarray>v)
-    cdef void* gp = cnp.PyArray_DATA(<cnp.ndarray>grad)
-    cdef bint single = cnp.PyArray_TYPE(p) == cnp.NPY_FLOAT32
-    if n:
-        with nogil:
-            if single:
-                tapeflow_adam_rows_f32_all(<float*>pp, <float*>mp, <float*>vp, <const float*>gp, n, lr, beta1, beta2,
-                                           eps, bias_c1, bias_c2, threads)
-            else:
-                tapeflow_adam_rows_f64_all(<double*>pp, <double*>mp, <double*>vp, <const double*>gp, n, lr, beta1,
-                                           beta2, eps, bias_c1, bias_c2, threads)
+    _adam(p, m, v, grad, p, m, v, lr, beta1, beta2, eps, bias_c1, bias_c2)
 
 
 def adam_update_rows(param, m, v, ids, grad, double lr, double beta1, double beta2, double eps,
