@@ -239,6 +239,9 @@ cdef inline floating* _alloc(Py_ssize_t count, floating* like) noexcept nogil:
     return <floating*>malloc(max(1, count) * sizeof(floating))
 
 
+include "_winograd.pxi"
+
+
 def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] w,
                    int stride_h, int stride_w, int pad_top, int pad_left, int dil_h, int dil_w,
                    int out_h, int out_w):
@@ -267,6 +270,14 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     cdef int failed = 0
     cdef int* failed_p = &failed
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    if _winograd_fits(&g):
+        _blas_enter()
+        with nogil:
+            failed = _winograd_conv(&g, xp, wp, yp)
+        _blas_leave()
+        if failed:
+            raise MemoryError("conv2d_forward: cannot allocate the Winograd buffers")
+        return y
     _blas_enter()
     with nogil, parallel(num_threads=p.threads):
         own = tapeflow_fpenv_swap(env)
@@ -292,6 +303,27 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     return y
 
 
+cdef object _winograd_transposed(const floating[:, :, :, ::1] dy, const floating[:, :, :, ::1] w, dx,
+                                 const Geometry* g):
+    """dx (every element written) = the stride-1 convolution of dy with w turned half a turn and
+    its channels swapped, padded by 2 - the forward's pads: the adjoint of a 3x3 convolution."""
+    flipped = np.ascontiguousarray(np.asarray(w)[::-1, ::-1].transpose(0, 1, 3, 2))
+    cdef floating[:, :, :, ::1] f_view = flipped
+    cdef floating[:, :, :, ::1] dx_view = dx
+    cdef Geometry t = g[0]
+    t.h, t.w, t.c, t.o = g.oh, g.ow, g.o, g.c
+    t.oh, t.ow = g.h, g.w
+    t.pt, t.pl = 2 - g.pt, 2 - g.pl
+    cdef int failed
+    _blas_enter()
+    with nogil:
+        failed = _winograd_conv(&t, &dy[0, 0, 0, 0], &f_view[0, 0, 0, 0], &dx_view[0, 0, 0, 0])
+    _blas_leave()
+    if failed:
+        raise MemoryError("conv2d_backward_input: cannot allocate the Winograd buffers")
+    return dx
+
+
 def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, :, ::1] w,
                           int in_h, int in_w, int stride_h, int stride_w, int pad_top,
                           int pad_left, int dil_h, int dil_w):
@@ -312,6 +344,8 @@ def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, 
     cdef const floating* dyp = &dy[0, 0, 0, 0]
     cdef const floating* wp = &w[0, 0, 0, 0]
     cdef floating* dxp = &dx_view[0, 0, 0, 0]
+    if _winograd_fits(&g):  # the forward convolution of dy with the flipped filter, its pads mirrored
+        return _winograd_transposed(dy, w, dx, &g)
     cdef bint pointwise = _is_pointwise(&g)
     cdef Plan p = _plan(&g, sizeof(floating), not pointwise)
     cdef Py_ssize_t chunk, r0, r1

@@ -1,0 +1,223 @@
+# 3x3, stride-1 convolution by Winograd's minimal filtering F(2x2, 3x3) (Lavin and Gray): each
+# 2x2 block of outputs comes from a 4x4 patch of the input, transformed (B^T d B), multiplied
+# elementwise with the transformed filter (G g G^T) and transformed back (A^T m A). Summed over
+# the channels, the 16 elementwise products of a block of tiles are 16 gemms, so a tile costs
+# 16 multiply-adds per channel pair instead of the 36 that four outputs take directly.
+#
+#   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+#   G   = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
+#   A^T = [1 1 1 0; 0 1 -1 -1]
+#
+# Chunks of tiles run on the OpenMP threads, each with its own transformed inputs V[16][T][C]
+# and products M[16][T][O] and single-threaded gemms.
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+    #define TAPEFLOW_WINOGRAD_CLONES __attribute__((target_clones("avx2", "default")))
+    #else
+    #define TAPEFLOW_WINOGRAD_CLONES
+    #endif
+    /* One tile's transforms over a run of channels, every stream a restrict pointer of its own
+       so that the loops vectorize: the 16 input pixel rows d[k] into the 16 rows v + k * vs,
+       and the 16 rows m + k * ms into the tile's four output rows y[0..3] (a row outside the
+       output points at scratch). */
+    #define TAPEFLOW_WINOGRAD(NAME, T)                                                       \\
+    TAPEFLOW_WINOGRAD_CLONES                                                               \\
+    static void NAME##_in(const T* const* d, T* v, ptrdiff_t vs, ptrdiff_t c)               \\
+    {                                                                                      \\
+        const T *restrict d0 = d[0], *restrict d1 = d[1], *restrict d2 = d[2], *restrict d3 = d[3];      \\
+        const T *restrict d4 = d[4], *restrict d5 = d[5], *restrict d6 = d[6], *restrict d7 = d[7];      \\
+        const T *restrict d8 = d[8], *restrict d9 = d[9], *restrict d10 = d[10], *restrict d11 = d[11];  \\
+        const T *restrict d12 = d[12], *restrict d13 = d[13], *restrict d14 = d[14], *restrict d15 = d[15]; \\
+        T *restrict v0 = v, *restrict v1 = v + vs, *restrict v2 = v + 2 * vs, *restrict v3 = v + 3 * vs;  \\
+        T *restrict v4 = v + 4 * vs, *restrict v5 = v + 5 * vs, *restrict v6 = v + 6 * vs;               \\
+        T *restrict v7 = v + 7 * vs, *restrict v8 = v + 8 * vs, *restrict v9 = v + 9 * vs;               \\
+        T *restrict v10 = v + 10 * vs, *restrict v11 = v + 11 * vs, *restrict v12 = v + 12 * vs;         \\
+        T *restrict v13 = v + 13 * vs, *restrict v14 = v + 14 * vs, *restrict v15 = v + 15 * vs;         \\
+        _Pragma("GCC ivdep")                                                               \\
+        for (ptrdiff_t i = 0; i < c; i++) {                                                \\
+            T q0 = d0[i] - d8[i], q1 = d1[i] - d9[i], q2 = d2[i] - d10[i], q3 = d3[i] - d11[i];          \\
+            T q4 = d4[i] + d8[i], q5 = d5[i] + d9[i], q6 = d6[i] + d10[i], q7 = d7[i] + d11[i];          \\
+            T q8 = d8[i] - d4[i], q9 = d9[i] - d5[i], q10 = d10[i] - d6[i], q11 = d11[i] - d7[i];       \\
+            T q12 = d4[i] - d12[i], q13 = d5[i] - d13[i], q14 = d6[i] - d14[i], q15 = d7[i] - d15[i];   \\
+            v0[i] = q0 - q2;    v1[i] = q1 + q2;    v2[i] = q2 - q1;    v3[i] = q1 - q3;                  \\
+            v4[i] = q4 - q6;    v5[i] = q5 + q6;    v6[i] = q6 - q5;    v7[i] = q5 - q7;                  \\
+            v8[i] = q8 - q10;   v9[i] = q9 + q10;   v10[i] = q10 - q9;  v11[i] = q9 - q11;                \\
+            v12[i] = q12 - q14; v13[i] = q13 + q14; v14[i] = q14 - q13; v15[i] = q13 - q15;              \\
+        }                                                                                  \\
+    }                                                                                      \\
+    TAPEFLOW_WINOGRAD_CLONES                                                               \\
+    static void NAME##_out(const T* m, ptrdiff_t ms, T* const* y, ptrdiff_t o)              \\
+    {                                                                                      \\
+        const T *restrict m0 = m, *restrict m1 = m + ms, *restrict m2 = m + 2 * ms;         \\
+        const T *restrict m3 = m + 3 * ms, *restrict m4 = m + 4 * ms, *restrict m5 = m + 5 * ms;       \\
+        const T *restrict m6 = m + 6 * ms, *restrict m7 = m + 7 * ms, *restrict m8 = m + 8 * ms;       \\
+        const T *restrict m9 = m + 9 * ms, *restrict m10 = m + 10 * ms, *restrict m11 = m + 11 * ms;   \\
+        const T *restrict m12 = m + 12 * ms, *restrict m13 = m + 13 * ms;                   \\
+        const T *restrict m14 = m + 14 * ms, *restrict m15 = m + 15 * ms;                   \\
+        T *restrict y0 = y[0], *restrict y1 = y[1], *restrict y2 = y[2], *restrict y3 = y[3];          \\
+        _Pragma("GCC ivdep")                                                               \\
+        for (ptrdiff_t i = 0; i < o; i++) {                                                \\
+            T a0 = m0[i] + m4[i] + m8[i], a1 = m1[i] + m5[i] + m9[i];                       \\
+            T a2 = m2[i] + m6[i] + m10[i], a3 = m3[i] + m7[i] + m11[i];                     \\
+            T b0 = m4[i] - m8[i] - m12[i], b1 = m5[i] - m9[i] - m13[i];                     \\
+            T b2 = m6[i] - m10[i] - m14[i], b3 = m7[i] - m11[i] - m15[i];                   \\
+            y0[i] = a0 + a1 + a2;                                                          \\
+            y1[i] = a1 - a2 - a3;                                                          \\
+            y2[i] = b0 + b1 + b2;                                                          \\
+            y3[i] = b1 - b2 - b3;                                                          \\
+        }                                                                                  \\
+    }
+    TAPEFLOW_WINOGRAD(tapeflow_winograd_f32, float)
+    TAPEFLOW_WINOGRAD(tapeflow_winograd_f64, double)
+    """
+    void tapeflow_winograd_f32_in(const float* const* d, float* v, Py_ssize_t vs, Py_ssize_t c) noexcept nogil
+    void tapeflow_winograd_f64_in(const double* const* d, double* v, Py_ssize_t vs, Py_ssize_t c) noexcept nogil
+    void tapeflow_winograd_f32_out(const float* m, Py_ssize_t ms, float* const* y, Py_ssize_t o) noexcept nogil
+    void tapeflow_winograd_f64_out(const double* m, Py_ssize_t ms, double* const* y, Py_ssize_t o) noexcept nogil
+
+# Fewer channels than this on either side leave the gemms too thin for the transforms to pay;
+# more channel pairs than _WINOGRAD_MAX_PAIRS make the 16 transformed filters (16 C O numbers)
+# outgrow the caches that every chunk of tiles streams them through (measured: 256 x 256 gains,
+# 384 x 384 and 512 x 512 lose to im2col).
+cdef Py_ssize_t _WINOGRAD_MIN_CHANNELS = 32
+cdef Py_ssize_t _WINOGRAD_MAX_PAIRS = 256 * 256
+# Per-thread bound on a chunk's V and M.
+cdef Py_ssize_t _winograd_buffer_bytes = 2 * 1024 * 1024
+
+
+def _set_winograd_buffer_bytes(Py_ssize_t n):
+    """Change the per-thread bound on a chunk's buffers and return the old one."""
+    global _winograd_buffer_bytes
+    old, _winograd_buffer_bytes = _winograd_buffer_bytes, max(1, n)
+    return old
+
+
+def _set_winograd_channels(Py_ssize_t minimum, Py_ssize_t max_pairs):
+    """Change the channel counts for which 3x3 convolutions take Winograd's way and return the
+    old (minimum, max_pairs) (tests compare it with im2col)."""
+    global _WINOGRAD_MIN_CHANNELS, _WINOGRAD_MAX_PAIRS
+    old = (_WINOGRAD_MIN_CHANNELS, _WINOGRAD_MAX_PAIRS)
+    _WINOGRAD_MIN_CHANNELS, _WINOGRAD_MAX_PAIRS = max(1, minimum), max(1, max_pairs)
+    return old
+
+
+cdef inline bint _winograd_fits(const Geometry* g) noexcept nogil:
+    """A 3x3, stride-1, undilated convolution with channel counts where the transforms pay,
+    while BLAS runs on the calling thread (the chunks' gemms run side by side)."""
+    return (g.kh == 3 and g.kw == 3 and g.sh == 1 and g.sw == 1 and g.dh == 1 and g.dw == 1
+            and g.c >= _WINOGRAD_MIN_CHANNELS and g.o >= _WINOGRAD_MIN_CHANNELS
+            and g.c * g.o <= _WINOGRAD_MAX_PAIRS and _blas_single())
+
+
+cdef void _winograd_filter(const floating* w, floating* u, Py_ssize_t c, Py_ssize_t o) noexcept nogil:
+    """u[16][c][o] = G g G^T for every (channel, output) pair of w[3][3][c][o]."""
+    cdef Py_ssize_t plane = c * o, i, r, s
+    cdef floating e[4][3]
+    cdef floating g0, g1, g2
+    for i in range(plane):
+        for s in range(3):  # G g: the rows of G times each column of g
+            g0 = w[(0 * 3 + s) * plane + i]
+            g1 = w[(1 * 3 + s) * plane + i]
+            g2 = w[(2 * 3 + s) * plane + i]
+            e[0][s] = g0
+            e[1][s] = (g0 + g1 + g2) * 0.5
+            e[2][s] = (g0 - g1 + g2) * 0.5
+            e[3][s] = g2
+        for r in range(4):  # (G g) G^T
+            u[(r * 4 + 0) * plane + i] = e[r][0]
+            u[(r * 4 + 1) * plane + i] = (e[r][0] + e[r][1] + e[r][2]) * 0.5
+            u[(r * 4 + 2) * plane + i] = (e[r][0] - e[r][1] + e[r][2]) * 0.5
+            u[(r * 4 + 3) * plane + i] = e[r][2]
+
+
+cdef void _winograd_inputs(const Geometry* g, const floating* x, const floating* zeros, floating* v,
+                           Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t tiles_h, Py_ssize_t tiles_w) noexcept nogil:
+    """v[16][t1 - t0][C] = B^T d B for the input patches d of tiles [t0, t1); a pixel outside
+    the image reads the row `zeros`."""
+    cdef Py_ssize_t count = t1 - t0, t, n, ti, tj, row, col, r, s
+    cdef const floating* rows[16]
+    for t in range(t0, t1):
+        n = t // (tiles_h * tiles_w)
+        ti = (t // tiles_w) % tiles_h
+        tj = t % tiles_w
+        for r in range(4):
+            row = 2 * ti - g.pt + r
+            for s in range(4):
+                col = 2 * tj - g.pl + s
+                if 0 <= row < g.h and 0 <= col < g.w:
+                    rows[r * 4 + s] = x + ((n * g.h + row) * g.w + col) * g.c
+                else:
+                    rows[r * 4 + s] = zeros
+        if floating is float:
+            tapeflow_winograd_f32_in(rows, v + (t - t0) * g.c, count * g.c, g.c)
+        else:
+            tapeflow_winograd_f64_in(rows, v + (t - t0) * g.c, count * g.c, g.c)
+
+
+cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, floating* scratch,
+                            Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t tiles_h, Py_ssize_t tiles_w) noexcept nogil:
+    """The 2x2 outputs A^T m A of tiles [t0, t1) into y; those outside out_h x out_w into the
+    row `scratch`."""
+    cdef Py_ssize_t count = t1 - t0, t, n, ti, tj, r, s, row, col
+    cdef floating* outs[4]
+    for t in range(t0, t1):
+        n = t // (tiles_h * tiles_w)
+        ti = (t // tiles_w) % tiles_h
+        tj = t % tiles_w
+        for r in range(2):
+            row = 2 * ti + r
+            for s in range(2):
+                col = 2 * tj + s
+                outs[r * 2 + s] = y + ((n * g.oh + row) * g.ow + col) * g.o if row < g.oh and col < g.ow else scratch
+        if floating is float:
+            tapeflow_winograd_f32_out(m + (t - t0) * g.o, count * g.o, outs, g.o)
+        else:
+            tapeflow_winograd_f64_out(m + (t - t0) * g.o, count * g.o, outs, g.o)
+
+
+cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w, floating* y) noexcept nogil:
+    """y = the convolution of x with the 3x3 filter w (stride 1, no dilation, g's padding and
+    output size), every output written; returns 1 where memory ran out (y then unwritten)."""
+    cdef Py_ssize_t tiles_h = (g.oh + 1) // 2, tiles_w = (g.ow + 1) // 2
+    cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w
+    cdef Py_ssize_t per_tile = 16 * (g.c + g.o) * sizeof(floating)
+    cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_buffer_bytes // per_tile))
+    cdef int threads = _threads_for(tiles * 16 * g.c * g.o, 1 << 16)
+    cdef Py_ssize_t chunks, chunk, t0, t1, k, count
+    if threads > 1:  # at least one chunk a thread, the chunks even
+        per_chunk = min(per_chunk, (tiles + threads - 1) // threads)
+    chunks = (tiles + per_chunk - 1) // per_chunk
+    cdef floating* u = <floating*>malloc(max(1, 16 * g.c * g.o + g.c) * sizeof(floating))
+    if u == NULL:
+        return 1
+    cdef floating* zeros = u + 16 * g.c * g.o
+    memset(zeros, 0, g.c * sizeof(floating))
+    _winograd_filter(w, u, g.c, g.o)
+    cdef floating* v = NULL
+    cdef floating* m = NULL
+    cdef int failed = 0
+    cdef int* failed_p = &failed
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
+        v = <floating*>malloc((16 * per_chunk * (g.c + g.o) + g.o) * sizeof(floating))
+        m = v + 16 * per_chunk * g.c if v != NULL else NULL
+        if v == NULL:
+            failed_p[0] = 1
+        for chunk in prange(chunks, schedule="static"):
+            if v == NULL:
+                continue
+            t0 = chunk * per_chunk
+            t1 = min(t0 + per_chunk, tiles)
+            count = t1 - t0
+            _winograd_inputs(g, x, zeros, v, t0, t1, tiles_h, tiles_w)
+            for k in range(16):
+                _gemm(c'N', c'N', count, g.o, g.c, 1, v + k * count * g.c, g.c, u + k * g.c * g.o, g.o, 0,
+                      m + k * count * g.o, g.o)
+            _winograd_outputs(g, m, y, m + 16 * per_chunk * g.o, t0, t1, tiles_h, tiles_w)
+        free(v)
+        tapeflow_fpenv_swap(own)
+    free(u)
+    return failed

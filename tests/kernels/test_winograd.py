@@ -1,0 +1,120 @@
+"""3x3, stride-1 convolutions by Winograd's F(2x2, 3x3) against a float64 NumPy correlation and
+against the im2col kernel: the forward product and the input gradient, for odd and even output
+sizes, every padding the layers use, one and two threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapeflow as tp
+from tapeflow._kernels import conv
+
+RNG = np.random.default_rng(3)
+
+
+def correlate(x, w, pad_top, pad_left, out_h, out_w):
+    """y[n, i, j, o] = sum over (a, b, c) of x[n, i + a - pad_top, j + b - pad_left, c] w[a, b, c, o]."""
+    n, h, wd, c = x.shape
+    padded = np.zeros((n, out_h + 2, out_w + 2, c))
+    rows = slice(max(0, pad_top), min(h + pad_top, out_h + 2))
+    cols = slice(max(0, pad_left), min(wd + pad_left, out_w + 2))
+    padded[:, rows, cols] = x[
+        :, rows.start - pad_top : rows.stop - pad_top, cols.start - pad_left : cols.stop - pad_left
+    ]
+    y = np.zeros((n, out_h, out_w, w.shape[3]))
+    for a in range(3):
+        for b in range(3):
+            y += padded[:, a : a + out_h, b : b + out_w] @ w[a, b]
+    return y
+
+
+@pytest.fixture
+def winograd_everywhere():
+    old = conv._set_winograd_channels(1, 1 << 40)
+    yield
+    conv._set_winograd_channels(*old)
+
+
+CASES = [  # (n, h, w, c, o, pad_top, pad_left, out_h, out_w): same, valid, odd, asymmetric, 1x1
+    (2, 7, 9, 5, 6, 1, 1, 7, 9),
+    (1, 6, 6, 3, 4, 0, 0, 4, 4),
+    (3, 5, 8, 4, 2, 2, 1, 6, 8),
+    (2, 8, 8, 3, 3, 0, 1, 6, 7),
+    (1, 1, 1, 2, 2, 1, 1, 1, 1),
+    (2, 12, 10, 33, 17, 1, 1, 12, 10),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", CASES)
+def test_forward_and_input_gradient_match_a_float64_correlation(case, threads, winograd_everywhere):
+    n, h, wd, c, o, pt, pl, oh, ow = case
+    x, w = RNG.standard_normal((n, h, wd, c)), RNG.standard_normal((3, 3, c, o))
+    dy = RNG.standard_normal((n, oh, ow, o))
+    old = tp.get_num_threads()
+    tp.set_num_threads(threads)
+    try:
+        y = conv.conv2d_forward(x, w, 1, 1, pt, pl, 1, 1, oh, ow)
+        dx = conv.conv2d_backward_input(dy, w, h, wd, 1, 1, pt, pl, 1, 1)
+        y32 = conv.conv2d_forward(x.astype(np.float32), w.astype(np.float32), 1, 1, pt, pl, 1, 1, oh, ow)
+    finally:
+        tp.set_num_threads(old)
+    np.testing.assert_allclose(y, correlate(x, w, pt, pl, oh, ow), rtol=1e-12, atol=1e-12)
+    # the input gradient is the adjoint of the forward product: <forward(x), dy> = <x, dx>, and
+    # it is what the im2col kernel's col2im gives
+    np.testing.assert_allclose(np.vdot(correlate(x, w, pt, pl, oh, ow), dy), np.vdot(x, dx), rtol=1e-10)
+    old_channels = conv._set_winograd_channels(1 << 20, 1)
+    try:
+        np.testing.assert_allclose(
+            dx, conv.conv2d_backward_input(dy, w, h, wd, 1, 1, pt, pl, 1, 1), rtol=1e-11, atol=1e-11
+        )
+    finally:
+        conv._set_winograd_channels(*old_channels)
+    np.testing.assert_allclose(y32, y, rtol=2e-5, atol=2e-5 * np.abs(y).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_it_agrees_with_im2col_where_it_is_chosen(dtype):
+    """Channel counts where Winograd's way is the default: the same numbers as im2col, to
+    the rounding of float32."""
+    x = RNG.standard_normal((2, 15, 14, 64)).astype(dtype)
+    w = RNG.standard_normal((3, 3, 64, 48)).astype(dtype)
+    dy = RNG.standard_normal((2, 15, 14, 48)).astype(dtype)
+    ours = (
+        conv.conv2d_forward(x, w, 1, 1, 1, 1, 1, 1, 15, 14),
+        conv.conv2d_backward_input(dy, w, 15, 14, 1, 1, 1, 1, 1, 1),
+    )
+    old = conv._set_winograd_channels(1 << 20, 1)  # im2col everywhere
+    try:
+        theirs = (
+            conv.conv2d_forward(x, w, 1, 1, 1, 1, 1, 1, 15, 14),
+            conv.conv2d_backward_input(dy, w, 15, 14, 1, 1, 1, 1, 1, 1),
+        )
+    finally:
+        conv._set_winograd_channels(*old)
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
+
+
+def test_a_conv_layer_trains_the_same_either_way():
+    """A Conv2D(3x3) layer's output and gradients through the op, Winograd's way against im2col."""
+    x = tp.tensor(RNG.standard_normal((2, 9, 9, 40)).astype(np.float32))
+    layer = tp.layers.Conv2D(36, 3, padding="same")
+
+    def run():
+        with tp.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tp.sum(y * y)
+        return [y.numpy(), *(g.numpy() for g in tape.gradient(loss, [x, layer.kernel]))]
+
+    ours = run()
+    old = conv._set_winograd_channels(1 << 20, 1)
+    try:
+        theirs = run()
+    finally:
+        conv._set_winograd_channels(*old)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * np.abs(b).max())
