@@ -27,88 +27,74 @@ cdef extern from *:
         } while (0)
     /* One thread's share, in a function of its own: with restrict parameters the
        compiler vectorizes it, which it does not inside an OpenMP-outlined loop body. */
-    #define TAPEFLOW_ADAM(NAME, T, SQRT)                                                    \\
+    #define TAPEFLOW_ADAM(NAME, T, SQRT)                                                   \\
     static void NAME##_chunk(const T* restrict p, const T* restrict m, const T* restrict v, \\
-                             const T* restrict g, T* restrict p_out, T* restrict m_out,     \\
-                             T* restrict v_out, Py_ssize_t n, T b1, T b2, T c1, T c2,       \\
-                             T step, T inv_c2, T e)                                         \\
+                             const T* restrict g, T* restrict p_out, T* restrict m_out,    \\
+                             T* restrict v_out, Py_ssize_t n, T b1, T b2, T c1, T c2,      \\
+                             T step, T inv_c2, T e)                                        \\
     {                                                                                      \\
         for (Py_ssize_t i = 0; i < n; i++)                                                 \\
             TAPEFLOW_ADAM_AT(T, SQRT, p, m, v, g, p_out, m_out, v_out, i);                 \\
     }                                                                                      \\
     static void NAME(const T* p, const T* m, const T* v, const T* g, T* p_out, T* m_out,   \\
-                     T* v_out, Py_ssize_t n, double lr, double beta1, double beta2,         \\
-                     double eps, double bias_c1, double bias_c2, int threads)               \\
+                     T* v_out, Py_ssize_t n, double lr, double beta1, double beta2,        \\
+                     double eps, double bias_c1, double bias_c2, int threads)              \\
     {                                                                                      \\
+        TAPEFLOW_ADAM_SHARED(T, n, NAME##_chunk(p + lo, m + lo, v + lo, g + lo, p_out + lo, \\
+                                              m_out + lo, v_out + lo, hi - lo, b1, b2, c1, \\
+                                              c2, step, inv_c2, e));                       \\
+    }
+    #ifdef _OPENMP
+    #define TAPEFLOW_SHARE_OF(lo, hi, count) do {                                          \\
+        Py_ssize_t t_ = omp_get_thread_num(), nt_ = omp_get_num_threads();                 \\
+        lo = (count) * t_ / nt_; hi = (count) * (t_ + 1) / nt_; } while (0)
+    #else
+    #define TAPEFLOW_SHARE_OF(lo, hi, count) do { } while (0)
+    #endif
+    #define TAPEFLOW_THREAD_SHARE(lo, hi) TAPEFLOW_SHARE_OF(lo, hi, n)
+    /* The Adam settings in T, then the body run by each thread on its share [lo, hi) of
+       count items, with the caller's floating-point environment. */
+    #define TAPEFLOW_ADAM_SHARED(T, count, ...)                                            \\
         const T b1 = (T)beta1, b2 = (T)beta2, c1 = (T)(1 - beta1), c2 = (T)(1 - beta2);    \\
         const T step = (T)(lr / bias_c1), inv_c2 = (T)(1 / bias_c2), e = (T)eps;           \\
-        const unsigned int env = tapeflow_fpenv_get();                                    \\
+        const unsigned int env = tapeflow_fpenv_get();                                     \\
         _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \\
         {                                                                                  \\
             const unsigned int own = tapeflow_fpenv_swap(env);                             \\
-            Py_ssize_t lo = 0, hi = n;                                                     \\
-            TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \\
-            NAME##_chunk(p + lo, m + lo, v + lo, g + lo, p_out + lo, m_out + lo,           \\
-                         v_out + lo, hi - lo, b1, b2, c1, c2, step, inv_c2, e);            \\
+            const Py_ssize_t total_ = (count);                                             \\
+            Py_ssize_t lo = 0, hi = total_;                                                \\
+            TAPEFLOW_SHARE_OF(lo, hi, total_);                                             \\
+            __VA_ARGS__;                                                                   \\
             tapeflow_fpenv_swap(own);                                                      \\
-        }                                                                                  \\
-    }
-    #ifdef _OPENMP
-    #define TAPEFLOW_THREAD_SHARE(lo, hi) do {                                             \\
-        Py_ssize_t t_ = omp_get_thread_num(), nt_ = omp_get_num_threads();                \\
-        lo = n * t_ / nt_; hi = n * (t_ + 1) / nt_; } while (0)
-    #else
-    #define TAPEFLOW_THREAD_SHARE(lo, hi) do { } while (0)
-    #endif
+        }
     TAPEFLOW_ADAM(tapeflow_adam_f32, float, sqrtf)
     TAPEFLOW_ADAM(tapeflow_adam_f64, double, sqrt)
 
     /* The same step in place: on the rows `ids` (distinct) of p, m and v, the gradient row i
        for table row ids[i], rows shared out among the threads (NAME), or on every element
        (NAME##_all). */
-    #define TAPEFLOW_ADAM_ROWS(NAME, T, SQRT)                                               \\
+    #define TAPEFLOW_ADAM_ROWS(NAME, T, SQRT)                                              \\
     static void NAME##_row(T* p, T* m, T* v, const T* restrict g, Py_ssize_t n, T b1,      \\
-                           T b2, T c1, T c2, T step, T inv_c2, T e)                         \\
+                           T b2, T c1, T c2, T step, T inv_c2, T e)                        \\
     {                                                                                      \\
         for (Py_ssize_t i = 0; i < n; i++)                                                 \\
             TAPEFLOW_ADAM_AT(T, SQRT, p, m, v, g, p, m, v, i);                             \\
     }                                                                                      \\
     static void NAME(T* p, T* m, T* v, const long long* ids, const T* g, Py_ssize_t rows,  \\
-                     Py_ssize_t width, double lr, double beta1, double beta2, double eps,   \\
+                     Py_ssize_t width, double lr, double beta1, double beta2, double eps,  \\
                      double bias_c1, double bias_c2, int threads)                          \\
     {                                                                                      \\
-        const T b1 = (T)beta1, b2 = (T)beta2, c1 = (T)(1 - beta1), c2 = (T)(1 - beta2);    \\
-        const T step = (T)(lr / bias_c1), inv_c2 = (T)(1 / bias_c2), e = (T)eps;           \\
-        const unsigned int env = tapeflow_fpenv_get();                                    \\
-        _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \\
-        {                                                                                  \\
-            const unsigned int own = tapeflow_fpenv_swap(env);                             \\
-            Py_ssize_t lo = 0, hi = rows, n = rows;                                        \\
-            TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \\
-            for (Py_ssize_t r = lo; r < hi; r++) {                                         \\
-                Py_ssize_t at = (Py_ssize_t)ids[r] * width;                                \\
-                NAME##_row(p + at, m + at, v + at, g + r * width, width, b1, b2, c1, c2,   \\
-                           step, inv_c2, e);                                               \\
-            }                                                                              \\
-            tapeflow_fpenv_swap(own);                                                      \\
-        }                                                                                  \\
+        TAPEFLOW_ADAM_SHARED(T, rows, for (Py_ssize_t r = lo; r < hi; r++)                 \\
+            NAME##_row(p + (Py_ssize_t)ids[r] * width, m + (Py_ssize_t)ids[r] * width,     \\
+                       v + (Py_ssize_t)ids[r] * width, g + r * width, width, b1, b2, c1, c2, \\
+                       step, inv_c2, e));                                                  \\
     }                                                                                      \\
     static void NAME##_all(T* p, T* m, T* v, const T* g, Py_ssize_t n, double lr,          \\
-                           double beta1, double beta2, double eps, double bias_c1,          \\
-                           double bias_c2, int threads)                                     \\
+                           double beta1, double beta2, double eps, double bias_c1,         \\
+                           double bias_c2, int threads)                                    \\
     {                                                                                      \\
-        const T b1 = (T)beta1, b2 = (T)beta2, c1 = (T)(1 - beta1), c2 = (T)(1 - beta2);    \\
-        const T step = (T)(lr / bias_c1), inv_c2 = (T)(1 / bias_c2), e = (T)eps;           \\
-        const unsigned int env = tapeflow_fpenv_get();                                    \\
-        _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \\
-        {                                                                                  \\
-            const unsigned int own = tapeflow_fpenv_swap(env);                             \\
-            Py_ssize_t lo = 0, hi = n;                                                     \\
-            TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \\
-            NAME##_row(p + lo, m + lo, v + lo, g + lo, hi - lo, b1, b2, c1, c2, step,      \\
-                       inv_c2, e);                                                         \\
-            tapeflow_fpenv_swap(own);                                                      \\
-        }                                                                                  \\
+        TAPEFLOW_ADAM_SHARED(T, n, NAME##_row(p + lo, m + lo, v + lo, g + lo, hi - lo, b1, b2, \\
+                                            c1, c2, step, inv_c2, e));                     \\
     }
     TAPEFLOW_ADAM_ROWS(tapeflow_adam_rows_f32, float, sqrtf)
     TAPEFLOW_ADAM_ROWS(tapeflow_adam_rows_f64, double, sqrt)
