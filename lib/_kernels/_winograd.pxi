@@ -77,38 +77,37 @@ cdef extern from *:
     void tapeflow_winograd_f32_out(const float* m, Py_ssize_t ms, float* const* y, Py_ssize_t o) noexcept nogil
     void tapeflow_winograd_f64_out(const double* m, Py_ssize_t ms, double* const* y, Py_ssize_t o) noexcept nogil
 
-# Fewer channels than this on either side leave the gemms too thin for the transforms to pay;
-# more channel pairs than _WINOGRAD_MAX_PAIRS make the 16 transformed filters (16 C O numbers)
-# outgrow the caches that every chunk of tiles streams them through (measured: 256 x 256 gains,
-# 384 x 384 and 512 x 512 lose to im2col).
+# Fewer channels than this on either side leave the gemms too thin for the transforms to pay,
+# and fewer 2x2 tiles than _WINOGRAD_MIN_TILES leave too little work to pay for transforming
+# the filter (measured: 256 tiles of 512 x 512 channels lose to im2col, 392 gain 1.5x). Up to
+# _WINOGRAD_THREAD_PAIRS channel pairs each thread takes chunks of tiles of its own; beyond,
+# the 16 transformed filters (16 C O numbers) outgrow the caches, and the threads share larger
+# chunks, splitting each gemm between them.
 cdef Py_ssize_t _WINOGRAD_MIN_CHANNELS = 32
-cdef Py_ssize_t _WINOGRAD_MAX_PAIRS = 256 * 256
-# Per-thread bound on a chunk's V and M.
+cdef Py_ssize_t _WINOGRAD_MIN_TILES = 384
+cdef Py_ssize_t _WINOGRAD_THREAD_PAIRS = 256 * 256
+# Per-thread bound on a chunk's V and M, and the bound on a chunk the threads share.
 cdef Py_ssize_t _winograd_buffer_bytes = 2 * 1024 * 1024
+cdef Py_ssize_t _winograd_shared_bytes = 24 * 1024 * 1024
 
 
-def _set_winograd_buffer_bytes(Py_ssize_t n):
-    """Change the per-thread bound on a chunk's buffers and return the old one."""
-    global _winograd_buffer_bytes
-    old, _winograd_buffer_bytes = _winograd_buffer_bytes, max(1, n)
-    return old
-
-
-def _set_winograd_channels(Py_ssize_t minimum, Py_ssize_t max_pairs):
-    """Change the channel counts for which 3x3 convolutions take Winograd's way and return the
-    old (minimum, max_pairs) (tests compare it with im2col)."""
-    global _WINOGRAD_MIN_CHANNELS, _WINOGRAD_MAX_PAIRS
-    old = (_WINOGRAD_MIN_CHANNELS, _WINOGRAD_MAX_PAIRS)
-    _WINOGRAD_MIN_CHANNELS, _WINOGRAD_MAX_PAIRS = max(1, minimum), max(1, max_pairs)
+def _set_winograd_limits(Py_ssize_t min_channels, Py_ssize_t thread_pairs, Py_ssize_t min_tiles):
+    """Change when 3x3 convolutions take Winograd's way (channels on each side, the channel
+    pairs up to which each thread takes its own chunks, tiles) and return the old limits as a
+    tuple (tests compare the ways with each other and with im2col)."""
+    global _WINOGRAD_MIN_CHANNELS, _WINOGRAD_THREAD_PAIRS, _WINOGRAD_MIN_TILES
+    old = (_WINOGRAD_MIN_CHANNELS, _WINOGRAD_THREAD_PAIRS, _WINOGRAD_MIN_TILES)
+    _WINOGRAD_MIN_CHANNELS, _WINOGRAD_THREAD_PAIRS = max(1, min_channels), max(1, thread_pairs)
+    _WINOGRAD_MIN_TILES = max(1, min_tiles)
     return old
 
 
 cdef inline bint _winograd_fits(const Geometry* g) noexcept nogil:
-    """A 3x3, stride-1, undilated convolution with channel counts where the transforms pay,
-    while BLAS runs on the calling thread (the chunks' gemms run side by side)."""
+    """A 3x3, stride-1, undilated convolution with the channels and tiles for the transforms to
+    pay, while BLAS runs on the calling thread (our threads split the gemms)."""
     return (g.kh == 3 and g.kw == 3 and g.sh == 1 and g.sw == 1 and g.dh == 1 and g.dw == 1
             and g.c >= _WINOGRAD_MIN_CHANNELS and g.o >= _WINOGRAD_MIN_CHANNELS
-            and g.c * g.o <= _WINOGRAD_MAX_PAIRS and _blas_single())
+            and g.n * ((g.oh + 1) // 2) * ((g.ow + 1) // 2) >= _WINOGRAD_MIN_TILES and _blas_single())
 
 
 cdef void _winograd_filter(const floating* w, floating* u, Py_ssize_t c, Py_ssize_t o) noexcept nogil:
@@ -133,10 +132,11 @@ cdef void _winograd_filter(const floating* w, floating* u, Py_ssize_t c, Py_ssiz
 
 
 cdef void _winograd_inputs(const Geometry* g, const floating* x, const floating* zeros, floating* v,
-                           Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t tiles_h, Py_ssize_t tiles_w) noexcept nogil:
-    """v[16][t1 - t0][C] = B^T d B for the input patches d of tiles [t0, t1); a pixel outside
-    the image reads the row `zeros`."""
-    cdef Py_ssize_t count = t1 - t0, t, n, ti, tj, row, col, r, s
+                           Py_ssize_t base, Py_ssize_t count, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t tiles_h,
+                           Py_ssize_t tiles_w) noexcept nogil:
+    """v[16][count][C] (the planes of tiles base .. base + count) = B^T d B for the input
+    patches d of tiles [t0, t1); a pixel outside the image reads the row `zeros`."""
+    cdef Py_ssize_t t, n, ti, tj, row, col, r, s
     cdef const floating* rows[16]
     for t in range(t0, t1):
         n = t // (tiles_h * tiles_w)
@@ -151,16 +151,17 @@ cdef void _winograd_inputs(const Geometry* g, const floating* x, const floating*
                 else:
                     rows[r * 4 + s] = zeros
         if floating is float:
-            tapeflow_winograd_f32_in(rows, v + (t - t0) * g.c, count * g.c, g.c)
+            tapeflow_winograd_f32_in(rows, v + (t - base) * g.c, count * g.c, g.c)
         else:
-            tapeflow_winograd_f64_in(rows, v + (t - t0) * g.c, count * g.c, g.c)
+            tapeflow_winograd_f64_in(rows, v + (t - base) * g.c, count * g.c, g.c)
 
 
 cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, floating* scratch,
-                            Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t tiles_h, Py_ssize_t tiles_w) noexcept nogil:
-    """The 2x2 outputs A^T m A of tiles [t0, t1) into y; those outside out_h x out_w into the
-    row `scratch`."""
-    cdef Py_ssize_t count = t1 - t0, t, n, ti, tj, r, s, row, col
+                            Py_ssize_t base, Py_ssize_t count, Py_ssize_t t0, Py_ssize_t t1,
+                            Py_ssize_t tiles_h, Py_ssize_t tiles_w) noexcept nogil:
+    """The 2x2 outputs A^T m A of tiles [t0, t1) (m: the planes [16][count][O] of tiles base ..
+    base + count) into y; those outside out_h x out_w into the row `scratch`."""
+    cdef Py_ssize_t t, n, ti, tj, r, s, row, col
     cdef floating* outs[4]
     for t in range(t0, t1):
         n = t // (tiles_h * tiles_w)
@@ -172,9 +173,9 @@ cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, f
                 col = 2 * tj + s
                 outs[r * 2 + s] = y + ((n * g.oh + row) * g.ow + col) * g.o if row < g.oh and col < g.ow else scratch
         if floating is float:
-            tapeflow_winograd_f32_out(m + (t - t0) * g.o, count * g.o, outs, g.o)
+            tapeflow_winograd_f32_out(m + (t - base) * g.o, count * g.o, outs, g.o)
         else:
-            tapeflow_winograd_f64_out(m + (t - t0) * g.o, count * g.o, outs, g.o)
+            tapeflow_winograd_f64_out(m + (t - base) * g.o, count * g.o, outs, g.o)
 
 
 cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w, floating* y) noexcept nogil:
@@ -195,9 +196,13 @@ cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w,
     cdef floating* zeros = u + 16 * g.c * g.o
     memset(zeros, 0, g.c * sizeof(floating))
     _winograd_filter(w, u, g.c, g.o)
+    cdef int failed = 0
+    if g.c * g.o > _WINOGRAD_THREAD_PAIRS:
+        failed = _winograd_shared_chunks(g, x, u, zeros, y, tiles, tiles_h, tiles_w, threads)
+        free(u)
+        return failed
     cdef floating* v = NULL
     cdef floating* m = NULL
-    cdef int failed = 0
     cdef int* failed_p = &failed
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     with parallel(num_threads=threads):
@@ -212,12 +217,52 @@ cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w,
             t0 = chunk * per_chunk
             t1 = min(t0 + per_chunk, tiles)
             count = t1 - t0
-            _winograd_inputs(g, x, zeros, v, t0, t1, tiles_h, tiles_w)
+            _winograd_inputs(g, x, zeros, v, t0, count, t0, t1, tiles_h, tiles_w)
             for k in range(16):
                 _gemm(c'N', c'N', count, g.o, g.c, 1, v + k * count * g.c, g.c, u + k * g.c * g.o, g.o, 0,
                       m + k * count * g.o, g.o)
-            _winograd_outputs(g, m, y, m + 16 * per_chunk * g.o, t0, t1, tiles_h, tiles_w)
+            _winograd_outputs(g, m, y, m + 16 * per_chunk * g.o, t0, count, t0, t1, tiles_h, tiles_w)
         free(v)
         tapeflow_fpenv_swap(own)
     free(u)
     return failed
+
+
+cdef int _winograd_shared_chunks(const Geometry* g, const floating* x, const floating* u, const floating* zeros,
+                                 floating* y, Py_ssize_t tiles, Py_ssize_t tiles_h, Py_ssize_t tiles_w,
+                                 int threads) noexcept nogil:
+    """Many channel pairs: large chunks of tiles one after another, each transform shared out
+    among the threads and each of the 16 gemms split over them, so that every transformed
+    filter is packed once a chunk for many tiles. Returns 1 where memory ran out."""
+    cdef Py_ssize_t per_tile = 16 * (g.c + g.o) * sizeof(floating)
+    cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_shared_bytes // per_tile))
+    cdef floating* v = <floating*>malloc((16 * per_chunk * (g.c + g.o) + threads * g.o) * sizeof(floating))
+    if v == NULL:
+        return 1
+    cdef floating* m = v + 16 * per_chunk * g.c
+    cdef floating* scratch = m + 16 * per_chunk * g.o
+    cdef Py_ssize_t chunk, t0, t1, count, k, part, a, b
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    for chunk in range((tiles + per_chunk - 1) // per_chunk):
+        t0 = chunk * per_chunk
+        t1 = min(t0 + per_chunk, tiles)
+        count = t1 - t0
+        with parallel(num_threads=threads):
+            own = tapeflow_fpenv_swap(env)
+            for part in prange(threads, schedule="static"):
+                a = t0 + count * part // threads
+                b = t0 + count * (part + 1) // threads
+                _winograd_inputs(g, x, zeros, v, t0, count, a, b, tiles_h, tiles_w)
+            tapeflow_fpenv_swap(own)
+        for k in range(16):
+            _gemm_split(c'N', c'N', count, g.o, g.c, 1, v + k * count * g.c, g.c, u + k * g.c * g.o, g.o, 0,
+                        m + k * count * g.o, g.o, threads)
+        with parallel(num_threads=threads):
+            own = tapeflow_fpenv_swap(env)
+            for part in prange(threads, schedule="static"):
+                a = t0 + count * part // threads
+                b = t0 + count * (part + 1) // threads
+                _winograd_outputs(g, m, y, scratch + part * g.o, t0, count, a, b, tiles_h, tiles_w)
+            tapeflow_fpenv_swap(own)
+    free(v)
+    return 0

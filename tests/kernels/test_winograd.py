@@ -1,6 +1,7 @@
 """3x3, stride-1 convolutions by Winograd's F(2x2, 3x3) against a float64 NumPy correlation and
 against the im2col kernel: the forward product and the input gradient, for odd and even output
-sizes, every padding the layers use, one and two threads."""
+sizes, every padding the layers use, one and two threads, with each thread taking chunks of its
+own and with the threads sharing chunks."""
 
 from __future__ import annotations
 
@@ -29,11 +30,23 @@ def correlate(x, w, pad_top, pad_left, out_h, out_w):
     return y
 
 
-@pytest.fixture
-def winograd_everywhere():
-    old = conv._set_winograd_channels(1, 1 << 40)
+IM2COL = (1 << 20, 1, 1 << 40)  # limits no convolution meets
+OWN_CHUNKS, SHARED_CHUNKS = (1, 1 << 40, 1), (1, 1, 1)
+
+
+@pytest.fixture(params=["own chunks", "shared chunks"])
+def winograd_everywhere(request):
+    old = conv._set_winograd_limits(*(OWN_CHUNKS if request.param == "own chunks" else SHARED_CHUNKS))
     yield
-    conv._set_winograd_channels(*old)
+    conv._set_winograd_limits(*old)
+
+
+def _im2col(fn, *args):
+    old = conv._set_winograd_limits(*IM2COL)
+    try:
+        return fn(*args)
+    finally:
+        conv._set_winograd_limits(*old)
 
 
 CASES = [  # (n, h, w, c, o, pad_top, pad_left, out_h, out_w): same, valid, odd, asymmetric, 1x1
@@ -64,41 +77,32 @@ def test_forward_and_input_gradient_match_a_float64_correlation(case, threads, w
     # the input gradient is the adjoint of the forward product: <forward(x), dy> = <x, dx>, and
     # it is what the im2col kernel's col2im gives
     np.testing.assert_allclose(np.vdot(correlate(x, w, pt, pl, oh, ow), dy), np.vdot(x, dx), rtol=1e-10)
-    old_channels = conv._set_winograd_channels(1 << 20, 1)
-    try:
-        np.testing.assert_allclose(
-            dx, conv.conv2d_backward_input(dy, w, h, wd, 1, 1, pt, pl, 1, 1), rtol=1e-11, atol=1e-11
-        )
-    finally:
-        conv._set_winograd_channels(*old_channels)
+    np.testing.assert_allclose(
+        dx, _im2col(conv.conv2d_backward_input, dy, w, h, wd, 1, 1, pt, pl, 1, 1), rtol=1e-11, atol=1e-11
+    )
     np.testing.assert_allclose(y32, y, rtol=2e-5, atol=2e-5 * np.abs(y).max())
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_it_agrees_with_im2col_where_it_is_chosen(dtype):
-    """Channel counts where Winograd's way is the default: the same numbers as im2col, to
-    the rounding of float32."""
-    x = RNG.standard_normal((2, 15, 14, 64)).astype(dtype)
-    w = RNG.standard_normal((3, 3, 64, 48)).astype(dtype)
-    dy = RNG.standard_normal((2, 15, 14, 48)).astype(dtype)
-    ours = (
-        conv.conv2d_forward(x, w, 1, 1, 1, 1, 1, 1, 15, 14),
-        conv.conv2d_backward_input(dy, w, 15, 14, 1, 1, 1, 1, 1, 1),
-    )
-    old = conv._set_winograd_channels(1 << 20, 1)  # im2col everywhere
-    try:
-        theirs = (
-            conv.conv2d_forward(x, w, 1, 1, 1, 1, 1, 1, 15, 14),
-            conv.conv2d_backward_input(dy, w, 15, 14, 1, 1, 1, 1, 1, 1),
-        )
-    finally:
-        conv._set_winograd_channels(*old)
+@pytest.mark.parametrize("shape", [(8, 15, 14, 64, 48), (11, 12, 12, 272, 256)], ids=["own chunks", "shared chunks"])
+def test_it_agrees_with_im2col_where_it_is_chosen(shape, dtype):
+    """Shapes for which Winograd's way is the default (448 and 396 tiles; 3,072 and 69,632
+    channel pairs): the numbers of im2col, to the rounding of the dtype."""
+    n, h, w_, c, o = shape
+    x = RNG.standard_normal((n, h, w_, c)).astype(dtype)
+    w = RNG.standard_normal((3, 3, c, o)).astype(dtype)
+    dy = RNG.standard_normal((n, h, w_, o)).astype(dtype)
+    forward = (conv.conv2d_forward, x, w, 1, 1, 1, 1, 1, 1, h, w_)
+    backward = (conv.conv2d_backward_input, dy, w, h, w_, 1, 1, 1, 1, 1, 1)
+    ours = forward[0](*forward[1:]), backward[0](*backward[1:])
+    theirs = _im2col(*forward), _im2col(*backward)
+    assert not np.array_equal(ours[0], theirs[0])  # the two ways ran: they round differently
     tol = 1e-4 if dtype == np.float32 else 1e-11
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
 
 
-def test_a_conv_layer_trains_the_same_either_way():
+def test_a_conv_layer_trains_the_same_either_way(winograd_everywhere):
     """A Conv2D(3x3) layer's output and gradients through the op, Winograd's way against im2col."""
     x = tp.tensor(RNG.standard_normal((2, 9, 9, 40)).astype(np.float32))
     layer = tp.layers.Conv2D(36, 3, padding="same")
@@ -110,11 +114,7 @@ def test_a_conv_layer_trains_the_same_either_way():
             loss = tp.sum(y * y)
         return [y.numpy(), *(g.numpy() for g in tape.gradient(loss, [x, layer.kernel]))]
 
-    ours = run()
-    old = conv._set_winograd_channels(1 << 20, 1)
-    try:
-        theirs = run()
-    finally:
-        conv._set_winograd_channels(*old)
+    ours, theirs = run(), _im2col(run)
+    assert not np.array_equal(ours[0], theirs[0])  # the two ways ran: they round differently
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * np.abs(b).max())
