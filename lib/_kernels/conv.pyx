@@ -19,7 +19,7 @@ import numpy as np
 
 from cython cimport floating
 from cython.parallel cimport parallel, prange, threadid
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
 # Per-thread bound on the im2col scratch buffer.
@@ -397,6 +397,15 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
     cdef const floating* xp = &x[0, 0, 0, 0]
     cdef const floating* dyp = &dy[0, 0, 0, 0]
     cdef floating* dwp = &dw_view[0, 0, 0, 0]
+    cdef int lost = 0
+    if _winograd_fits_filter_grad(&g):
+        _blas_enter()
+        with nogil:
+            lost = _winograd_filter_grad(&g, xp, dyp, dwp)
+        _blas_leave()
+        if lost:
+            raise MemoryError("conv2d_backward_filter: cannot allocate the Winograd buffers")
+        return dw
     cdef bint pointwise = _is_pointwise(&g)
     cdef Plan p = _plan(&g, sizeof(floating), False)
     cdef Py_ssize_t chunk, r0, r1

@@ -1,5 +1,5 @@
 """3x3, stride-1 convolutions by Winograd's F(2x2, 3x3) against a float64 NumPy correlation and
-against the im2col kernel: the forward product and the input gradient, for odd and even output
+against the im2col kernel: the forward product and both gradients, for odd and even output
 sizes, every padding the layers use, one and two threads, with each thread taking chunks of its
 own and with the threads sharing chunks."""
 
@@ -32,6 +32,18 @@ def correlate(x, w, pad_top, pad_left, out_h, out_w):
 
 IM2COL = (1 << 20, 1, 1 << 40)  # limits no convolution meets
 OWN_CHUNKS, SHARED_CHUNKS = (1, 1 << 40, 1), (1, 1, 1)
+
+
+def correlate_shift(x, a, b, pad_top, pad_left, out_h, out_w):
+    """x[n, i + a - pad_top, j + b - pad_left, :] for i < out_h, j < out_w (zeros outside)."""
+    n, h, wd, c = x.shape
+    out = np.zeros((n, out_h, out_w, c))
+    for i in range(out_h):
+        for j in range(out_w):
+            r, s = i + a - pad_top, j + b - pad_left
+            if 0 <= r < h and 0 <= s < wd:
+                out[:, i, j] = x[:, r, s]
+    return out
 
 
 @pytest.fixture(params=["own chunks", "shared chunks"])
@@ -80,6 +92,20 @@ def test_forward_and_input_gradient_match_a_float64_correlation(case, threads, w
     np.testing.assert_allclose(
         dx, _im2col(conv.conv2d_backward_input, dy, w, h, wd, 1, 1, pt, pl, 1, 1), rtol=1e-11, atol=1e-11
     )
+    # the filter gradient: sum over (n, i, j) of x[n, i + a - pad_top, j + b - pad_left, c] dy[n, i, j, o]
+    dw = conv.conv2d_backward_filter(x, dy, 3, 3, 1, 1, pt, pl, 1, 1)
+    expected = np.stack(
+        [
+            np.stack(
+                [
+                    np.tensordot(correlate_shift(x, a, b, pt, pl, oh, ow), dy, axes=([0, 1, 2], [0, 1, 2]))
+                    for b in range(3)
+                ]
+            )
+            for a in range(3)
+        ]
+    )
+    np.testing.assert_allclose(dw, expected, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(y32, y, rtol=2e-5, atol=2e-5 * np.abs(y).max())
 
 
@@ -92,10 +118,13 @@ def test_it_agrees_with_im2col_where_it_is_chosen(shape, dtype):
     x = RNG.standard_normal((n, h, w_, c)).astype(dtype)
     w = RNG.standard_normal((3, 3, c, o)).astype(dtype)
     dy = RNG.standard_normal((n, h, w_, o)).astype(dtype)
-    forward = (conv.conv2d_forward, x, w, 1, 1, 1, 1, 1, 1, h, w_)
-    backward = (conv.conv2d_backward_input, dy, w, h, w_, 1, 1, 1, 1, 1, 1)
-    ours = forward[0](*forward[1:]), backward[0](*backward[1:])
-    theirs = _im2col(*forward), _im2col(*backward)
+    calls = [
+        (conv.conv2d_forward, x, w, 1, 1, 1, 1, 1, 1, h, w_),
+        (conv.conv2d_backward_input, dy, w, h, w_, 1, 1, 1, 1, 1, 1),
+        (conv.conv2d_backward_filter, x, dy, 3, 3, 1, 1, 1, 1, 1, 1),
+    ]
+    ours = [call[0](*call[1:]) for call in calls]
+    theirs = [_im2col(*call) for call in calls]
     assert not np.array_equal(ours[0], theirs[0])  # the two ways ran: they round differently
     tol = 1e-4 if dtype == np.float32 else 1e-11
     for a, b in zip(ours, theirs, strict=True):
