@@ -113,10 +113,11 @@ def check_in_range(values, low: int, high: int, error: Callable[[int], Exception
     return np.clip(values, low, max(high - 1, low)), ~any_bad
 
 
-def check_distinct(name: str, rows) -> None:
+def check_distinct(name: str, rows):
     """Row numbers (in range, none negative) must be distinct: an update of a repeated row would
-    depend on the order of the writes. On the host a repeat raises at once; on an accelerator the
-    check is recorded, as `check_in_range`'s are.
+    depend on the order of the writes. On the host a repeat raises at once (and None comes
+    back); on an accelerator the check is recorded, as `check_in_range`'s are, and its 0-d
+    boolean flag (no row repeats) comes back, for a write that must happen whole or not at all.
 
     >>> check_distinct("op", np.array([2, 0, 2]))
     Traceback (most recent call last):
@@ -128,14 +129,14 @@ def check_distinct(name: str, rows) -> None:
 
     ordered = rows.reshape(-1)
     if ordered.shape[0] < 2:
-        return
+        return None
     ordered = ordered[ordered.argsort()]
     repeated = ordered[1:] == ordered[:-1]
     if _on_host(rows):
         if repeated.any():
             raise error(ordered[1:][repeated][0])
-        return
-    _record(repeated, ordered[1:], error, certain=False)
+        return None
+    return ~_record(repeated, ordered[1:], error, certain=False)
 
 
 def check_labels(name: str, labels, num_classes: int):

@@ -30,6 +30,7 @@ from tapeflow.backends.common import (
     check_in_range,
     check_index_range,
     check_labels,
+    checked_index_range,
     register_range_check,
     register_ufunc_at,
 )
@@ -390,17 +391,36 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
 
 
 def sparse_adam_update(param, m, v, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
-    """`adam_update` on the rows taken out of the tables, written into copies; the rows' range
-    and distinctness are checked on the device (read at the end of the step)."""
-    rows = check_index_range("sparse_adam_update", xp.asarray(indices), param.shape[0], 0).reshape(-1)
+    """`sparse_adam_update_in_place` on copies of the tables."""
+    tables = tuple(t.copy() for t in (param, m, v))
+    return sparse_adam_update_in_place(*tables, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+
+
+def sparse_adam_update_in_place(param, m, v, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """`adam_update` on the rows taken out of the tables, written back into them (the
+    executor's form for variables it owns). The rows' range and distinctness are checked on the
+    device (read at the end of the step); until then the tables are written whole or not at all."""
+    rows, in_range = checked_index_range("sparse_adam_update", xp.asarray(indices), param.shape[0], 0)
+    rows = rows.reshape(-1)
     rows = xp.where(rows < 0, rows + param.shape[0], rows)
-    check_distinct("sparse_adam_update", rows)
-    old = (xp.take(t, rows, axis=0) for t in (param, m, v))
+    distinct = check_distinct("sparse_adam_update", rows)
+    old = tuple(xp.take(t, rows, axis=0) for t in (param, m, v))
     parts = adam_update(*old, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
-    outs = tuple(t.copy() for t in (param, m, v))
-    for table, part in zip(outs, parts, strict=True):
-        table[rows] = part
-    return outs
+    ok = _all_of(in_range, distinct)
+    for table, before, part in zip((param, m, v), old, parts, strict=True):
+        table[rows] = part if ok is None else xp.where(ok, part, before)
+    return param, m, v
+
+
+def _all_of(*flags):
+    """The device flags that are not None, and-ed (None when there are none)."""
+    present = [f for f in flags if f is not None]
+    if not present:
+        return None
+    out = present[0]
+    for flag in present[1:]:
+        out = out & flag
+    return out
 
 
 @functools.cache

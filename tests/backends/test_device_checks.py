@@ -223,3 +223,36 @@ def test_the_cpu_checks_at_once():
     with pytest.raises(common.IndexOutOfRange, match="gather: index 7 is out of range for axis 0 of size 4"):
         tp.gather(tp.tensor(TABLE), BAD_IDS)
     assert not common.has_pending()
+
+
+def test_sparse_adam_rows_are_checked_as_on_the_cpu(gpu):
+    errors = {}
+    for device in ("cpu", gpu):
+        with tp.device(device):
+            zeros, grad = tp.zeros(TABLE.shape), tp.ones((3, 3))
+            HOST_READS.clear()
+            errors[device] = _error(
+                lambda z=zeros, g=grad: (
+                    tp.ops.optim.sparse_adam_update(tp.tensor(TABLE), z, z, tp.tensor([1, 3, 1]), g, lr=0.1, step=1),
+                    check_pending(),
+                )
+            )
+            assert _reads() in (1 if device == gpu else 0, None)
+    assert type(errors[gpu]) is type(errors["cpu"]) and str(errors[gpu]) == str(errors["cpu"])
+    assert "sparse_adam_update: row 1 repeats" in str(errors[gpu])
+
+
+def test_sparse_adam_in_place_on_the_device_writes_whole_or_nothing(gpu):
+    """The executor's in-place form on device tables: a repeated or outside row leaves every
+    table as it was (the error comes when the checks are read)."""
+    from tapeflow.backends import backend
+
+    kernels = backend("gpu")  # the stand-in's backend here, CuPy's on a GPU
+    for ids in ([1, 3, 1], [0, 9]):
+        tables = [kernels.from_host(TABLE.copy()) for _ in range(3)]
+        grad = kernels.from_host(np.ones((len(ids), 3), np.float32))
+        kernels.sparse_adam_update_in_place(*tables, kernels.from_host(np.array(ids)), grad, 0.1, 1.0, 0.9, 0.999, 1e-7)
+        with pytest.raises((ValueError, IndexError), match="repeats|out of range"):
+            check_pending()
+        for table in tables:
+            np.testing.assert_array_equal(kernels.to_host(table), TABLE)
