@@ -8,8 +8,12 @@
 #   G   = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
 #   A^T = [1 1 1 0; 0 1 -1 -1]
 #
-# Chunks of tiles run on the OpenMP threads, each with its own transformed inputs V[16][T][C]
-# and products M[16][T][O] and single-threaded gemms.
+# The forward product runs in chunks of tiles with transformed inputs V[16][T][C] and products
+# M[16][T][O]: each thread its own chunks and single-threaded gemms, or (many channel pairs) the
+# threads sharing large chunks and splitting each gemm. The input gradient is the forward product
+# of the output gradient with the filter turned half a turn; the filter gradient multiplies the
+# transformed patches with the transformed output gradients (A dy A^T), sums over the tiles and
+# takes the 16 sums back to 3x3 (G^T . G).
 
 cdef extern from *:
     """
