@@ -134,6 +134,19 @@ def _set_winograd_limits(Py_ssize_t min_channels, Py_ssize_t thread_pairs, Py_ss
     return old
 
 
+cdef void _winograd(str op, bint filter_grad, const Geometry* g, const floating* a, const floating* b,
+                    floating* out) except *:
+    """`_winograd_filter_grad(g, a, b, out)` with `filter_grad`, else `_winograd_conv`, with BLAS
+    counted as running; a MemoryError naming `op` where the buffers cannot be had."""
+    cdef int failed
+    _blas_enter()
+    with nogil:
+        failed = _winograd_filter_grad(g, a, b, out) if filter_grad else _winograd_conv(g, a, b, out)
+    _blas_leave()
+    if failed:
+        raise MemoryError(f"{op}: cannot allocate the Winograd buffers")
+
+
 cdef inline bint _winograd_fits(const Geometry* g) noexcept nogil:
     """A 3x3, stride-1, undilated convolution with the channels and tiles for the transforms to
     pay, while BLAS runs on the calling thread (our threads split the gemms)."""

@@ -271,12 +271,7 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     cdef int* failed_p = &failed
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     if _winograd_fits(&g):
-        _blas_enter()
-        with nogil:
-            failed = _winograd_conv(&g, xp, wp, yp)
-        _blas_leave()
-        if failed:
-            raise MemoryError("conv2d_forward: cannot allocate the Winograd buffers")
+        _winograd("conv2d_forward", False, &g, xp, wp, yp)
         return y
     _blas_enter()
     with nogil, parallel(num_threads=p.threads):
@@ -314,13 +309,7 @@ cdef object _winograd_transposed(const floating[:, :, :, ::1] dy, const floating
     t.h, t.w, t.c, t.o = g.oh, g.ow, g.o, g.c
     t.oh, t.ow = g.h, g.w
     t.pt, t.pl = 2 - g.pt, 2 - g.pl
-    cdef int failed
-    _blas_enter()
-    with nogil:
-        failed = _winograd_conv(&t, &dy[0, 0, 0, 0], &f_view[0, 0, 0, 0], &dx_view[0, 0, 0, 0])
-    _blas_leave()
-    if failed:
-        raise MemoryError("conv2d_backward_input: cannot allocate the Winograd buffers")
+    _winograd("conv2d_backward_input", False, &t, &dy[0, 0, 0, 0], &f_view[0, 0, 0, 0], &dx_view[0, 0, 0, 0])
     return dx
 
 
@@ -397,14 +386,8 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
     cdef const floating* xp = &x[0, 0, 0, 0]
     cdef const floating* dyp = &dy[0, 0, 0, 0]
     cdef floating* dwp = &dw_view[0, 0, 0, 0]
-    cdef int lost = 0
     if _winograd_fits_filter_grad(&g):
-        _blas_enter()
-        with nogil:
-            lost = _winograd_filter_grad(&g, xp, dyp, dwp)
-        _blas_leave()
-        if lost:
-            raise MemoryError("conv2d_backward_filter: cannot allocate the Winograd buffers")
+        _winograd("conv2d_backward_filter", True, &g, xp, dyp, dwp)
         return dw
     cdef bint pointwise = _is_pointwise(&g)
     cdef Plan p = _plan(&g, sizeof(floating), False)
