@@ -190,6 +190,7 @@ conv2d_forward = _conv.conv2d_forward
 matmul = _gemm.matmul
 dense = _gemm.dense
 DenseKernel = _gemm.DenseKernel
+DenseChain = _gemm.DenseChain
 conv2d_backward_input = _conv.conv2d_backward_input
 conv2d_backward_filter = _conv.conv2d_backward_filter
 max_pool2d_forward = _pool.max_pool2d_forward
@@ -238,6 +239,7 @@ __all__ = [
     "matmul",
     "dense",
     "DenseKernel",
+    "DenseChain",
     "conv2d_backward_input",
     "conv2d_backward_filter",
     "max_pool2d_forward",

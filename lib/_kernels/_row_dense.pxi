@@ -66,9 +66,57 @@ cdef extern from *:
             tapeflow_fpenv_swap(own);
         }
     }
+
+    /* The threads' share of one layer of a chain: below 128 outputs the first thread takes the
+       whole layer, otherwise each takes its band of 64-wide blocks. */
+    static void tapeflow_chain_layer(const float *x, const float *w, const float *b, float *y,
+                                     ptrdiff_t k, ptrdiff_t n, int relu, int thread, int threads)
+    {
+        if (n < 128) {
+            if (thread == 0) tapeflow_row_dense_band(x, w, n, b, y, k, 0, n, relu);
+            return;
+        }
+        const ptrdiff_t step = ((n + threads - 1) / threads + 63) / 64 * 64;
+        const ptrdiff_t lo = thread * step, hi = lo + step < n ? lo + step : n;
+        if (lo < hi) tapeflow_row_dense_band(x, w, n, b, y, k, lo, hi, relu);
+    }
+
+    /* One row through `layers` dense layers, ys[l + 1] = ys[l] @ ws[l] + bs[l] (then relu where
+       relus[l]), ws[l] C-contiguous of shape dims[l] x dims[l + 1]. All layers run in one
+       parallel region, the threads meeting at a barrier between layers: each thread reads the
+       same columns of every weight each call, so those stay in its core's cache. */
+    static void tapeflow_row_dense_chain(int layers, const float *const *ws, const float *const *bs,
+                                         float *const *ys, const ptrdiff_t *dims, const int *relus,
+                                         int threads)
+    {
+    #ifdef _OPENMP
+        if (threads >= 2) {
+            const unsigned int env = tapeflow_fpenv_get();
+            #pragma omp parallel num_threads(threads)
+            {
+                const unsigned int own = tapeflow_fpenv_swap(env);
+                const int thread = omp_get_thread_num(), team = omp_get_num_threads();
+                for (int l = 0; l < layers; l++) {
+                    tapeflow_chain_layer(ys[l], ws[l], bs[l], ys[l + 1], dims[l], dims[l + 1], relus[l],
+                                         thread, team);
+                    if (l + 1 < layers) {
+                        #pragma omp barrier
+                    }
+                }
+                tapeflow_fpenv_swap(own);
+            }
+            return;
+        }
+    #endif
+        for (int l = 0; l < layers; l++)
+            tapeflow_row_dense_band(ys[l], ws[l], dims[l + 1], bs[l], ys[l + 1], dims[l], 0, dims[l + 1], relus[l]);
+    }
     """
     void tapeflow_row_dense(const float* x, const float* w, const float* b, float* y,
                             Py_ssize_t k, Py_ssize_t n, int relu, int threads) noexcept nogil
+    void tapeflow_row_dense_chain(int layers, const float* const* ws, const float* const* bs,
+                                  float* const* ys, const Py_ssize_t* dims, const int* relus,
+                                  int threads) noexcept nogil
 
 # Below this many multiply-adds (or 128 outputs) one row runs on one thread.
 cdef Py_ssize_t _ROW_PARALLEL_MIN = 1 << 17

@@ -176,6 +176,77 @@ cdef class DenseKernel:
         return out if out is not None else self.general(a, w, bias)
 
 
+# The most layers one DenseChain runs.
+cdef enum:
+    _CHAIN_MAX = 16
+
+
+cdef class DenseChain:
+    """Dense layers applied one after another, `chain(x, w1, b1, w2, b2, ...)`, each layer's
+    relu fixed: one float32 row goes through all of them in one call of the one-row kernel
+    (one parallel region, no array between the layers handed back to Python) and comes out
+    as the last layer's output; any other input gives None, for the layers to run one by one.
+
+    >>> import numpy as np
+    >>> w = np.ones((2, 2), np.float32)
+    >>> DenseChain([True, False])(np.ones((1, 2), np.float32), w, np.full(2, -3.0, np.float32),
+    ...                           w, np.ones(2, np.float32)).tolist()
+    [[1.0, 1.0]]
+    """
+
+    cdef readonly tuple relus
+    MAX_LAYERS = _CHAIN_MAX
+
+    def __init__(self, relus):
+        self.relus = tuple(bool(r) for r in relus)
+        if not 1 <= len(self.relus) <= _CHAIN_MAX:
+            raise ValueError(f"DenseChain: takes 1 to {_CHAIN_MAX} layers, got {len(self.relus)}")
+
+    def __call__(self, x, *params):
+        cdef int layers = len(self.relus), l
+        if len(params) != 2 * layers or not _plain_f32(x, 2) or cnp.PyArray_DIMS(<cnp.ndarray>x)[0] != 1:
+            return None
+        cdef Py_ssize_t width = cnp.PyArray_DIMS(<cnp.ndarray>x)[1], total = 0, scratch = 0, widest = 0
+        for l in range(layers):
+            w, b = params[2 * l], params[2 * l + 1]
+            if not (_plain_f32(w, 2) and _plain_f32(b, 1)):
+                return None
+            if cnp.PyArray_DIMS(<cnp.ndarray>w)[0] != width:
+                return None
+            width = cnp.PyArray_DIMS(<cnp.ndarray>w)[1]
+            if cnp.PyArray_DIMS(<cnp.ndarray>b)[0] != width:
+                return None
+            total += cnp.PyArray_DIMS(<cnp.ndarray>w)[0] * width
+            widest = max(widest, width)
+            if l + 1 < layers:
+                scratch += width
+        cdef cnp.npy_intp out_dims[2]
+        out_dims[0], out_dims[1] = 1, width
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, out_dims, cnp.NPY_FLOAT32, 0)
+        cdef cnp.ndarray between = np.empty(max(scratch, 1), np.float32)
+        cdef const float* ws[_CHAIN_MAX]
+        cdef const float* bs[_CHAIN_MAX]
+        cdef float* ys[_CHAIN_MAX + 1]
+        cdef Py_ssize_t dims[_CHAIN_MAX + 1]
+        cdef int relus[_CHAIN_MAX]
+        cdef float* free_at = <float*>cnp.PyArray_DATA(between)
+        ys[0] = <float*>cnp.PyArray_DATA(<cnp.ndarray>x)
+        dims[0] = cnp.PyArray_DIMS(<cnp.ndarray>x)[1]
+        for l in range(layers):
+            ws[l] = <const float*>cnp.PyArray_DATA(<cnp.ndarray>params[2 * l])
+            bs[l] = <const float*>cnp.PyArray_DATA(<cnp.ndarray>params[2 * l + 1])
+            dims[l + 1] = cnp.PyArray_DIMS(<cnp.ndarray>params[2 * l])[1]
+            relus[l] = self.relus[l]
+            if l + 1 < layers:
+                ys[l + 1] = free_at
+                free_at += dims[l + 1]
+        ys[layers] = <float*>cnp.PyArray_DATA(out)
+        cdef int threads = _threads_for(total, _ROW_PARALLEL_MIN) if widest >= 128 else 1
+        with nogil:
+            tapeflow_row_dense_chain(layers, ws, bs, ys, dims, relus, threads)
+        return out
+
+
 cdef void _bias_activation(floating* c, const floating* bias, Py_ssize_t rows, Py_ssize_t cols,
                            bint relu) noexcept nogil:
     cdef Py_ssize_t i, j

@@ -463,6 +463,19 @@ def bind_fused_matmul(reference, activation):
     return _kernels.DenseKernel(activation == "relu", functools.partial(fused_matmul, activation=activation))
 
 
+# The most dense layers one `dense_chain` kernel runs.
+DENSE_CHAIN_MAX = _kernels.DenseChain.MAX_LAYERS
+
+
+def dense_chain(kernels):
+    """One kernel for dense layers that feed one another, from their bound `fused_matmul`
+    kernels: `chain(x, w1, b1, w2, b2, ...)` gives the last layer's output for one float32
+    row, or None for the layers to run one by one. None where a kernel is not such a layer's."""
+    if not all(type(k) is _kernels.DenseKernel for k in kernels):
+        return None
+    return _kernels.DenseChain([k.relu for k in kernels])
+
+
 def fused_conv2d(x, w, b, activation, **conv):
     return _bias_activation(conv2d(x, w, **conv), b, activation)
 

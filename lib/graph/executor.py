@@ -43,7 +43,7 @@ class NodeError(RuntimeError):
     """An op failed while a graph ran; names the node, its op and input shapes."""
 
 
-_ASSIGN, _KERNEL, _MULTI, _IN_PLACE = 0, 1, 2, 3
+_ASSIGN, _KERNEL, _MULTI, _IN_PLACE, _CHAIN = 0, 1, 2, 3, 4
 
 
 class RunCancelled(RuntimeError):
@@ -130,21 +130,19 @@ class Executor:
         self._fetch_slots = [slot_of(v) for v in self.fetches]
         self._constants = [(s, backend(d.family).from_host(v.data, d.index)) for s, (v, d) in constants.items()]
         self._size = len(slot)
-        # Liveness: after its last reader runs, a value's slot is cleared (fetched values are kept).
-        last: dict[int, int] = {}
-        for i, ins in enumerate(reads):
-            for s in ins:
-                last[s] = i
         keep = set(self._fetch_slots)
-        frees: list[list[int]] = [[] for _ in steps]
-        for s, i in last.items():
-            if s not in keep:
-                frees[i].append(s)
-        self._steps = [(*step, tuple(f)) for step, f in zip(steps, frees, strict=True)]
-        # a run making large arrays takes their data from blocks earlier runs gave back
+        self._steps = _with_frees(steps, reads, keep)
+        # the schedule of runs nobody observes node by node: chains of dense layers as one step
+        chained, chained_reads = _dense_chains(self._backend, steps, reads, keep)
+        self._chained_steps = self._steps if chained is steps else _with_frees(chained, chained_reads, keep)
+        # a run making large arrays takes their data from blocks earlier runs gave back (state
+        # reads hand out the variables' own arrays)
         reusing = getattr(self._backend, "reusing_blocks", None)
-        large = any(_known_bytes(v) >= _LARGE_BYTES for node in nodes for v in node.outputs)
-        self._reusing = reusing if reusing is not None and large else contextlib.nullcontext
+        large = any(_known_bytes(v) >= _LARGE_BYTES for node in nodes if node.op != READ for v in node.outputs)
+        self._reusing = reusing if reusing is not None and large else None
+        # one device's numerics are set directly, without a context object per run
+        (only,) = self._numerics_devices if len(self._numerics_devices) == 1 else (None,)
+        self._numerics_of_one = None if only is None else (backend(only.family), only.index)
 
     def run(self, feed_arrays, cancelled=None) -> list[np.ndarray]:
         """Run the schedule on the fed arrays; return the fetched arrays. With `cancelled`,
@@ -162,45 +160,57 @@ class Executor:
         for s, var in self._reads:
             env[s] = var._value
         observer = HOOKS.node
-        with numerics(*self._numerics_devices), self._reusing():
-            for kind, fn, args, out, dtype, node, conform, frees in self._steps:
-                if cancelled is not None and cancelled():
-                    raise RunCancelled(f"graph {self.graph.name!r}: run cancelled before node {node.name!r}")
-                if observer is not None:
-                    start = time.perf_counter_ns()
-                if kind == _KERNEL:
-                    try:
-                        r = fn(*args(env))
-                    except Exception as exc:  # noqa: BLE001 - re-raised with the node named
-                        raise _node_error(node, list(args(env)), exc) from exc
-                    if type(r) is not np.ndarray or (r.dtype is not dtype and r.dtype != dtype):
-                        r = conform(r, dtype)
-                    env[out] = r
-                elif kind == _IN_PLACE:
-                    r = _write_in_place(env, args, fn, node)
-                    if type(out) is tuple:
-                        for s, one in zip(out, r, strict=True):
-                            env[s] = one
-                    else:
-                        env[out] = r
-                elif kind == _MULTI:
-                    try:
-                        r = fn(*args(env))
-                    except Exception as exc:  # noqa: BLE001 - re-raised with the node named
-                        raise _node_error(node, list(args(env)), exc) from exc
-                    for s, one, d in zip(out, r, dtype, strict=True):
-                        env[s] = one if type(one) is np.ndarray and one.dtype == d else conform(one, d)
-                else:
-                    if PENDING.flags:  # checks deferred on a device pass before any variable changes
-                        check_pending(deferrable=True)
-                    r = fn._value = conform(env[args[0]], fn.dtype.np)
-                if observer is not None:
-                    observer(self.graph, node, args(env) if kind != _ASSIGN else (env[args[0]],), r, start)
-                for i in frees:
-                    env[i] = None
+        steps = self._chained_steps if observer is None and cancelled is None else self._steps
+        one, reusing = self._numerics_of_one, self._reusing
+        if one is not None and reusing is None:  # the common case, with the fewest Python calls
+            device_kernels, index = one
+            state = device_kernels.enter_numerics(index)
+            try:
+                self._run_steps(env, steps, observer, cancelled)
+            finally:
+                device_kernels.leave_numerics(state)
+        else:
+            with numerics(*self._numerics_devices), reusing() if reusing is not None else contextlib.nullcontext():
+                self._run_steps(env, steps, observer, cancelled)
         if PENDING.flags:  # checks deferred on a device: one read per run
             check_pending(deferrable=True)
         return [env[s] for s in self._fetch_slots]
+
+    def _run_steps(self, env, steps, observer, cancelled) -> None:
+        """Run `steps` on the slot list `env`, inside the devices' numerics."""
+        for kind, fn, args, out, dtype, node, conform, frees in steps:
+            if cancelled is not None and cancelled():
+                raise RunCancelled(f"graph {self.graph.name!r}: run cancelled before node {node.name!r}")
+            if observer is not None:
+                start = time.perf_counter_ns()
+            if kind == _KERNEL:
+                r = env[out] = _kernel_result(env, fn, args, dtype, node, conform)
+            elif kind == _CHAIN:
+                chain, layers = fn
+                r = chain(*args(env))
+                env[out] = r if r is not None else _run_layers(env, layers)
+            elif kind == _IN_PLACE:
+                r = _write_in_place(env, args, fn, node)
+                if type(out) is tuple:
+                    for s, one in zip(out, r, strict=True):
+                        env[s] = one
+                else:
+                    env[out] = r
+            elif kind == _MULTI:
+                try:
+                    r = fn(*args(env))
+                except Exception as exc:  # noqa: BLE001 - re-raised with the node named
+                    raise _node_error(node, list(args(env)), exc) from exc
+                for s, one, d in zip(out, r, dtype, strict=True):
+                    env[s] = one if type(one) is np.ndarray and one.dtype == d else conform(one, d)
+            else:
+                if PENDING.flags:  # checks deferred on a device pass before any variable changes
+                    check_pending(deferrable=True)
+                r = fn._value = conform(env[args[0]], fn.dtype.np)
+            if observer is not None:
+                observer(self.graph, node, args(env) if kind != _ASSIGN else (env[args[0]],), r, start)
+            for i in frees:
+                env[i] = None
 
     def run_node(self, node, kernel, *arrays):
         """The outputs of one node (an array, or a tuple of them for a multi-output op):
@@ -225,6 +235,84 @@ class Executor:
         [1.0, 1.0]
         """
         return kernel(*arrays)
+
+
+def _with_frees(steps: list, reads: list, keep: set) -> list:
+    """The steps, each with the slots to clear after it: a value's slot is cleared after its
+    last reader runs (fetched values, in `keep`, are kept)."""
+    last: dict[int, int] = {}
+    for i, ins in enumerate(reads):
+        for s in ins:
+            last[s] = i
+    frees: list[list[int]] = [[] for _ in steps]
+    for s, i in last.items():
+        if s not in keep:
+            frees[i].append(s)
+    return [(*step, tuple(f)) for step, f in zip(steps, frees, strict=True)]
+
+
+def _dense_chains(kernels, steps: list, reads: list, keep: set) -> tuple[list, list]:
+    """(steps, reads) with each run of two or more dense layers (`fused_matmul` kernels), each
+    fed only by the one before it, as one step of the backend's `dense_chain`, which takes
+    the first layer's input and every layer's weights and biases and gives the last
+    layer's output. The same lists where the backend has no such kernel or no run is found."""
+    dense_chain = getattr(kernels, "dense_chain", None)
+    if dense_chain is None:
+        return steps, reads
+    readers: dict[int, int] = {}
+    for ins in reads:
+        for s in ins:
+            readers[s] = readers.get(s, 0) + 1
+
+    def is_layer(i: int) -> bool:
+        return steps[i][0] == _KERNEL and steps[i][5].op == "fused_matmul" and len(reads[i]) == 3
+
+    def feeds_next(i: int) -> bool:
+        out = steps[i][3]
+        return is_layer(i + 1) and reads[i + 1][0] == out and readers[out] == 1 and out not in keep
+
+    chained, chained_reads, i = [], [], 0
+    while i < len(steps):
+        end = i
+        if is_layer(i):
+            while end + 1 < len(steps) and end - i + 1 < kernels.DENSE_CHAIN_MAX and feeds_next(end):
+                end += 1
+        chain = dense_chain([step[1] for step in steps[i : end + 1]]) if end > i else None
+        if chain is None:
+            chained.append(steps[i])
+            chained_reads.append(reads[i])
+            i += 1
+            continue
+        layers = steps[i : end + 1]
+        slots = (reads[i][0], *(s for ins in reads[i : end + 1] for s in ins[1:]))
+        inner = tuple(step[3] for step in layers[:-1])
+        last = layers[-1]
+        chained.append((_CHAIN, (chain, tuple(layers)), _arguments(slots), last[3], last[4], last[5], last[6]))
+        chained_reads.append(slots + inner)  # the layers' own outputs are cleared after it too
+        i = end + 1
+    if len(chained) == len(steps):
+        return steps, reads
+    return chained, chained_reads
+
+
+def _run_layers(env, layers) -> np.ndarray:
+    """The last output of dense layers run one by one, as kernel steps (a chain's inputs that
+    its one-call kernel does not take)."""
+    for _, fn, args, out, dtype, node, conform in layers:
+        r = env[out] = _kernel_result(env, fn, args, dtype, node, conform)
+    return r
+
+
+def _kernel_result(env, fn, args, dtype, node, conform) -> np.ndarray:
+    """A kernel step's output: `fn` on its arguments' arrays, as an array of `dtype` on its
+    device, or the node's error."""
+    try:
+        r = fn(*args(env))
+    except Exception as exc:  # noqa: BLE001 - re-raised with the node named
+        raise _node_error(node, list(args(env)), exc) from exc
+    if type(r) is not np.ndarray or (r.dtype is not dtype and r.dtype != dtype):
+        r = conform(r, dtype)
+    return r
 
 
 # Arrays from this size up are worth a kept block (smaller ones the C allocator keeps itself).

@@ -114,6 +114,62 @@ def test_fused_matmul_nodes_match_float64(shape, activation, rng):
     assert isinstance(get_op("fused_matmul").bound_kernel("cpu", {"activation": activation}), tp._kernels.DenseKernel)
 
 
+def _dense_stack(widths, activations):
+    model = tp.Sequential([tp.layers.Dense(n, activation=a) for n, a in zip(widths[1:], activations, strict=True)])
+    model.build((None, widths[0]))
+    return model, model.freeze(tp.TensorSpec((None, widths[0])))
+
+
+def test_dense_layers_feeding_one_another_run_as_one_step(rng):
+    """A frozen stack of dense layers runs one row through one chained kernel step, with the
+    bits of the layers run one by one; a batch, a profiled run and a cancellable run take
+    the layers one by one."""
+    model, graph = _dense_stack((20, 130, 70, 3), ("relu", "relu", None))
+    executor = Executor(graph, graph.outputs, graph.inputs)
+    assert [step[0] for step in executor._chained_steps] == [4]  # one chain
+    assert len(executor._steps) == 3
+    for rows in (1, 4, 1):
+        x = rng.standard_normal((rows, 20)).astype(np.float32)
+        (got,) = executor.run([x])
+        (one_by_one,) = executor.run([x], cancelled=lambda: False)  # takes the unchained schedule
+        np.testing.assert_array_equal(got, one_by_one)
+        expected = x.astype(np.float64)
+        for w, b, relu in zip(model.get_weights()[::2], model.get_weights()[1::2], (True, True, False), strict=True):
+            expected = expected @ w + b
+            expected = np.maximum(expected, 0) if relu else expected
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    with tp.profiler.trace() as profile:
+        executor.run([x[:1]])
+    assert [e.op for e in profile.events if e.op == "fused_matmul"] == ["fused_matmul"] * 3
+
+
+def test_a_dense_chain_stops_at_a_value_read_twice_or_fetched(rng):
+    """A layer's output that another node reads, or that is fetched, ends the chain there."""
+    graph = GraphIR("branch")
+    x = graph.add_input("x", (None, 6), "float32")
+    weights = [graph.add_constant(rng.standard_normal(s).astype(np.float32)) for s in ((6, 8), (8,), (8, 8), (8,))]
+    (h,) = graph.add_node("fused_matmul", [x, *weights[:2]], {"activation": "relu"}, [((None, 8), "float32")])
+    (y,) = graph.add_node("fused_matmul", [h, *weights[2:]], {"activation": "relu"}, [((None, 8), "float32")])
+    (z,) = graph.add_node("add", [y, h], {}, [((None, 8), "float32")])
+    executor = Executor(graph, [z], [x])
+    assert 4 not in [step[0] for step in executor._chained_steps]
+    fetched = Executor(graph, [y, h], [x])
+    assert 4 not in [step[0] for step in fetched._chained_steps]
+    feed = rng.standard_normal((1, 6)).astype(np.float32)
+    got_y, got_h = fetched.run([feed])
+    np.testing.assert_array_equal(executor.run([feed])[0], got_y + got_h)
+
+
+def test_a_chained_layer_that_fails_is_named(rng):
+    """A chain given what its one-call kernel does not take runs its layers one by one, and
+    a layer that fails is named as it would be alone."""
+    _, graph = _dense_stack((5, 7, 3), ("relu", None))
+    executor = Executor(graph, graph.outputs, graph.inputs)
+    assert [step[0] for step in executor._chained_steps] == [4]
+    with pytest.raises(NodeError, match=r"\(fused_matmul\) with inputs \(float32\[1, 6\], float32\[5, 7\]"):
+        executor.run([np.ones((1, 6), np.float32)])
+
+
 def test_a_cancelled_run_stops_between_nodes(rng):
     """A run stops with RunCancelled before the first node after `cancelled` turns true, and a
     `cancelled` that never does changes nothing."""

@@ -468,6 +468,44 @@ def test_dense_rejects_a_bias_of_the_wrong_size():
         K.dense(x, w, np.ones(4, np.float64), False)
 
 
+# Dense layers in a chain: one row through all of them in one parallel region, each layer
+# split over the threads from 128 outputs, the smaller ones on the first thread.
+@pytest.mark.parametrize(
+    "widths", [(784, 256, 256, 10), (5, 7), (33, 200, 9, 130, 1), (300, 64, 300)], ids=lambda w: "-".join(map(str, w))
+)
+def test_a_dense_chain_matches_float64_and_the_layers_one_by_one(widths, threads):
+    rng = np.random.default_rng(sum(widths))
+    relus = [i % 2 == 0 for i in range(len(widths) - 1)]
+    x = rng.standard_normal((1, widths[0])).astype(np.float32)
+    params = []
+    for k, n in itertools.pairwise(widths):
+        params += [rng.standard_normal((k, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)]
+    got = K.DenseChain(relus)(x, *params)
+    expected, one_by_one = x.astype(np.float64), x
+    for w, b, relu in zip(params[::2], params[1::2], relus, strict=True):
+        expected = expected @ w + b
+        expected = np.maximum(expected, 0) if relu else expected
+        one_by_one = K.dense(one_by_one, w, b, relu)
+    assert got.shape == (1, widths[-1]) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, one_by_one)  # the same sums in the same order
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * max(widths))
+
+
+def test_a_dense_chain_takes_only_one_float32_row_of_matching_layers():
+    chain = K.DenseChain([True, False])
+    w1, b1 = np.ones((3, 4), np.float32), np.ones(4, np.float32)
+    w2, b2 = np.ones((4, 2), np.float32), np.ones(2, np.float32)
+    assert chain(np.ones((1, 3), np.float32), w1, b1, w2, b2).tolist() == [[17.0, 17.0]]
+    assert chain(np.ones((2, 3), np.float32), w1, b1, w2, b2) is None  # two rows
+    assert chain(np.ones((1, 3)), w1, b1, w2, b2) is None  # float64
+    assert chain(np.ones((1, 3), np.float32), w1, b1, w2.T.copy(), b2) is None  # widths do not meet
+    assert chain(np.ones((1, 3), np.float32), w1, b1, w2, np.ones(3, np.float32)) is None  # bias width
+    assert chain(np.ones((1, 3), np.float32), w1, b1) is None  # a layer's arrays missing
+    assert chain(np.ones((1, 6), np.float32)[:, ::2], w1, b1, w2, b2) is None  # not contiguous
+    with pytest.raises(ValueError, match="DenseChain: takes 1 to 16 layers, got 0"):
+        K.DenseChain([])
+
+
 # Fused elementwise programs, bound once (elementwise.Program): every opcode against NumPy.
 _UNARY_REFERENCE = {name: PRIMITIVE_ORACLE[name] for name in UNARY}
 _BINARY_REFERENCE = {name: PRIMITIVE_ORACLE[name] for name in BINARY}
