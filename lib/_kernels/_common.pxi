@@ -68,9 +68,14 @@ cdef extern from *:
     #include <omp.h>
     #define TAPEFLOW_OPENMP 1
     static int tapeflow_max_threads(void) { return omp_get_max_threads(); }
+    /* [lo, hi): this thread's share of `count` items, inside a parallel region. */
+    #define TAPEFLOW_SHARE_OF(lo, hi, count) do {                                          \\
+        Py_ssize_t t_ = omp_get_thread_num(), nt_ = omp_get_num_threads();                 \\
+        lo = (count) * t_ / nt_; hi = (count) * (t_ + 1) / nt_; } while (0)
     #else
     #define TAPEFLOW_OPENMP 0
     static int tapeflow_max_threads(void) { return 1; }
+    #define TAPEFLOW_SHARE_OF(lo, hi, count) do { } while (0)
     #endif
     """
     const char* TAPEFLOW_SOURCE_SHA256

@@ -169,6 +169,12 @@ cdef void _im2col(const Geometry* g, const floating* x, floating* col, floating*
                     _zero(dst + p_hi * g.c, (width - p_hi) * g.c)
                 else:
                     _zero(dst, width * g.c)
+            if g.dw == 1:  # a kernel row's taps are one contiguous run of the band
+                for ow in range(g.ow):
+                    for i in range(g.kh):
+                        _copy(col + ow * kkc + i * row, band + (i * width + ow * g.sw) * g.c, row)
+                col += g.ow * kkc
+                continue
             for i in range(g.kh):
                 for j in range(g.kw):
                     src = band + (i * width + j * g.dw) * g.c

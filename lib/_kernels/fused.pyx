@@ -44,13 +44,6 @@ cdef extern from *:
                                               m_out + lo, v_out + lo, hi - lo, b1, b2, c1, \\
                                               c2, step, inv_c2, e));                       \\
     }
-    #ifdef _OPENMP
-    #define TAPEFLOW_SHARE_OF(lo, hi, count) do {                                          \\
-        Py_ssize_t t_ = omp_get_thread_num(), nt_ = omp_get_num_threads();                 \\
-        lo = (count) * t_ / nt_; hi = (count) * (t_ + 1) / nt_; } while (0)
-    #else
-    #define TAPEFLOW_SHARE_OF(lo, hi, count) do { } while (0)
-    #endif
     #define TAPEFLOW_THREAD_SHARE(lo, hi) TAPEFLOW_SHARE_OF(lo, hi, n)
     /* The Adam settings in T, then the body run by each thread on its share [lo, hi) of
        count items, with the caller's floating-point environment. */

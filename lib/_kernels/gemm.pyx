@@ -9,6 +9,7 @@ matmul produces); that is passed to BLAS as a flag, never copied.
 include "_common.pxi"
 include "_blas.pxi"
 include "_row_dense.pxi"
+include "_skinny.pxi"
 
 import numpy as np
 
@@ -33,6 +34,9 @@ cdef void _matmul2d(floating* a, floating* b, floating* c, Py_ssize_t m, Py_ssiz
         threads = _threads_for(n * k, _GEMV_PARALLEL_MIN) if _blas_single() else 1
         _vec_mat(trans_b, n, k, a, b, ldb, c, threads)
         return
+    if floating is float:
+        if _skinny_product(a, b, c, m, n, k, lda, ldb, trans_a, trans_b):
+            return
     threads = _gemm_threads(m * n * k)
     _gemm_split(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, n, threads)
 

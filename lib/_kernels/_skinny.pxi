@@ -1,0 +1,124 @@
+# A product with a short side, as a dense layer's input gradient is at small batches: G @ W^T,
+# G a few rows and W large. A BLAS gemm packs W's transpose into panels before it multiplies,
+# a pass over W that costs more than the product when each of W's elements meets only a few
+# rows; this kernel reads W once, in order, each row against every row of G. It needs AVX2
+# with FMA (checked once at run time); elsewhere the caller keeps to BLAS. Every output
+# element is summed in the same order whatever the thread count. (The weight gradient X^T @ G
+# is bound by writing W's size of output, which BLAS already does at that speed.)
+
+cdef extern from *:
+    """
+    #include <stddef.h>
+    #include <math.h>
+    #if defined(__GNUC__) && defined(__x86_64__)
+    #include <immintrin.h>
+    #define TAPEFLOW_AVX2 __attribute__((target("avx2,fma")))
+
+    /* The sum of v's 8 lanes, in a fixed order. */
+    TAPEFLOW_AVX2 static inline float tapeflow_lanes_sum(__m256 v) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        return _mm_cvtss_f32(s);
+    }
+
+    /* c[i, r] = g[i, :] . w[r, :] for `rows` (1 to 4) rows r of w from row `r0` and every i <
+       m: 8 lanes of products summed along the row, the lanes added, then the tail of the row. */
+    TAPEFLOW_AVX2 static inline void tapeflow_nt_rows(const float *g, ptrdiff_t ldg, const float *w,
+                                                       ptrdiff_t ldw, float *c, ptrdiff_t ldc, ptrdiff_t m,
+                                                       ptrdiff_t n, ptrdiff_t r0, int rows)
+    {
+        const float *w0 = w + r0 * ldw;
+        const float *w1 = rows > 1 ? w0 + ldw : w0, *w2 = rows > 2 ? w0 + 2 * ldw : w0;
+        const float *w3 = rows > 3 ? w0 + 3 * ldw : w0;
+        const ptrdiff_t n8 = n / 8 * 8;
+        for (ptrdiff_t i = 0; i < m; i += 2) {
+            const float *g0 = g + i * ldg, *g1 = i + 1 < m ? g0 + ldg : g0;
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+            __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+            for (ptrdiff_t p = 0; p < n8; p += 8) {
+                const __m256 x0 = _mm256_loadu_ps(g0 + p), x1 = _mm256_loadu_ps(g1 + p);
+                const __m256 v0 = _mm256_loadu_ps(w0 + p), v1 = _mm256_loadu_ps(w1 + p);
+                const __m256 v2 = _mm256_loadu_ps(w2 + p), v3 = _mm256_loadu_ps(w3 + p);
+                a00 = _mm256_fmadd_ps(x0, v0, a00); a01 = _mm256_fmadd_ps(x0, v1, a01);
+                a02 = _mm256_fmadd_ps(x0, v2, a02); a03 = _mm256_fmadd_ps(x0, v3, a03);
+                a10 = _mm256_fmadd_ps(x1, v0, a10); a11 = _mm256_fmadd_ps(x1, v1, a11);
+                a12 = _mm256_fmadd_ps(x1, v2, a12); a13 = _mm256_fmadd_ps(x1, v3, a13);
+            }
+            float s[2][4] = {{tapeflow_lanes_sum(a00), tapeflow_lanes_sum(a01), tapeflow_lanes_sum(a02),
+                              tapeflow_lanes_sum(a03)},
+                             {tapeflow_lanes_sum(a10), tapeflow_lanes_sum(a11), tapeflow_lanes_sum(a12),
+                              tapeflow_lanes_sum(a13)}};
+            const float *ws[4] = {w0, w1, w2, w3}, *gs[2] = {g0, g1};
+            for (int u = 0; u < 2 && i + u < m; u++)
+                for (int v = 0; v < rows; v++) {
+                    float t = s[u][v];
+                    for (ptrdiff_t p = n8; p < n; p++) t = fmaf(gs[u][p], ws[v][p], t);
+                    c[(i + u) * ldc + r0 + v] = t;
+                }
+        }
+    }
+
+    /* c[m, kk] = g[m, n] @ w[kk, n]^T, the rows of w cut into `threads` bands of 4s. */
+    TAPEFLOW_AVX2 static void tapeflow_skinny_nt(const float *g, ptrdiff_t ldg, const float *w, ptrdiff_t ldw,
+                                                 float *c, ptrdiff_t ldc, ptrdiff_t m, ptrdiff_t kk, ptrdiff_t n,
+                                                 int threads)
+    {
+        const ptrdiff_t quads = (kk + 3) / 4;
+        const unsigned int env = tapeflow_fpenv_get();
+        #pragma omp parallel num_threads(threads) if(threads > 1)
+        {
+            const unsigned int own = tapeflow_fpenv_swap(env);
+            #pragma omp for schedule(static)
+            for (ptrdiff_t q = 0; q < quads; q++)
+                tapeflow_nt_rows(g, ldg, w, ldw, c, ldc, m, n, q * 4, kk - q * 4 < 4 ? (int)(kk - q * 4) : 4);
+            tapeflow_fpenv_swap(own);
+        }
+    }
+
+    static int tapeflow_skinny_supported(void) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    #else
+    static void tapeflow_skinny_nt(const float *g, ptrdiff_t ldg, const float *w, ptrdiff_t ldw, float *c,
+                                   ptrdiff_t ldc, ptrdiff_t m, ptrdiff_t kk, ptrdiff_t n, int threads) {}
+    static int tapeflow_skinny_supported(void) { return 0; }
+    #endif
+    """
+    void tapeflow_skinny_nt(const float* g, Py_ssize_t ldg, const float* w, Py_ssize_t ldw, float* c,
+                            Py_ssize_t ldc, Py_ssize_t m, Py_ssize_t kk, Py_ssize_t n, int threads) noexcept nogil
+    int tapeflow_skinny_supported() noexcept nogil
+
+# The short side up to which, and the large operand's elements from which, a product takes
+# the skinny kernel (below, the large operand stays in the caches and BLAS packs it cheaply).
+cdef Py_ssize_t _SKINNY_MAX_SIDE = 32
+cdef Py_ssize_t _SKINNY_MIN_ELEMENTS = 1 << 20
+cdef bint _skinny_ok = tapeflow_skinny_supported()
+
+
+def _skinny_supported():
+    """Whether this CPU runs the skinny kernel (AVX2 with FMA)."""
+    return bool(_skinny_ok)
+
+
+def _set_skinny_limits(Py_ssize_t max_side, Py_ssize_t min_elements):
+    """Set the limits above (for tests); returns the old ones."""
+    global _SKINNY_MAX_SIDE, _SKINNY_MIN_ELEMENTS
+    old = (_SKINNY_MAX_SIDE, _SKINNY_MIN_ELEMENTS)
+    _SKINNY_MAX_SIDE, _SKINNY_MIN_ELEMENTS = max_side, min_elements
+    return old
+
+
+cdef bint _skinny_product(float* a, float* b, float* c, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                          Py_ssize_t lda, Py_ssize_t ldb, bint trans_a, bint trans_b) noexcept nogil:
+    """c[m, n] = a @ b^T by the skinny kernel where it fits (True: a few rows of a, b large),
+    else nothing (False)."""
+    if not _skinny_ok:
+        return False
+    cdef int threads
+    if not trans_a and trans_b and m <= _SKINNY_MAX_SIDE and n * k >= _SKINNY_MIN_ELEMENTS:
+        threads = _threads_for(m * n * k, _GEMM_PARALLEL_MIN)
+        tapeflow_skinny_nt(a, lda, b, ldb, c, n, m, n, k, threads)
+        return True
+    return False
