@@ -181,8 +181,9 @@ cdef inline void _binary(int op, floating* d, const floating* x, const floating*
 cdef void _run_block(floating* out, floating** inputs, const int* layouts, Py_ssize_t inner,
                      const int* ops, const int* args_a, const int* args_b, const double* consts,
                      int count, floating* scratch, floating** regs, Py_ssize_t lo,
-                     Py_ssize_t m) noexcept nogil:
-    """Evaluate every instruction for elements [lo, lo + m); the last one lands in out."""
+                     Py_ssize_t m, bint staged) noexcept nogil:
+    """Evaluate every instruction for elements [lo, lo + m); the last one lands in out (when
+    `staged`, through the scratch block: out is then one of the inputs, read to the end)."""
     cdef int k, op, layout
     cdef Py_ssize_t j, col, run
     cdef floating* dst
@@ -190,7 +191,7 @@ cdef void _run_block(floating* out, floating** inputs, const int* layouts, Py_ss
     cdef floating c
     for k in range(count):
         op = ops[k]
-        dst = out + lo if k == count - 1 else scratch + k * BLOCK
+        dst = out + lo if k == count - 1 and not staged else scratch + k * BLOCK
         if op == LOAD:
             src = inputs[args_a[k]]
             layout = layouts[args_a[k]]
@@ -221,13 +222,15 @@ cdef void _run_block(floating* out, floating** inputs, const int* layouts, Py_ss
         else:
             _unary(op, dst, regs[args_a[k]], m)
         regs[k] = dst
+    if staged:
+        memcpy(out + lo, regs[count - 1], m * sizeof(floating))
 
 
 cdef int _run_program(floating* out, Py_ssize_t n, floating** inputs, const int* layouts, Py_ssize_t inner,
                       const int* ops, const int* args_a, const int* args_b, const double* consts,
-                      int count) noexcept nogil:
-    """Evaluate the program into out[0:n], in blocks split over the threads; -1 if a thread
-    could not allocate its registers."""
+                      int count, bint staged=False) noexcept nogil:
+    """Evaluate the program into out[0:n], in blocks split over the threads (`staged` where
+    out is one of the inputs); -1 if a thread could not allocate its registers."""
     cdef Py_ssize_t blocks = (n + BLOCK - 1) // BLOCK
     cdef Py_ssize_t b, lo
     cdef int threads = _threads_for(n, _PARALLEL_MIN)
@@ -244,7 +247,7 @@ cdef int _run_program(floating* out, Py_ssize_t n, floating** inputs, const int*
             for b in prange(blocks, schedule="static"):
                 lo = b * BLOCK
                 _run_block(out, inputs, layouts, inner, ops, args_a, args_b, consts, count, scratch, regs,
-                           lo, min(<Py_ssize_t>BLOCK, n - lo))
+                           lo, min(<Py_ssize_t>BLOCK, n - lo), staged)
         else:
             failed[0] = -1
         free(scratch)
@@ -316,10 +319,26 @@ cdef class Program:
         self.general = general
 
     def __call__(self, *arrays):
-        out = self._direct(arrays)
+        out = self._direct(arrays, -1)
         return out if out is not None else self.general(*arrays)
 
-    cdef object _direct(self, tuple arrays):
+    def into(self, Py_ssize_t target, *arrays):
+        """The program's result written into `arrays[target]` itself (an input of the result's
+        shape and dtype, C-contiguous and writeable), which it returns; None where it cannot
+        (nothing is then written).
+
+        >>> import numpy as np
+        >>> ops = np.array([OPCODES["input"], OPCODES["input"], OPCODES["subtract"]], np.int32)
+        >>> a, b = np.array([0, 1, 0], np.int32), np.array([0, 0, 1], np.int32)
+        >>> w = np.ones(3)
+        >>> Program(ops, a, b, np.zeros(1), None).into(0, w, np.array(0.5)) is w, w.tolist()
+        (True, [0.5, 0.5, 0.5])
+        """
+        if not 0 <= target < len(arrays):
+            return None
+        return self._direct(arrays, target)
+
+    cdef object _direct(self, tuple arrays, Py_ssize_t target):
         cdef Py_ssize_t n_inputs = len(arrays), i, size, best = 0
         cdef cnp.ndarray a, ref = None
         cdef int layouts[MAX_BOUND_INPUTS]
@@ -355,7 +374,13 @@ cdef class Program:
             else:
                 return None
             pointers[i] = cnp.PyArray_DATA(a)
-        cdef cnp.ndarray out = cnp.PyArray_EMPTY(nd, dims, typenum, 0)
+        cdef cnp.ndarray out
+        if target < 0:
+            out = cnp.PyArray_EMPTY(nd, dims, typenum, 0)
+        elif layouts[target] == FULL and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arrays[target]):
+            out = <cnp.ndarray>arrays[target]
+        else:
+            return None
         cdef const int* ops = <const int*>cnp.PyArray_DATA(<cnp.ndarray>self._ops)
         cdef const int* args_a = <const int*>cnp.PyArray_DATA(<cnp.ndarray>self._args_a)
         cdef const int* args_b = <const int*>cnp.PyArray_DATA(<cnp.ndarray>self._args_b)
@@ -364,10 +389,10 @@ cdef class Program:
         with nogil:
             if typenum == cnp.NPY_FLOAT32:
                 failed = _run_program(<float*>cnp.PyArray_DATA(out), best, <float**>pointers, layouts, inner,
-                                      ops, args_a, args_b, consts, self.count)
+                                      ops, args_a, args_b, consts, self.count, target >= 0)
             else:
                 failed = _run_program(<double*>cnp.PyArray_DATA(out), best, <double**>pointers, layouts, inner,
-                                      ops, args_a, args_b, consts, self.count)
+                                      ops, args_a, args_b, consts, self.count, target >= 0)
         if failed:
             raise MemoryError("fused_elementwise: cannot allocate per-thread registers")
         return out

@@ -299,6 +299,29 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     return tuple(o.astype(dtype, copy=False) for o in outs)
 
 
+def sgd_momentum_update_in_place(param, m, grad, lr, momentum, nesterov=False):
+    """`sgd_momentum_update` writing param and m themselves (the executor's form for variables
+    it owns), with its arithmetic in param's dtype; returns them."""
+    lr = float(lr)
+    if not (m.dtype == grad.dtype == param.dtype and param.shape == m.shape == grad.shape):
+        raise ValueError(
+            f"sgd_momentum_update: param {param.dtype}{param.shape}, m {m.dtype}{m.shape} and "
+            f"grad {grad.dtype}{grad.shape} must agree to be written in place"
+        )
+    if not (param.flags.writeable and m.flags.writeable):
+        param, m = param.copy(), m.copy()
+    step = grad * lr
+    np.multiply(m, momentum, out=m)
+    np.subtract(m, step, out=m)
+    if nesterov:
+        ahead = m * momentum
+        ahead -= step
+        param += ahead
+    else:
+        param += m
+    return param, m
+
+
 def adam_update_in_place(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
     """`adam_update` writing param, m and v themselves (the executor's form for variables it
     owns); returns them."""
@@ -501,6 +524,21 @@ def _encode_program(program: tuple, const_bits: tuple):
         args_b.append(ins[2] if len(ins) > 2 else 0)
     as32 = functools.partial(np.asarray, dtype=np.int32)
     return as32(ops), as32(args_a), as32(args_b), np.asarray(consts or [0.0])
+
+
+def fused_elementwise_into(kernel, position: int):
+    """A bound program's form that writes its result into its input `position` (an array of
+    the result's shape and dtype) where it can, else gives a new array; None where the kernel
+    has no such form."""
+    into = getattr(kernel, "into", None)
+    if into is None:
+        return None
+
+    def run(*arrays):
+        written = into(position, *arrays)
+        return written if written is not None else kernel(*arrays)
+
+    return run
 
 
 def bind_fused_elementwise(reference, program):

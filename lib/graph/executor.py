@@ -116,7 +116,7 @@ class Executor:
                 fn = functools.partial(self.run_node, node, fn)
             else:  # an update of arrays only variables hold writes them in place
                 owned = _owned_arrays_target(
-                    graph, node, nodes, self.fetches, device.family, _kernel_attrs(graph, node)
+                    graph, node, nodes, self.fetches, device.family, _kernel_attrs(graph, node), fn
                 )
             if owned is not None:
                 single = op.num_outputs == 1
@@ -412,6 +412,7 @@ _IN_PLACE_FORMS = {
     "sparse_adam_update": (3, lambda family, attrs: _bound(backend(family), "sparse_adam_update_in_place", attrs)),
     "adam_update": (3, lambda family, attrs: _bound(backend(family), "adam_update_in_place", attrs)),
     "adamw_update": (3, lambda family, attrs: _bound(backend(family), "adamw_update_in_place", attrs)),
+    "sgd_momentum_update": (2, lambda family, attrs: _bound(backend(family), "sgd_momentum_update_in_place", attrs)),
 }
 
 
@@ -420,44 +421,60 @@ def _bound(module, name: str, attrs: dict):
     return None if fn is None else functools.partial(fn, **attrs)
 
 
-def _owned_arrays_target(graph: GraphIR, node, nodes, fetches, family: str, attrs: dict):
-    """(the in-place form of a node that has one, for each array it may write the Variable that
-    holds it, or None): an array that is a variable's read value, read by no later node and
-    not fetched, whose new value the node's output writes back to that variable. None where
-    no array is such, or the backend has no in-place form."""
-    writer = _IN_PLACE_FORMS.get(node.op)
-    if writer is None:
-        return None
-    count, in_place_form = writer
+def _owned_arrays_target(graph: GraphIR, node, nodes, fetches, family: str, attrs: dict, kernel):
+    """(the in-place form of a node that has one, and for each input position it may write, the
+    position and the Variable that holds the array there, or None): an array that is a
+    variable's read value, read by no later node and not fetched, whose new value the node's
+    output writes back to that variable. None where no array is such, or the backend has no
+    in-place form. A fused elementwise program writes into the first such input of its
+    result's shape and dtype; the other ops into their leading inputs."""
     later = nodes[nodes.index(node) + 1 :]
-    owners = []
-    for table, result in zip(node.inputs[:count], node.outputs, strict=True):
+
+    def owner(table: Value, result: Value) -> str | None:
         reader = table.producer
         name = reader.attrs["variable"] if reader is not None and reader.op == READ else None
         if (
             name is None
-            or name in owners
             or any(f is table for f in fetches)
             or sum(t is table for t in node.inputs) > 1
             or any(table in n.inputs for n in later)
             or not any(n.op == ASSIGN and n.attrs["variable"] == name and result in n.inputs for n in later)
         ):
-            name = None
-        owners.append(name)
+            return None
+        return name
+
+    if node.op == "fused_elementwise":
+        into = getattr(backend(family), "fused_elementwise_into", None)
+        result = node.outputs[0]
+        for position, table in enumerate(node.inputs):
+            if into is not None and table.shape == result.shape and table.dtype == result.dtype:
+                name = owner(table, result)
+                if name is not None:
+                    in_place = into(kernel, position)
+                    return None if in_place is None else (in_place, ((position, graph.state[name]),))
+        return None
+    writer = _IN_PLACE_FORMS.get(node.op)
+    if writer is None:
+        return None
+    count, in_place_form = writer
+    owners: list = []
+    for table, result in zip(node.inputs[:count], node.outputs, strict=True):
+        name = owner(table, result)
+        owners.append(None if name in owners else name)
     in_place = in_place_form(family, attrs) if any(owners) else None
     if in_place is None:
         return None
-    return in_place, tuple(None if name is None else graph.state[name] for name in owners)
+    return in_place, tuple((i, None if name is None else graph.state[name]) for i, name in enumerate(owners))
 
 
 def _write_in_place(env, args, target, node):
     """Run a node's in-place form on the arrays of the variables it writes, where nothing else
-    holds them (their env slot, the variable and the arguments here), and on copies of its
-    other arrays."""
-    fn, (in_place, variables) = target
+    holds them (their env slot, the variable and the arguments here), and on copies of the
+    other arrays it writes."""
+    fn, (in_place, written) = target
     arrays = list(args(env))
     try:
-        for i, variable in enumerate(variables):
+        for i, variable in written:
             if variable is None or arrays[i] is not variable._value or not sole_owner(arrays[i], holders=3):
                 arrays[i] = arrays[i].copy()
         with recording_at(_failed_node(node)):

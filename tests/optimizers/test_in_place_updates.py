@@ -1,6 +1,6 @@
-"""A frozen training step writes Adam's and AdamW's new weights and moments into the arrays the
-variables already hold (nothing else holding them), with the eager step's numbers; an array that
-something else holds is left as it was and the variable gets a new one."""
+"""A frozen training step writes Adam's, AdamW's and SGD's new weights and moments into the arrays
+the variables already hold (nothing else holding them), with the eager step's numbers; an array
+that something else holds is left as it was and the variable gets a new one."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ RNG = np.random.default_rng(5)
 OPTIMIZERS = {
     "adam": lambda: tp.optimizers.Adam(0.01),
     "adamw": lambda: tp.optimizers.AdamW(0.01, weight_decay=0.1),
+    "sgd": lambda: tp.optimizers.SGD(0.01),  # a fused elementwise program written into the weight
+    "sgd-momentum": lambda: tp.optimizers.SGD(0.01, momentum=0.9, nesterov=True),
 }
 
 
@@ -50,10 +52,11 @@ def test_a_frozen_step_updates_weights_and_moments_in_place(name):
         np.testing.assert_allclose(value.numpy(), eager_slots[slot].numpy(), rtol=1e-6, atol=1e-9)
 
 
-def test_a_weight_held_elsewhere_keeps_its_values():
+@pytest.mark.parametrize("name", ["adam", "sgd"])
+def test_a_weight_held_elsewhere_keeps_its_values(name):
     x = RNG.standard_normal((16, 6)).astype(np.float32)
     y = RNG.standard_normal((16, 3)).astype(np.float32)
-    model = _model(True, tp.optimizers.Adam(0.01))
+    model = _model(True, OPTIMIZERS[name]())
     model.train_on_batch(x, y)
     kernel = model.layers[0].kernel
     view = kernel._value[:]  # a NumPy view of the weight's array
@@ -78,3 +81,26 @@ def test_the_in_place_kernel_has_the_out_of_place_arithmetic():
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="writeable"):
         _kernels.adam_update_in_place(frozen, np.ones(3), np.ones(3), np.ones(3), 0.01, 0.9, 0.999, 1e-7, 1, 1)
+
+
+def test_an_elementwise_program_written_into_an_input_has_the_same_bits():
+    """`Program.into` writes the result into the input it names, through each block's scratch,
+    with the bits of the program run into a new array; it declines (None, nothing written)
+    where that input is broadcast or read-only."""
+    from tapeflow.backends import numpy_backend
+
+    program = (("input", 0), ("input", 1), ("input", 2), ("multiply", 1, 2), ("subtract", 0, 3), ("tanh", 4))
+    kernel = numpy_backend.bind_fused_elementwise(None, program)
+    w = RNG.standard_normal((700, 33)).astype(np.float32)  # blocks over both threads
+    lr, g = np.array(0.1, np.float32), RNG.standard_normal((700, 33)).astype(np.float32)
+    expected = kernel(w, lr, g)
+    written = w.copy()
+    assert kernel.into(0, written, lr, g) is written
+    np.testing.assert_array_equal(written, expected)
+    row = RNG.standard_normal(33).astype(np.float32)
+    assert kernel.into(0, row, lr, g) is None  # a broadcast row cannot hold the result
+    frozen = w.copy()
+    frozen.flags.writeable = False
+    assert kernel.into(0, frozen, lr, g) is None
+    np.testing.assert_array_equal(frozen, w)
+    assert kernel.into(5, w, lr, g) is None
