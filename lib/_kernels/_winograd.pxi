@@ -136,12 +136,22 @@ def _set_winograd_limits(Py_ssize_t min_channels, Py_ssize_t thread_pairs, Py_ss
 
 cdef void _winograd(str op, bint filter_grad, const Geometry* g, const floating* a, const floating* b,
                     floating* out) except *:
-    """`_winograd_filter_grad(g, a, b, out)` with `filter_grad`, else `_winograd_conv`, with BLAS
-    counted as running; a MemoryError naming `op` where the buffers cannot be had."""
+    """`_winograd_filter_grad(g, a, b, out, filters)` with `filter_grad`, else `_winograd_conv`,
+    with BLAS counted as running; a MemoryError naming `op` where the buffers cannot be had.
+    The 16 transformed filters (16 C O numbers, tens of MB for wide layers) are a NumPy array,
+    so that inside a graph run they take a block an earlier step gave back instead of fresh
+    pages (see tapeflow._kernels.allocator)."""
     cdef int failed
+    cdef Py_ssize_t size = 16 * g.c * g.o + g.c + g.o
+    try:
+        filters = np.zeros(size, np.float32 if floating is float else np.float64)
+    except MemoryError:
+        raise MemoryError(f"{op}: cannot allocate the Winograd buffers") from None
+    cdef floating[::1] filters_view = filters
+    cdef floating* fp = &filters_view[0]
     _blas_enter()
     with nogil:
-        failed = _winograd_filter_grad(g, a, b, out) if filter_grad else _winograd_conv(g, a, b, out)
+        failed = _winograd_filter_grad(g, a, b, out, fp) if filter_grad else _winograd_conv(g, a, b, out, fp)
     _blas_leave()
     if failed:
         raise MemoryError(f"{op}: cannot allocate the Winograd buffers")
@@ -150,25 +160,44 @@ cdef void _winograd(str op, bint filter_grad, const Geometry* g, const floating*
 cdef inline bint _winograd_fits(const Geometry* g) noexcept nogil:
     """A 3x3, stride-1, undilated convolution with the channels and tiles for the transforms to
     pay, while BLAS runs on the calling thread (our threads split the gemms)."""
-    return (g.kh == 3 and g.kw == 3 and g.sh == 1 and g.sw == 1 and g.dh == 1 and g.dw == 1
-            and g.c >= _WINOGRAD_MIN_CHANNELS and g.o >= _WINOGRAD_MIN_CHANNELS
-            and g.n * ((g.oh + 1) // 2) * ((g.ow + 1) // 2) >= _WINOGRAD_MIN_TILES and _blas_single())
+    return _winograd_shape_fits(g) and _winograd_tiles(g) >= _WINOGRAD_MIN_TILES
 
 
 cdef inline bint _winograd_fits_filter_grad(const Geometry* g) noexcept nogil:
-    """`_winograd_fits`, and for many channel pairs twice the tiles: the filter gradient sums its
-    16 C O products over every chunk of tiles (measured: 392 tiles of 512 x 512 channels lose to
-    im2col, 784 of 384 x 384 gain 1.6x)."""
-    return _winograd_fits(g) and (g.c * g.o <= _WINOGRAD_THREAD_PAIRS or
-                                  g.n * ((g.oh + 1) // 2) * ((g.ow + 1) // 2) >= 2 * _WINOGRAD_MIN_TILES)
+    """`_winograd_fits` for the filter gradient, which pays from half the tiles (measured at
+    196-256 tiles: 10-43 ms against im2col's 12-84; at 576 tiles of 1024 x 1024 channels 330
+    against 486)."""
+    return _winograd_shape_fits(g) and _winograd_tiles(g) >= _WINOGRAD_MIN_TILES // 2
 
 
-cdef void _winograd_filter(const floating* w, floating* u, Py_ssize_t c, Py_ssize_t o) noexcept nogil:
-    """u[16][c][o] = G g G^T for every (channel, output) pair of w[3][3][c][o]."""
-    cdef Py_ssize_t plane = c * o, i, r, s
+cdef inline bint _winograd_shape_fits(const Geometry* g) noexcept nogil:
+    return (g.kh == 3 and g.kw == 3 and g.sh == 1 and g.sw == 1 and g.dh == 1 and g.dw == 1
+            and g.c >= _WINOGRAD_MIN_CHANNELS and g.o >= _WINOGRAD_MIN_CHANNELS and _blas_single())
+
+
+cdef inline Py_ssize_t _winograd_tiles(const Geometry* g) noexcept nogil:
+    return g.n * ((g.oh + 1) // 2) * ((g.ow + 1) // 2)
+
+
+cdef void _winograd_filter(const floating* w, floating* u, Py_ssize_t c, Py_ssize_t o, int threads) noexcept nogil:
+    """u[16][c][o] = G g G^T for every (channel, output) pair of w[3][3][c][o], the pairs shared
+    out among `threads`."""
+    cdef Py_ssize_t plane = c * o, part
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
+        for part in prange(threads, schedule="static"):
+            _winograd_filter_pairs(w, u, plane, plane * part // threads, plane * (part + 1) // threads)
+        tapeflow_fpenv_swap(own)
+
+
+cdef void _winograd_filter_pairs(const floating* w, floating* u, Py_ssize_t plane, Py_ssize_t lo,
+                                 Py_ssize_t hi) noexcept nogil:
+    """`_winograd_filter` for the pairs [lo, hi) of the plane."""
+    cdef Py_ssize_t i, r, s
     cdef floating e[4][3]
     cdef floating g0, g1, g2
-    for i in range(plane):
+    for i in range(lo, hi):
         for s in range(3):  # G g: the rows of G times each column of g
             g0 = w[(0 * 3 + s) * plane + i]
             g1 = w[(1 * 3 + s) * plane + i]
@@ -231,9 +260,11 @@ cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, f
             tapeflow_winograd_f64_out(m + (t - base) * g.o, count * g.o, outs, g.o)
 
 
-cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w, floating* y) noexcept nogil:
+cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w, floating* y,
+                        floating* u) noexcept nogil:
     """y = the convolution of x with the 3x3 filter w (stride 1, no dilation, g's padding and
-    output size), every output written; returns 1 where memory ran out (y then unwritten)."""
+    output size), every output written, u (16 C O + C numbers, zeroed) holding the transformed
+    filters; returns 1 where memory ran out (y then unwritten)."""
     cdef Py_ssize_t tiles_h = (g.oh + 1) // 2, tiles_w = (g.ow + 1) // 2
     cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w
     cdef Py_ssize_t per_tile = 16 * (g.c + g.o) * sizeof(floating)
@@ -243,17 +274,11 @@ cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w,
     if threads > 1:  # at least one chunk a thread, the chunks even
         per_chunk = min(per_chunk, (tiles + threads - 1) // threads)
     chunks = (tiles + per_chunk - 1) // per_chunk
-    cdef floating* u = <floating*>malloc(max(1, 16 * g.c * g.o + g.c) * sizeof(floating))
-    if u == NULL:
-        return 1
     cdef floating* zeros = u + 16 * g.c * g.o
-    memset(zeros, 0, g.c * sizeof(floating))
-    _winograd_filter(w, u, g.c, g.o)
+    _winograd_filter(w, u, g.c, g.o, threads)
     cdef int failed = 0
     if g.c * g.o > _WINOGRAD_THREAD_PAIRS:
-        failed = _winograd_shared_chunks(g, x, u, zeros, y, tiles, tiles_h, tiles_w, threads)
-        free(u)
-        return failed
+        return _winograd_shared_chunks(g, x, u, zeros, y, tiles, tiles_h, tiles_w, threads)
     cdef floating* v = NULL
     cdef floating* m = NULL
     cdef int* failed_p = &failed
@@ -277,7 +302,6 @@ cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w,
             _winograd_outputs(g, m, y, m + 16 * per_chunk * g.o, t0, count, t0, t1, tiles_h, tiles_w)
         free(v)
         tapeflow_fpenv_swap(own)
-    free(u)
     return failed
 
 
@@ -343,13 +367,26 @@ cdef void _winograd_output_grads(const Geometry* g, const floating* dy, const fl
             tapeflow_winograd_f64_dy(rows, v + (t - base) * g.o, count * g.o, g.o)
 
 
-cdef void _winograd_filter_back(const floating* du, floating* dw, Py_ssize_t c, Py_ssize_t o) noexcept nogil:
+cdef void _winograd_filter_back(const floating* du, floating* dw, Py_ssize_t c, Py_ssize_t o,
+                                int threads) noexcept nogil:
     """dw[3][3][c][o] = G^T du G for every (channel, output) pair of du[16][c][o]: the adjoint
-    of `_winograd_filter`."""
-    cdef Py_ssize_t plane = c * o, i, s, a
+    of `_winograd_filter`, the pairs shared out among `threads`."""
+    cdef Py_ssize_t plane = c * o, part
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
+        for part in prange(threads, schedule="static"):
+            _winograd_filter_back_pairs(du, dw, plane, plane * part // threads, plane * (part + 1) // threads)
+        tapeflow_fpenv_swap(own)
+
+
+cdef void _winograd_filter_back_pairs(const floating* du, floating* dw, Py_ssize_t plane, Py_ssize_t lo,
+                                      Py_ssize_t hi) noexcept nogil:
+    """`_winograd_filter_back` for the pairs [lo, hi) of the plane."""
+    cdef Py_ssize_t i, s, a
     cdef floating e[3][4]
     cdef floating u0, u1, u2, u3
-    for i in range(plane):
+    for i in range(lo, hi):
         for s in range(4):  # G^T du: the columns of G times each column s of du
             u0 = du[(0 * 4 + s) * plane + i]
             u1 = du[(1 * 4 + s) * plane + i]
@@ -364,21 +401,20 @@ cdef void _winograd_filter_back(const floating* du, floating* dw, Py_ssize_t c, 
             dw[(a * 3 + 2) * plane + i] = (e[a][1] + e[a][2]) * 0.5 + e[a][3]
 
 
-cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const floating* dy, floating* dw) noexcept nogil:
+cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const floating* dy, floating* dw,
+                               floating* du) noexcept nogil:
     """dw = the gradient of the 3x3 convolution wrt its filter: for each of the 16 transformed
     positions, the transformed input patches times the transformed output gradients, summed over
-    the tiles (one gemm per position and chunk of tiles, split over the threads), then taken back
-    to 3x3 by G^T . G. Returns 1 where memory ran out."""
+    the tiles (one gemm per position and chunk of tiles, split over the threads) into du
+    (16 C O + C + O numbers, zeroed), then taken back to 3x3 by G^T . G. Returns 1 where memory
+    ran out."""
     cdef Py_ssize_t tiles_h = (g.oh + 1) // 2, tiles_w = (g.ow + 1) // 2
     cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w
     cdef Py_ssize_t per_tile = 16 * (g.c + g.o) * sizeof(floating)
     cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_shared_bytes // per_tile))
     cdef int threads = _threads_for(tiles * 16 * g.c * g.o, 1 << 16)
-    cdef floating* du = <floating*>calloc(16 * g.c * g.o + g.c + g.o, sizeof(floating))
     cdef floating* v = <floating*>malloc(max(1, 16 * per_chunk * (g.c + g.o)) * sizeof(floating))
-    if du == NULL or v == NULL:
-        free(du)
-        free(v)
+    if v == NULL:
         return 1
     cdef floating* zeros_c = du + 16 * g.c * g.o
     cdef floating* zeros_o = zeros_c + g.c
@@ -400,8 +436,7 @@ cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const float
         for k in range(16):
             _gemm_split(c'T', c'N', g.c, g.o, count, 1, v + k * count * g.c, g.c, m + k * count * g.o, g.o, 1,
                         du + k * g.c * g.o, g.o, threads)
-    _winograd_filter_back(du, dw, g.c, g.o)
+    _winograd_filter_back(du, dw, g.c, g.o, threads)
     free(v)
-    free(du)
     return 0
 

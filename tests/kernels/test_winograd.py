@@ -131,6 +131,20 @@ def test_it_agrees_with_im2col_where_it_is_chosen(shape, dtype):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
 
 
+def test_the_filter_gradient_takes_it_from_half_the_tiles():
+    """196 tiles: the filter gradient goes Winograd's way (it pays from half the forward's
+    tiles), the forward product stays with im2col."""
+    x = RNG.standard_normal((4, 14, 14, 64)).astype(np.float32)
+    w = RNG.standard_normal((3, 3, 64, 48)).astype(np.float32)
+    dy = RNG.standard_normal((4, 14, 14, 48)).astype(np.float32)
+    forward = (conv.conv2d_forward, x, w, 1, 1, 1, 1, 1, 1, 14, 14)
+    filter_grad = (conv.conv2d_backward_filter, x, dy, 3, 3, 1, 1, 1, 1, 1, 1)
+    np.testing.assert_array_equal(forward[0](*forward[1:]), _im2col(*forward))
+    ours, theirs = filter_grad[0](*filter_grad[1:]), _im2col(*filter_grad)
+    assert not np.array_equal(ours, theirs)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max())
+
+
 def test_a_conv_layer_trains_the_same_either_way(winograd_everywhere):
     """A Conv2D(3x3) layer's output and gradients through the op, Winograd's way against im2col."""
     x = tp.tensor(RNG.standard_normal((2, 9, 9, 40)).astype(np.float32))
