@@ -139,6 +139,25 @@ cdef inline Py_ssize_t _band_size(const Geometry* g) noexcept nogil:
     return g.kh * _band_width(g) * g.c if g.c < _BAND_MAX_CHANNELS else 0
 
 
+cdef void _fill_band(const Geometry* g, const floating* x, floating* band, Py_ssize_t r) noexcept nogil:
+    """band[kh][width][C] = the kh input rows that output row r = n*OH + oh reads, each
+    zero-padded to the columns its windows span."""
+    cdef Py_ssize_t n = r // g.oh, oh = r % g.oh, i, ih
+    cdef Py_ssize_t width = _band_width(g)
+    cdef Py_ssize_t p_lo = min(max(<Py_ssize_t>g.pl, 0), width)
+    cdef Py_ssize_t p_hi = max(min(g.pl + g.w, width), p_lo)
+    cdef floating* dst
+    for i in range(g.kh):
+        ih = oh * g.sh - g.pt + i * g.dh
+        dst = band + i * width * g.c
+        if 0 <= ih < g.h and p_lo < p_hi:
+            _zero(dst, p_lo * g.c)
+            _copy(dst + p_lo * g.c, x + ((n * g.h + ih) * g.w + p_lo - g.pl) * g.c, (p_hi - p_lo) * g.c)
+            _zero(dst + p_hi * g.c, (width - p_hi) * g.c)
+        else:
+            _zero(dst, width * g.c)
+
+
 cdef void _im2col(const Geometry* g, const floating* x, floating* col, floating* band,
                   Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
     """col[(r, ow), (i, j, c)] = x[n, oh*sh - pt + i*dh, ow*sw - pl + j*dw, c] or 0,
@@ -151,24 +170,13 @@ cdef void _im2col(const Geometry* g, const floating* x, floating* col, floating*
     cdef Py_ssize_t r, n, oh, ow, i, j, j0, j1, ih, iw, c
     cdef Py_ssize_t row = g.kw * g.c, kkc = g.kh * g.kw * g.c
     cdef Py_ssize_t width = _band_width(g), step = g.sw * g.c
-    cdef Py_ssize_t p_lo = min(max(<Py_ssize_t>g.pl, 0), width)
-    cdef Py_ssize_t p_hi = max(min(g.pl + g.w, width), p_lo)
     cdef const floating* src
     cdef floating* dst
     for r in range(r0, r1):
         n = r // g.oh
         oh = r % g.oh
         if band != NULL:
-            for i in range(g.kh):
-                ih = oh * g.sh - g.pt + i * g.dh
-                dst = band + i * width * g.c
-                if 0 <= ih < g.h and p_lo < p_hi:
-                    _zero(dst, p_lo * g.c)
-                    _copy(dst + p_lo * g.c, x + ((n * g.h + ih) * g.w + p_lo - g.pl) * g.c,
-                          (p_hi - p_lo) * g.c)
-                    _zero(dst + p_hi * g.c, (width - p_hi) * g.c)
-                else:
-                    _zero(dst, width * g.c)
+            _fill_band(g, x, band, r)
             if g.dw == 1:  # a kernel row's taps are one contiguous run of the band
                 for ow in range(g.ow):
                     for i in range(g.kh):
@@ -246,6 +254,7 @@ cdef inline floating* _alloc(Py_ssize_t count, floating* like) noexcept nogil:
 
 
 include "_winograd.pxi"
+include "_direct_conv.pxi"
 
 
 def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] w,
@@ -279,6 +288,9 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     if _winograd_fits(&g):
         _winograd("conv2d_forward", False, &g, xp, wp, yp)
         return y
+    if floating is float:
+        if _direct("conv2d_forward", False, &g, xp, wp, yp):
+            return y
     _blas_enter()
     with nogil, parallel(num_threads=p.threads):
         own = tapeflow_fpenv_swap(env)
@@ -395,6 +407,9 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
     if _winograd_fits_filter_grad(&g):
         _winograd("conv2d_backward_filter", True, &g, xp, dyp, dwp)
         return dw
+    if floating is float:
+        if _direct("conv2d_backward_filter", True, &g, xp, dyp, dwp):
+            return dw
     cdef bint pointwise = _is_pointwise(&g)
     cdef Plan p = _plan(&g, sizeof(floating), False)
     cdef Py_ssize_t chunk, r0, r1
