@@ -118,6 +118,10 @@ cdef extern from *:
 cdef Py_ssize_t _WINOGRAD_MIN_CHANNELS = 32
 cdef Py_ssize_t _WINOGRAD_MIN_TILES = 384
 cdef Py_ssize_t _WINOGRAD_THREAD_PAIRS = 256 * 256
+# From this many tiles a thread, the filter gradient's threads sum their own tiles (measured at
+# 1,568 and 6,272 a thread: 39-45 ms against 50, 94-115 against 123-137; at 128-392 a thread the
+# split gemms were as fast or faster).
+cdef Py_ssize_t _WINOGRAD_OWN_SUM_TILES = 1024
 # Per-thread bound on a chunk's V and M, and the bound on a chunk the threads share.
 cdef Py_ssize_t _winograd_buffer_bytes = 2 * 1024 * 1024
 cdef Py_ssize_t _winograd_shared_bytes = 24 * 1024 * 1024
@@ -405,20 +409,29 @@ cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const float
                                floating* du) noexcept nogil:
     """dw = the gradient of the 3x3 convolution wrt its filter: for each of the 16 transformed
     positions, the transformed input patches times the transformed output gradients, summed over
-    the tiles (one gemm per position and chunk of tiles, split over the threads) into du
-    (16 C O + C + O numbers, zeroed), then taken back to 3x3 by G^T . G. Returns 1 where memory
-    ran out."""
+    the tiles into du (16 C O + C + O numbers, zeroed), then taken back to 3x3 by G^T . G.
+    With many tiles each thread sums the products of its own tiles, single-threaded gemms with
+    the whole C x O output, into sums of its own (the first thread's into du) added at the end;
+    with fewer, or where those sums would outgrow the shared bound, each gemm is split over the
+    threads instead. Returns 1 where memory ran out."""
     cdef Py_ssize_t tiles_h = (g.oh + 1) // 2, tiles_w = (g.ow + 1) // 2
     cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w
     cdef Py_ssize_t per_tile = 16 * (g.c + g.o) * sizeof(floating)
     cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_shared_bytes // per_tile))
     cdef int threads = _threads_for(tiles * 16 * g.c * g.o, 1 << 16)
+    cdef Py_ssize_t size = 16 * g.c * g.o, i
+    cdef bint own_sums = (threads > 1 and tiles >= _WINOGRAD_OWN_SUM_TILES * threads
+                          and (threads - 1) * size * <Py_ssize_t>sizeof(floating) <= _winograd_shared_bytes)
     cdef floating* v = <floating*>malloc(max(1, 16 * per_chunk * (g.c + g.o)) * sizeof(floating))
-    if v == NULL:
+    cdef floating* partials = <floating*>calloc(max(1, (threads - 1) * size if own_sums else 1), sizeof(floating))
+    if v == NULL or partials == NULL:
+        free(v)
+        free(partials)
         return 1
-    cdef floating* zeros_c = du + 16 * g.c * g.o
+    cdef floating* zeros_c = du + size
     cdef floating* zeros_o = zeros_c + g.c
     cdef floating* m = v + 16 * per_chunk * g.c
+    cdef floating* acc
     cdef Py_ssize_t chunk, t0, t1, count, k, part, a, b
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     for chunk in range((tiles + per_chunk - 1) // per_chunk):
@@ -432,11 +445,21 @@ cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const float
                 b = t0 + count * (part + 1) // threads
                 _winograd_inputs(g, x, zeros_c, v, t0, count, a, b, tiles_h, tiles_w)
                 _winograd_output_grads(g, dy, zeros_o, m, t0, count, a, b, tiles_h, tiles_w)
+                if own_sums and b > a:
+                    acc = du if part == 0 else partials + (part - 1) * size
+                    for k in range(16):
+                        _gemm(c'T', c'N', g.c, g.o, b - a, 1, v + k * count * g.c + (a - t0) * g.c, g.c,
+                              m + k * count * g.o + (a - t0) * g.o, g.o, 1, acc + k * g.c * g.o, g.o)
             tapeflow_fpenv_swap(own)
-        for k in range(16):
-            _gemm_split(c'T', c'N', g.c, g.o, count, 1, v + k * count * g.c, g.c, m + k * count * g.o, g.o, 1,
-                        du + k * g.c * g.o, g.o, threads)
+        if not own_sums:
+            for k in range(16):
+                _gemm_split(c'T', c'N', g.c, g.o, count, 1, v + k * count * g.c, g.c, m + k * count * g.o, g.o, 1,
+                            du + k * g.c * g.o, g.o, threads)
+    if own_sums:
+        for i in range((threads - 1) * size):
+            du[i % size] += partials[i]
     _winograd_filter_back(du, dw, g.c, g.o, threads)
     free(v)
+    free(partials)
     return 0
 

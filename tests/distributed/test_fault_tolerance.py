@@ -38,7 +38,7 @@ def cluster():
 def full(cluster):
     """The module's cluster with its 3 workers, each answering (a killed one is replaced by
     its nanny, and the scheduler may list it for a while after it died)."""
-    deadline = time.monotonic() + 90  # a nanny restarting a killed worker on a busy machine
+    deadline = time.monotonic() + 150  # a nanny restarting a killed worker on a busy machine
     while True:
         left = max(1.0, deadline - time.monotonic())
         cluster.client.wait_for_workers(3, timeout=left)
@@ -49,7 +49,7 @@ def full(cluster):
         if len(answered) >= 3 and set(answered) == set(cluster.workers):
             return cluster
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the cluster did not get 3 answering workers back in 90 s: {sorted(answered)}")
+            raise TimeoutError(f"the cluster did not get 3 answering workers back in 150 s: {sorted(answered)}")
         time.sleep(0.5)
 
 

@@ -145,6 +145,25 @@ def test_the_filter_gradient_takes_it_from_half_the_tiles():
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max())
 
 
+def test_threads_summing_their_own_tiles_give_the_filter_gradient():
+    """2,048 tiles: on two threads each sums the products of its own tiles and the sums are
+    added at the end; the result is im2col's and one thread's, to float32 rounding."""
+    x = RNG.standard_normal((8, 32, 32, 32)).astype(np.float32)
+    dy = RNG.standard_normal((8, 32, 32, 40)).astype(np.float32)
+    call = (conv.conv2d_backward_filter, x, dy, 3, 3, 1, 1, 1, 1, 1, 1)
+    old = tp.get_num_threads()
+    try:
+        tp.set_num_threads(2)
+        two = call[0](*call[1:])
+        tp.set_num_threads(1)
+        one = call[0](*call[1:])
+    finally:
+        tp.set_num_threads(old)
+    theirs = _im2col(*call)
+    for ours in (two, one):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max())
+
+
 def test_a_conv_layer_trains_the_same_either_way(winograd_everywhere):
     """A Conv2D(3x3) layer's output and gradients through the op, Winograd's way against im2col."""
     x = tp.tensor(RNG.standard_normal((2, 9, 9, 40)).astype(np.float32))
