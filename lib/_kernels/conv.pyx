@@ -257,6 +257,19 @@ include "_winograd.pxi"
 include "_direct_conv.pxi"
 
 
+cdef bint _other_way(str op, bint filter_grad, const Geometry* g, const floating* a, const floating* b,
+                     floating* out) except -1:
+    """The forward product (or with `filter_grad` the filter gradient) of `a` and `b` into `out`
+    by Winograd's way or the direct one where either fits (True), else nothing (False: im2col's
+    turn)."""
+    if _winograd_fits_filter_grad(g) if filter_grad else _winograd_fits(g):
+        _winograd(op, filter_grad, g, a, b, out)
+        return True
+    if floating is float:
+        return _direct(op, filter_grad, g, a, b, out)
+    return False
+
+
 def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] w,
                    int stride_h, int stride_w, int pad_top, int pad_left, int dil_h, int dil_w,
                    int out_h, int out_w):
@@ -285,12 +298,8 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     cdef int failed = 0
     cdef int* failed_p = &failed
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
-    if _winograd_fits(&g):
-        _winograd("conv2d_forward", False, &g, xp, wp, yp)
+    if _other_way("conv2d_forward", False, &g, xp, wp, yp):
         return y
-    if floating is float:
-        if _direct("conv2d_forward", False, &g, xp, wp, yp):
-            return y
     _blas_enter()
     with nogil, parallel(num_threads=p.threads):
         own = tapeflow_fpenv_swap(env)
@@ -404,12 +413,8 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
     cdef const floating* xp = &x[0, 0, 0, 0]
     cdef const floating* dyp = &dy[0, 0, 0, 0]
     cdef floating* dwp = &dw_view[0, 0, 0, 0]
-    if _winograd_fits_filter_grad(&g):
-        _winograd("conv2d_backward_filter", True, &g, xp, dyp, dwp)
+    if _other_way("conv2d_backward_filter", True, &g, xp, dyp, dwp):
         return dw
-    if floating is float:
-        if _direct("conv2d_backward_filter", True, &g, xp, dyp, dwp):
-            return dw
     cdef bint pointwise = _is_pointwise(&g)
     cdef Plan p = _plan(&g, sizeof(floating), False)
     cdef Py_ssize_t chunk, r0, r1
