@@ -5,6 +5,8 @@ import numpy as np
 
 import tapeflow as keras
 
+keras.utils.set_random_seed(7)
+
 layer = keras.layers.Dense(3)
 layer.build((None, 4))
 assert len(layer.weights) == 2 and len(layer.trainable_weights) == 2 and len(layer.non_trainable_weights) == 0
