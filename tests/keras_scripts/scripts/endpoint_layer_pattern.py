@@ -5,6 +5,8 @@ import numpy as np
 
 import tapeflow as keras
 
+keras.utils.set_random_seed(3)
+
 
 class LogisticEndpoint(keras.layers.Layer):
     def __init__(self, name=None):
