@@ -125,6 +125,8 @@ cdef extern from *:
 cdef bint _direct_ok = tapeflow_direct_supported()
 # Whether the direct way is taken where it fits (tests turn it off to compare with im2col).
 cdef bint _direct_enabled = True
+# How many products and filter gradients the direct way has made (tests read it).
+cdef Py_ssize_t _direct_count = 0
 
 
 def _set_direct(bint enabled):
@@ -133,6 +135,11 @@ def _set_direct(bint enabled):
     old = _direct_enabled
     _direct_enabled = enabled
     return old
+
+
+def _direct_runs():
+    """How many forward products and filter gradients the direct way has made so far."""
+    return _direct_count
 
 
 def _direct_supported():
@@ -159,6 +166,8 @@ cdef bint _direct(str op, bint filter_grad, const Geometry* g, const float* a, c
         failed = _direct_filter_grad(g, a, b, out) if filter_grad else _direct_forward(g, a, b, out)
     if failed:
         raise MemoryError(f"{op}: cannot allocate the input bands")
+    global _direct_count
+    _direct_count += 1
     return True
 
 
