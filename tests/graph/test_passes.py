@@ -194,6 +194,25 @@ def test_folding_leaves_only_a_constant():
     assert ConstantFolding().run(graph) is False
 
 
+def test_folding_makes_a_static_full_like_a_constant(rng):
+    """full_like reads only its input's shape: with a static shape it folds, and what follows
+    it folds too; with a dynamic batch it stays."""
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+
+    def fn(v):
+        return v * (tp.full_like(tp.sum(v, axis=1), 1.0) / 4.0)[:, None]
+
+    graph = tp.freeze(fn, tp.TensorSpec((4, 3)), optimize=False)
+    assert graph.op_counts()["full_like"] == 1
+    assert ConstantFolding().run(graph) is True
+    assert "full_like" not in graph.op_counts() and "divide" not in graph.op_counts()
+    np.testing.assert_allclose(graph(x).numpy(), x / 4.0, rtol=1e-6)
+    dynamic = tp.freeze(fn, tp.TensorSpec((None, 3)), optimize=False)
+    ConstantFolding().run(dynamic)
+    assert dynamic.op_counts()["full_like"] == 1
+    np.testing.assert_allclose(dynamic(x).numpy(), x / 4.0, rtol=1e-6)
+
+
 def test_folding_respects_the_size_cap():
     graph = tp.freeze(lambda: tp.ones((20,)) * 2.0, optimize=False)
     assert ConstantFolding(max_elements=10).run(graph) is False

@@ -1,4 +1,6 @@
-"""Constant folding: evaluate, once, the nodes whose inputs are all constants.
+"""Constant folding: evaluate, once, the nodes whose inputs are all constants, and the nodes
+whose result depends only on their inputs' shapes and dtypes (`full_like`) where those are
+static (a gradient's seed, `ones_like(loss) / batch`, folds to a constant).
 
 Random ops and state reads and writes are never folded, nor are nodes whose
 outputs would exceed `max_elements` (a folded constant is stored in the graph).
@@ -20,6 +22,9 @@ from tapeflow.graph.ir import ASSIGN, READ, GraphIR
 from tapeflow.graph.passes.rewrite import replace_uses
 from tapeflow.ops.registry import get_op
 
+# ops whose outputs depend on their inputs' shapes and dtypes alone, never on their values
+_SHAPE_ONLY = frozenset({"full_like"})
+
 
 class ConstantFolding:
     name = "fold"
@@ -33,7 +38,10 @@ class ConstantFolding:
         for node in graph.nodes:
             node.inputs = [folded.get(id(v), v) for v in node.inputs]
             kept.append(node)
-            if node.op in (READ, ASSIGN) or not node.outputs or any(v.kind != "const" for v in node.inputs):
+            if node.op in (READ, ASSIGN) or not node.outputs:
+                continue
+            shape_only = node.op in _SHAPE_ONLY and all(None not in v.shape for v in node.inputs)
+            if not shape_only and any(v.kind != "const" for v in node.inputs):
                 continue
             op = get_op(node.op)
             if op.stateful or op.transfer or any(None in v.shape for v in node.outputs):
@@ -41,7 +49,7 @@ class ConstantFolding:
             if sum(math.prod(v.shape) for v in node.outputs) > self.max_elements:
                 continue
             try:
-                result = _evaluate(op, graph.node_device(node), node)
+                result = _evaluate(op, graph.node_device(node), node, shape_only)
             except Exception:  # noqa: BLE001 - left in place: the executor reports it with the node named
                 continue
             results = (result,) if op.num_outputs == 1 else tuple(result)
@@ -60,9 +68,12 @@ class ConstantFolding:
         return bool(folded)
 
 
-def _evaluate(op, device, node):
+def _evaluate(op, device, node, shape_only: bool = False):
     """The node's outputs, computed as the executor would: same kernel, same numerics (so a
-    subnormal result is flushed exactly as it would be at run time)."""
-    kernel = op.bound_kernel(device.family, node.public_attrs)
+    subnormal result is flushed exactly as it would be at run time). A `shape_only` node's
+    kernel gets zeros of its inputs' shapes and dtypes (on the host)."""
+    family = "cpu" if shape_only else device.family
+    kernel = op.bound_kernel(family, node.public_attrs)
+    arrays = [np.zeros(v.shape, v.dtype.np) for v in node.inputs] if shape_only else [v.data for v in node.inputs]
     with numerics(device), np.errstate(all="ignore"):
-        return kernel(*(v.data for v in node.inputs))
+        return kernel(*arrays)
