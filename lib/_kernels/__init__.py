@@ -34,6 +34,7 @@ MODULES = (
     "depthwise",
     "recurrent",
     "allocator",
+    "draws",
 )
 REBUILD = "run `make build` (or `python setup.py build_ext --inplace`) to rebuild the kernels"
 
@@ -184,6 +185,7 @@ def set_cores_busy(busy: bool | None) -> bool | None:
     _depthwise,
     _recurrent,
     _allocator,
+    _draws,
 ) = (_modules[name] for name in MODULES)
 
 conv2d_forward = _conv.conv2d_forward
@@ -226,6 +228,8 @@ gru_forward = _recurrent.gru_forward
 gru_backward = _recurrent.gru_backward
 reusing_blocks = _allocator.reusing_blocks
 release_cached_blocks = _allocator.release
+uniform = _draws.uniform
+swap_order = _draws.swap_order
 
 __all__ = [
     "MODULES",
@@ -234,6 +238,8 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "conv2d_forward",
+    "uniform",
+    "swap_order",
     "flush_denormals_enter",
     "flush_denormals_leave",
     "matmul",

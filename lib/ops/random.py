@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from tapeflow import dtypes
+from tapeflow.backends.draws import uniform01
 from tapeflow.ops import shapes
 from tapeflow.ops.array import gather
 from tapeflow.ops.core import cast
@@ -154,24 +155,11 @@ def _NORMAL(*like, shape, dtype, generator, mean, stddev):
 def _UNIFORM(*like, shape, dtype, generator, minval, maxval):
     shape = like[0].shape if like else shape
     np_dtype = dtypes.as_dtype(dtype).np
-    if minval == 0.0 and maxval == 1.0 and np_dtype == np.float32:
-        return _float32_draws(generator.numpy, shape)
+    if minval == 0.0 and maxval == 1.0 and np_dtype in (np.float32, np.float64):
+        return uniform01(generator.numpy, shape, np_dtype)
     if minval == 0.0 and maxval == 1.0:  # the same draws as uniform(0, 1), without its scaling passes
         return generator.numpy.random(shape).astype(np_dtype)
     return generator.numpy.uniform(minval, maxval, shape).astype(np_dtype)
-
-
-def _float32_draws(rng: np.random.Generator, shape) -> np.ndarray:
-    """The numbers `rng.random(shape, dtype=np.float32)` gives from the same state (the top 24
-    bits of each 32-bit half of the 64-bit draws, times 2**-24; an odd count leaves its last
-    half unused), made in whole-array passes: a float32 draw costs half a 64-bit one, where
-    drawing float64 and rounding costs a whole one and a pass more."""
-    n = math.prod(shape)
-    bits = rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n]
-    np.right_shift(bits, 8, out=bits)
-    out = bits.astype(np.float32)
-    out *= np.float32(2.0**-24)
-    return out.reshape(shape)
 
 
 @defop("truncated_normal", infer=_float_shape_infer("truncated_normal"), stateful=True)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from tapeflow import tree
+from tapeflow.backends.draws import swap_order
 from tapeflow.data.dataset import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset
 from tapeflow.data.py_dataset import PyDataset
 from tapeflow.ops.random import global_generator
@@ -463,12 +464,9 @@ def shuffled_order(rows: int, seed: int, epoch: int) -> np.ndarray:
     True
     """
     rng = np.random.default_rng([epoch_seed(seed, epoch), 0])
-    draws = rng.integers(0, np.arange(rows, 0, -1)).tolist()  # each from the rows still left
-    rows_left = list(range(rows))
+    draws = rng.integers(0, np.arange(rows, 0, -1))  # each from the rows still left
     # the draw from the first `last + 1` rows left is swapped to `last`: the order, back to front
-    for last, j in zip(range(rows - 1, -1, -1), draws):  # noqa: B905 - as many draws as rows
-        rows_left[j], rows_left[last] = rows_left[last], rows_left[j]
-    return np.array(rows_left[::-1], dtype=np.intp)
+    return swap_order(draws)
 
 
 def array_batches(arrays: ArrayData, batch_size: int, order: np.ndarray | None = None) -> Iterator:
