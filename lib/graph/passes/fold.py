@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from tapeflow.backends import backend, numerics
+from tapeflow.devices import CPU
 from tapeflow.graph.ir import ASSIGN, READ, GraphIR
 from tapeflow.graph.passes.rewrite import replace_uses
 from tapeflow.ops.registry import get_op
@@ -72,7 +73,7 @@ def _evaluate(op, device, node, shape_only: bool = False):
     """The node's outputs, computed as the executor would: same kernel, same numerics (so a
     subnormal result is flushed exactly as it would be at run time). A `shape_only` node's
     kernel gets zeros of its inputs' shapes and dtypes (on the host)."""
-    family = "cpu" if shape_only else device.family
+    family = CPU.family if shape_only else device.family
     kernel = op.bound_kernel(family, node.public_attrs)
     arrays = [np.zeros(v.shape, v.dtype.np) for v in node.inputs] if shape_only else [v.data for v in node.inputs]
     with numerics(device), np.errstate(all="ignore"):

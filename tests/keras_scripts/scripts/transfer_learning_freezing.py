@@ -62,7 +62,7 @@ model.compile(
     metrics=[keras.metrics.BinaryAccuracy()],
 )
 moving_mean = base_model.layers[-1].moving_mean.numpy().copy()
-history = model.fit(x_train, y_train, epochs=3, batch_size=16, verbose=0)
+history = model.fit(x_train, y_train, epochs=6, batch_size=16, verbose=0)
 np.testing.assert_allclose(base_model.layers[-1].moving_mean.numpy(), moving_mean)
 
 # Fine-tuning: unfreeze, recompile with a low learning rate, train again.
