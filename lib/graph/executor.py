@@ -120,8 +120,10 @@ class Executor:
                 )
             if owned is not None:
                 single = op.num_outputs == 1
+                # the checks an in-place form defers on a device name the node (a host's raise at once)
+                failed = None if backend(device.family).HOLDS_NUMPY else _failed_node(node)
                 steps.append(
-                    (_IN_PLACE, (fn, owned), _arguments(ins), outs[0] if single else outs, dtypes, node, conform)
+                    (_IN_PLACE, (owned, failed), _arguments(ins), outs[0] if single else outs, dtypes, node, conform)
                 )
             elif op.num_outputs != 1:
                 steps.append((_MULTI, fn, _arguments(ins), outs, dtypes, node, conform))
@@ -471,13 +473,15 @@ def _write_in_place(env, args, target, node):
     """Run a node's in-place form on the arrays of the variables it writes, where nothing else
     holds them (their env slot, the variable and the arguments here), and on copies of the
     other arrays it writes."""
-    fn, (in_place, written) = target
+    (in_place, written), failed = target
     arrays = list(args(env))
     try:
         for i, variable in written:
             if variable is None or arrays[i] is not variable._value or not sole_owner(arrays[i], holders=3):
                 arrays[i] = arrays[i].copy()
-        with recording_at(_failed_node(node)):
+        if failed is None:
+            return in_place(*arrays)
+        with recording_at(failed):
             return in_place(*arrays)
     except Exception as exc:  # noqa: BLE001 - re-raised with the node named
         raise _node_error(node, list(args(env)), exc) from exc
