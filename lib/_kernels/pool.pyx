@@ -17,6 +17,63 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+    #define TAPEFLOW_POOL_CLONES __attribute__((target_clones("avx2", "default")))
+    #else
+    #define TAPEFLOW_POOL_CLONES
+    #endif
+    /* One window [ih0, ih1) x [iw0, iw1) of an image w pixels wide with c channels: the max of
+       each channel (ties to the first seen in row-major order, NaN beating every number) into
+       best, and with best_at its pixel's position. Selects over rows of channels, so that
+       the loops vectorize. */
+    #define TAPEFLOW_POOL_WINDOW(SUFFIX, T)                                                      \
+    TAPEFLOW_POOL_CLONES static void tapeflow_max_window_##SUFFIX(                               \
+        T *restrict best, int *restrict best_at, const T *restrict x, Py_ssize_t w, Py_ssize_t c, \
+        Py_ssize_t ih0, Py_ssize_t ih1, Py_ssize_t iw0, Py_ssize_t iw1)                          \
+    {                                                                                            \
+        const T *first = x + (ih0 * w + iw0) * c;                                                \
+        for (Py_ssize_t k = 0; k < c; k++) best[k] = first[k];                                   \
+        if (best_at) for (Py_ssize_t k = 0; k < c; k++) best_at[k] = (int)(ih0 * w + iw0);       \
+        for (Py_ssize_t ih = ih0; ih < ih1; ih++)                                                \
+            for (Py_ssize_t iw = ih == ih0 ? iw0 + 1 : iw0; iw < iw1; iw++) {                    \
+                const T *src = x + (ih * w + iw) * c;                                            \
+                const int at = (int)(ih * w + iw);                                               \
+                if (best_at) {                                                                   \
+                    for (Py_ssize_t k = 0; k < c; k++) {                                         \
+                        const T v = src[k], b = best[k];                                         \
+                        const int take = (v > b) | ((v != v) & (b == b));                        \
+                        best[k] = take ? v : b;                                                  \
+                        best_at[k] = take ? at : best_at[k];                                     \
+                    }                                                                            \
+                } else {                                                                         \
+                    for (Py_ssize_t k = 0; k < c; k++) {                                         \
+                        const T v = src[k], b = best[k];                                         \
+                        const int take = (v > b) | ((v != v) & (b == b));                        \
+                        best[k] = take ? v : b;                                                  \
+                    }                                                                            \
+                }                                                                                \
+            }                                                                                    \
+    }
+    TAPEFLOW_POOL_WINDOW(f32, float)
+    TAPEFLOW_POOL_WINDOW(f64, double)
+    """
+    void tapeflow_max_window_f32(float* best, int* best_at, const float* x, Py_ssize_t w, Py_ssize_t c,
+                                 Py_ssize_t ih0, Py_ssize_t ih1, Py_ssize_t iw0, Py_ssize_t iw1) noexcept nogil
+    void tapeflow_max_window_f64(double* best, int* best_at, const double* x, Py_ssize_t w, Py_ssize_t c,
+                                 Py_ssize_t ih0, Py_ssize_t ih1, Py_ssize_t iw0, Py_ssize_t iw1) noexcept nogil
+
+
+cdef inline void _max_window(floating* best, int* best_at, const floating* x, const Window* g, Py_ssize_t ih0,
+                             Py_ssize_t ih1, Py_ssize_t iw0, Py_ssize_t iw1) noexcept nogil:
+    """Each channel's max over one window of image x into best (and its position into best_at, unless NULL)."""
+    if floating is float:
+        tapeflow_max_window_f32(best, best_at, x, g.w, g.c, ih0, ih1, iw0, iw1)
+    else:
+        tapeflow_max_window_f64(best, best_at, x, g.w, g.c, ih0, ih1, iw0, iw1)
+
+
 cdef struct Window:
     Py_ssize_t n, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl
 
@@ -52,17 +109,8 @@ cdef inline void _span(Py_ssize_t o, Py_ssize_t stride, Py_ssize_t pad, Py_ssize
     hi[0] = min(start + k, size)
 
 
-cdef inline bint _better(floating v, floating best) noexcept nogil:
-    """Max order with ties to the first seen, and NaN beating every number.
-
-    Bitwise, not short-circuit, so that loops using it compile to selects, not branches.
-    """
-    return (v > best) | ((v != v) & (best == best))
-
-
 cdef void _max_forward_image(const Window* g, const floating* x, floating* y) noexcept nogil:
-    cdef Py_ssize_t oh, ow, ih, iw, c, ih0, ih1, iw0, iw1
-    cdef const floating* src
+    cdef Py_ssize_t oh, ow, c, ih0, ih1, iw0, iw1
     for oh in range(g.oh):
         _span(oh, g.sh, g.pt, g.kh, g.h, &ih0, &ih1)
         for ow in range(g.ow):
@@ -71,12 +119,7 @@ cdef void _max_forward_image(const Window* g, const floating* x, floating* y) no
                 for c in range(g.c):
                     y[c] = -INFINITY
             else:
-                memcpy(y, x + (ih0 * g.w + iw0) * g.c, g.c * sizeof(floating))
-                for ih in range(ih0, ih1):
-                    for iw in range(iw0, iw1):
-                        src = x + (ih * g.w + iw) * g.c
-                        for c in range(g.c):
-                            y[c] = src[c] if _better(src[c], y[c]) else y[c]
+                _max_window(y, NULL, x, g, ih0, ih1, iw0, iw1)
             y += g.c
 
 
@@ -88,30 +131,14 @@ cdef void _max_backward_image(const Window* g, const floating* x, const floating
     read is contiguous; `best` and `best_at` hold the running max and its position for
     each channel.
     """
-    cdef Py_ssize_t oh, ow, ih, iw, c, ih0, ih1, iw0, iw1
-    cdef int at
-    cdef bint take
-    cdef const floating* src
-    cdef floating v
+    cdef Py_ssize_t oh, ow, c, ih0, ih1, iw0, iw1
     memset(dx, 0, g.h * g.w * g.c * sizeof(floating))
     for oh in range(g.oh):
         _span(oh, g.sh, g.pt, g.kh, g.h, &ih0, &ih1)
         for ow in range(g.ow):
             _span(ow, g.sw, g.pl, g.kw, g.w, &iw0, &iw1)
             if ih0 < ih1 and iw0 < iw1:
-                at = <int>(ih0 * g.w + iw0)
-                memcpy(best, x + at * g.c, g.c * sizeof(floating))
-                for c in range(g.c):
-                    best_at[c] = at
-                for ih in range(ih0, ih1):
-                    for iw in range(iw0, iw1):
-                        at = <int>(ih * g.w + iw)
-                        src = x + at * g.c
-                        for c in range(g.c):
-                            v = src[c]
-                            take = _better(v, best[c])
-                            best[c] = v if take else best[c]
-                            best_at[c] = at if take else best_at[c]
+                _max_window(best, best_at, x, g, ih0, ih1, iw0, iw1)
                 for c in range(g.c):
                     dx[best_at[c] * g.c + c] += dy[c]
             dy += g.c

@@ -242,6 +242,20 @@ def test_pooling_matches_reference(stride, padding, dtype, threads):
     assert_close(K.avg_pool2d_backward(dy, H, W, *window), avg_dx, dtype)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_max_pool_over_many_channels_keeps_ties_and_nans(stride, dtype, threads):
+    """37 channels: the vector loops' body and tail; ties go to the first max, NaN beats all."""
+    rng = np.random.default_rng(40 + stride)
+    x = rng.integers(-2, 3, size=(2, 6, 7, 37)).astype(dtype)
+    x[rng.random(x.shape) < 0.03] = np.nan
+    out_h, out_w, pt, pl = geometry(6, 7, 3, 3, stride, 1, "SAME")
+    dy = rng.standard_normal((2, out_h, out_w, 37)).astype(dtype)
+    max_y, max_dx, _, _ = pool_reference(x, dy, 3, 3, stride, pt, pl, out_h, out_w)
+    window = (3, 3, stride, stride, pt, pl)
+    np.testing.assert_array_equal(K.max_pool2d_forward(x, *window, out_h, out_w), max_y.astype(dtype))
+    assert_close(K.max_pool2d_backward(x, dy, *window), max_dx, dtype)
+
+
 def test_max_pool_propagates_nan_to_its_gradient():
     x = np.array([1.0, np.nan, 5.0, np.nan]).reshape(1, 2, 2, 1)
     y = K.max_pool2d_forward(x, 2, 2, 2, 2, 0, 0, 1, 1)
