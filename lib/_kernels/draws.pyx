@@ -51,14 +51,15 @@ cdef extern from *:
         }
     }
 
-    static inline float tapeflow_uniform_f32_one(uint64_t key, Py_ssize_t j, int half) {
+    /* The first float32 of draw j (an odd count's last number). */
+    static inline float tapeflow_uniform_f32_first(uint64_t key, Py_ssize_t j) {
         uint64_t z = tapeflow_mix64(key + (uint64_t)(j + 1) * TAPEFLOW_GOLDEN);
-        return half ? (float)((uint32_t)z >> 8) * 0x1.0p-24f : (float)(uint32_t)(z >> 40) * 0x1.0p-24f;
+        return (float)(uint32_t)(z >> 40) * 0x1.0p-24f;
     }
     """
     void tapeflow_uniform_f32(uint64_t key, Py_ssize_t lo, Py_ssize_t hi, float* out) noexcept nogil
     void tapeflow_uniform_f64(uint64_t key, Py_ssize_t lo, Py_ssize_t hi, double* out) noexcept nogil
-    float tapeflow_uniform_f32_one(uint64_t key, Py_ssize_t j, int half) noexcept nogil
+    float tapeflow_uniform_f32_first(uint64_t key, Py_ssize_t j) noexcept nogil
 
 # Below this many draws the numbers are made on one thread.
 cdef Py_ssize_t _DRAWS_PARALLEL_MIN = 1 << 18
@@ -99,7 +100,7 @@ def uniform(uint64_t key, Py_ssize_t size, dtype):
         else:
             tapeflow_uniform_f64(key, 0, draws, f64)
         if f32 != NULL and size % 2:  # an odd count: the last number is the first half of one more draw
-            f32[size - 1] = tapeflow_uniform_f32_one(key, draws, 0)
+            f32[size - 1] = tapeflow_uniform_f32_first(key, draws)
     return out
 
 
