@@ -10,6 +10,7 @@ gate activations are stored at their time index, beside the inputs they come fro
 
 include "_common.pxi"
 include "_wide_math.pxi"
+include "_panel_gemm.pxi"
 
 from tapeflow._kernels.private_blas import private_blas
 
@@ -152,11 +153,38 @@ cdef int _row_blocks(Py_ssize_t rows, Py_ssize_t work) noexcept nogil:
     return <int>max(1, min(<Py_ssize_t>_threads_for(work, _PARALLEL_MIN), rows // 8))
 
 
+# What _packed_kernel returns when the panels' memory cannot be had (NULL means "use BLAS").
+cdef size_t _NO_MEMORY = 1
+
+
+cdef float* _packed_kernel(const floating[:, ::1] kernel, bint transposed):
+    """The float32 recurrent kernel [units, gates] in panels for the steps' products: as it is
+    (the forward's h @ kernel) or transposed (the backward's dz @ kernel^T); NULL where BLAS
+    takes them (float64, no AVX2, no rows)."""
+    cdef Py_ssize_t nu = kernel.shape[0], ng = kernel.shape[1]
+    cdef float* packed
+    if floating is double or not _panels_ok or nu == 0 or ng == 0:
+        return NULL
+    else:
+        if transposed:
+            packed = tapeflow_pack_panels(&kernel[0, 0], 1, ng, ng, nu)
+        else:
+            packed = tapeflow_pack_panels(&kernel[0, 0], ng, 1, nu, ng)
+        return <float*>_NO_MEMORY if packed == NULL else packed
+
+
+cdef void _free_packed(float* packed) noexcept nogil:
+    if packed != <float*>_NO_MEMORY:
+        free(packed)
+
+
 cdef void _lstm_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] c0,
                              const floating[:, ::1] kernel, const unsigned char* mp, bint backwards,
                              floating[:, :, ::1] ys, floating[:, :, ::1] cs, floating[:, :, ::1] acts,
-                             floating* hs, floating* cst, floating* zs, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+                             floating* hs, floating* cst, floating* zs, const float* packed,
+                             Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
     """The sequence of batch rows [b0, b1): rows are independent, so blocks of them run on threads.
+    `packed`: the recurrent kernel in panels (float32 where the panel products run), else NULL.
 
     Each step's gemm writes the rows' gates into the contiguous scratch `zs` ([batch, 4 * units]);
     written in place in `acts`, rows a whole sequence apart would share cache sets."""
@@ -172,7 +200,10 @@ cdef void _lstm_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1
         memcpy(&cst[b * nu], &c0[b, 0], nu * sizeof(floating))
     for s in range(nt):
         t = nt - 1 - s if backwards else s
-        if b1 > b0:
+        if floating is float:
+            if packed != NULL:
+                tapeflow_panel_gemm(&hs[b0 * nu], nu, packed, nu, ng, &zs[b0 * ng], ng, b1 - b0, 0)
+        if b1 > b0 and (floating is double or packed == NULL):
             _gemm("N", "N", <int>ng, <int>(b1 - b0), <int>nu, <floating*>&kernel[0, 0], <int>ng, &hs[b0 * nu],
                   <int>nu, 0.0, &zs[b0 * ng], <int>ng)
         for b in range(b0, b1):
@@ -229,19 +260,21 @@ def lstm_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const 
     cdef floating* hs = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
     cdef floating* cst = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
     cdef floating* zs = <floating*>malloc(max(1, nb * ng) * sizeof(floating))
-    if hs == NULL or cst == NULL or zs == NULL:
+    cdef float* packed = _packed_kernel(kernel, False)
+    if hs == NULL or cst == NULL or zs == NULL or packed == <float*>_NO_MEMORY:
         free(hs)
         free(cst)
         free(zs)
+        _free_packed(packed)
         raise MemoryError()
     if blocks <= 1:
         with nogil:
-            _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst, zs, 0, nb)
+            _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst, zs, packed, 0, nb)
     else:
         with nogil, parallel(num_threads=blocks):
             own = tapeflow_fpenv_swap(env)
             for i in prange(blocks, schedule="static"):
-                _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst, zs,
+                _lstm_forward_rows(xp, h0, c0, kernel, mp, backwards, ys, cs, acts, hs, cst, zs, packed,
                                    nb * i // blocks, nb * (i + 1) // blocks)
             tapeflow_fpenv_swap(own)
     with nogil:
@@ -251,6 +284,7 @@ def lstm_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const 
     free(hs)
     free(cst)
     free(zs)
+    _free_packed(packed)
 
 
 cdef void _first_steps(const unsigned char* mp, Py_ssize_t nb, Py_ssize_t nt, bint backwards,
@@ -275,7 +309,7 @@ cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, :
                               const floating[:, :, ::1] acts, const unsigned char* mp, bint backwards,
                               floating[:, :, ::1] dxp, floating* dh, floating* dc, floating* carry,
                               floating* hprev, Py_ssize_t* firsts, floating* tcs, floating* zs,
-                              Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+                              const float* packed, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
     """Back through time for batch rows [b0, b1) (independent rows, as forward); each step's gate
     gradients are formed in the contiguous scratch `zs` for its gemm, then copied into `dxp`."""
     cdef Py_ssize_t nt = acts.shape[1], ng = acts.shape[2], nu = h0.shape[1]
@@ -332,7 +366,10 @@ cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, :
                     dhr[u] = 0.0
         for b in range(b0, b1):
             memcpy(&dxp[b, t, 0], &zs[b * ng], ng * sizeof(floating))
-        if b1 > b0:
+        if floating is float:
+            if packed != NULL:
+                tapeflow_panel_gemm(&zs[b0 * ng], ng, packed, ng, nu, &dh[b0 * nu], nu, b1 - b0, 1)
+        if b1 > b0 and (floating is double or packed == NULL):
             _gemm("T", "N", <int>nu, <int>(b1 - b0), <int>ng, <floating*>&kernel[0, 0], <int>ng, &zs[b0 * ng],
                   <int>ng, 1.0, &dh[b0 * nu], <int>nu)
 
@@ -343,8 +380,8 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
                   const unsigned char[:, ::1] mask, bint backwards,
                   floating[:, :, ::1] dxp, floating[:, ::1] dh0, floating[:, ::1] dc0, floating[:, ::1] dkernel):
     """Back through time from the gradients of ys, h_last and c_last: fills dxp, dh0, dc0 and
-    dkernel (the recurrent kernel's gradient, one gemm over every step at the end, its rows
-    split over the threads)."""
+    dkernel (the recurrent kernel's gradient, one gemm over every step at the end, its gate
+    columns split over the threads)."""
     cdef Py_ssize_t nb = acts.shape[0], nt = acts.shape[1], ng = acts.shape[2], nu = h0.shape[1]
     if ng != 4 * nu or kernel.shape[0] != nu or kernel.shape[1] != ng:
         raise ValueError(f"lstm_backward: inconsistent shapes {acts.shape}, {h0.shape}, {kernel.shape}")
@@ -361,7 +398,10 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
     cdef Py_ssize_t* firsts = <Py_ssize_t*>malloc(max(1, nb) * sizeof(Py_ssize_t))
     cdef floating* tcs = <floating*>malloc(max(1, blocks * nu) * sizeof(floating))
     cdef floating* zs = <floating*>malloc(max(1, nb * ng) * sizeof(floating))
-    if dh == NULL or dc == NULL or carry == NULL or hprev == NULL or firsts == NULL or tcs == NULL or zs == NULL:
+    cdef float* packed = _packed_kernel(kernel, True)
+    if (dh == NULL or dc == NULL or carry == NULL or hprev == NULL or firsts == NULL or tcs == NULL or zs == NULL
+            or packed == <float*>_NO_MEMORY):
+        _free_packed(packed)
         free(zs)
         free(tcs)
         free(dh)
@@ -381,7 +421,7 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
     if blocks <= 1:
         with nogil:
             _lstm_backward_rows(gys, h0, c0, kernel, ys, cs, acts, mp, backwards, dxp, dh, dc, carry, hprev,
-                                firsts, tcs, zs, 0, nb)
+                                firsts, tcs, zs, packed, 0, nb)
             if nb * nt > 0:
                 _gemm("N", "T", <int>ng, <int>nu, <int>(nb * nt), &dxp[0, 0, 0], <int>ng, hprev, <int>nu,
                       1.0, &dkernel[0, 0], <int>ng)
@@ -390,16 +430,18 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
             own = tapeflow_fpenv_swap(env)
             for i in prange(blocks, schedule="static"):
                 _lstm_backward_rows(gys, h0, c0, kernel, ys, cs, acts, mp, backwards, dxp, dh, dc, carry, hprev,
-                                    firsts, &tcs[i * nu], zs, nb * i // blocks, nb * (i + 1) // blocks)
+                                    firsts, &tcs[i * nu], zs, packed, nb * i // blocks, nb * (i + 1) // blocks)
             tapeflow_fpenv_swap(own)
         with nogil, parallel(num_threads=blocks):
             own = tapeflow_fpenv_swap(env)
             for i in prange(blocks, schedule="static"):
-                u0 = nu * i // blocks
-                u1 = nu * (i + 1) // blocks
+                # bands of gate columns, each multiplied by every unit: a long product keeps more of
+                # BLAS's speed with the full width of units than with a band of them
+                u0 = ng * i // blocks // 16 * 16
+                u1 = ng if i == blocks - 1 else ng * (i + 1) // blocks // 16 * 16
                 if u1 > u0:
-                    _gemm("N", "T", <int>ng, <int>(u1 - u0), <int>(nb * nt), &dxp[0, 0, 0], <int>ng, &hprev[u0],
-                          <int>nu, 1.0, &dkernel[u0, 0], <int>ng)
+                    _gemm("N", "T", <int>(u1 - u0), <int>nu, <int>(nb * nt), &dxp[0, 0, u0], <int>ng, hprev,
+                          <int>nu, 1.0, &dkernel[0, u0], <int>ng)
             tapeflow_fpenv_swap(own)
     with nogil:
         for b in range(nb):
@@ -412,6 +454,7 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
     free(firsts)
     free(tcs)
     free(zs)
+    _free_packed(packed)
 
 
 cdef inline void _sigmoid_all(floating* v, Py_ssize_t n) noexcept nogil:
@@ -435,10 +478,10 @@ cdef inline void _tanh_all(floating* v, Py_ssize_t n) noexcept nogil:
 cdef void _gru_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const floating[:, ::1] kernel,
                             const floating[::1] bias, const unsigned char* mp, bint reset_after, bint backwards,
                             floating[:, :, ::1] ys, floating[:, :, ::1] acts, floating* hs, floating* zs,
-                            Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+                            const float* packed, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
     """The sequence of batch rows [b0, b1) (independent rows: blocks of them run on threads); each
     step's activations are formed in the contiguous scratch `zs` ([batch, 4 * units]), then copied
-    into `acts`."""
+    into `acts`. `packed`: the recurrent kernel in panels for the first product, or NULL."""
     cdef Py_ssize_t nt = xp.shape[1], ng = xp.shape[2], nu = h0.shape[1]
     cdef Py_ssize_t s, t, b, u, na = 4 * nu
     cdef floating z
@@ -450,8 +493,12 @@ cdef void _gru_forward_rows(const floating[:, :, ::1] xp, const floating[:, ::1]
         memcpy(&hs[b * nu], &h0[b, 0], nu * sizeof(floating))
     for s in range(nt):
         t = nt - 1 - s if backwards else s
-        if b1 > b0:
-            # the recurrent matmul of every gate (reset_after), or of z and r, into acts[b0:b1, t]
+        # the recurrent matmul of every gate (reset_after), or of z and r, into acts[b0:b1, t]
+        if floating is float:
+            if packed != NULL:
+                tapeflow_panel_gemm(&hs[b0 * nu], nu, packed, nu, ng if reset_after else 2 * nu, &zs[b0 * na], na,
+                                    b1 - b0, 0)
+        if b1 > b0 and (floating is double or packed == NULL):
             _gemm("N", "N", <int>(ng if reset_after else 2 * nu), <int>(b1 - b0), <int>nu,
                   <floating*>&kernel[0, 0], <int>ng, &hs[b0 * nu], <int>nu, 0.0, &zs[b0 * na], <int>na)
         for b in range(b0, b1):
@@ -515,18 +562,20 @@ def gru_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const f
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     cdef floating* hs = <floating*>malloc(max(1, nb * nu) * sizeof(floating))
     cdef floating* zs = <floating*>malloc(max(1, nb * 4 * nu) * sizeof(floating))
-    if hs == NULL or zs == NULL:
+    cdef float* packed = _packed_kernel(kernel, False)
+    if hs == NULL or zs == NULL or packed == <float*>_NO_MEMORY:
         free(hs)
         free(zs)
+        _free_packed(packed)
         raise MemoryError()
     if blocks <= 1:
         with nogil:
-            _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs, zs, 0, nb)
+            _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs, zs, packed, 0, nb)
     else:
         with nogil, parallel(num_threads=blocks):
             own = tapeflow_fpenv_swap(env)
             for i in prange(blocks, schedule="static"):
-                _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs, zs,
+                _gru_forward_rows(xp, h0, kernel, bias, mp, reset_after, backwards, ys, acts, hs, zs, packed,
                                   nb * i // blocks, nb * (i + 1) // blocks)
             tapeflow_fpenv_swap(own)
     with nogil:
@@ -534,6 +583,7 @@ def gru_forward(const floating[:, :, ::1] xp, const floating[:, ::1] h0, const f
             memcpy(&h_last[b, 0], &hs[b * nu], nu * sizeof(floating))
     free(hs)
     free(zs)
+    _free_packed(packed)
 
 
 cdef void _gru_backward_rows(const floating[:, :, ::1] gys, const floating[:, ::1] h0,
@@ -541,9 +591,10 @@ cdef void _gru_backward_rows(const floating[:, :, ::1] gys, const floating[:, ::
                              const floating[:, :, ::1] acts, const unsigned char* mp, bint reset_after,
                              bint backwards, floating[:, :, ::1] dxp, floating* dh, floating* carry, floating* hp,
                              floating* dr, Py_ssize_t* firsts, floating* dk, floating* db,
-                             Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+                             const float* packed, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
     """Back through time for batch rows [b0, b1), adding their share of the recurrent kernel's and
-    bias's gradients into dk [units, 3 * units] and db [3 * units]."""
+    bias's gradients into dk [units, 3 * units] and db [3 * units]. `packed`: the recurrent kernel
+    transposed in panels for the state's gradient (reset_after), or NULL."""
     cdef Py_ssize_t nt = acts.shape[1], na = acts.shape[2], nu = h0.shape[1]
     cdef Py_ssize_t ng = 3 * nu, m = b1 - b0
     cdef Py_ssize_t s, t, b, u
@@ -595,8 +646,12 @@ cdef void _gru_backward_rows(const floating[:, :, ::1] gys, const floating[:, ::
         if m == 0:
             continue
         if reset_after:
-            _gemm("T", "N", <int>nu, <int>m, <int>ng, <floating*>&kernel[0, 0], <int>ng, &dr[b0 * ng], <int>ng,
-                  1.0, &dh[b0 * nu], <int>nu)
+            if floating is float:
+                if packed != NULL:
+                    tapeflow_panel_gemm(&dr[b0 * ng], ng, packed, ng, nu, &dh[b0 * nu], nu, m, 1)
+            if floating is double or packed == NULL:
+                _gemm("T", "N", <int>nu, <int>m, <int>ng, <floating*>&kernel[0, 0], <int>ng, &dr[b0 * ng], <int>ng,
+                      1.0, &dh[b0 * nu], <int>nu)
             _gemm("N", "T", <int>ng, <int>nu, <int>m, &dr[b0 * ng], <int>ng, &hp[b0 * nu], <int>nu, 1.0, dk, <int>ng)
             for b in range(b0, b1):
                 for u in range(ng):
@@ -656,7 +711,10 @@ def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const
     cdef Py_ssize_t* firsts = <Py_ssize_t*>malloc(max(1, nb) * sizeof(Py_ssize_t))
     cdef Py_ssize_t share = nu * ng + ng
     cdef floating* shares = <floating*>calloc(blocks * share if blocks > 1 else 1, sizeof(floating))
-    if dh == NULL or carry == NULL or hp == NULL or dr == NULL or firsts == NULL or shares == NULL:
+    cdef float* packed = _packed_kernel(kernel, True) if reset_after else NULL
+    if (dh == NULL or carry == NULL or hp == NULL or dr == NULL or firsts == NULL or shares == NULL
+            or packed == <float*>_NO_MEMORY):
+        _free_packed(packed)
         free(dh)
         free(carry)
         free(hp)
@@ -675,13 +733,13 @@ def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const
     if blocks <= 1:
         with nogil:
             _gru_backward_rows(gys, h0, kernel, ys, acts, mp, reset_after, backwards, dxp, dh, carry, hp, dr,
-                               firsts, &dkernel[0, 0], &dbias[0], 0, nb)
+                               firsts, &dkernel[0, 0], &dbias[0], packed, 0, nb)
     else:
         with nogil, parallel(num_threads=blocks):
             own = tapeflow_fpenv_swap(env)
             for i in prange(blocks, schedule="static"):
                 _gru_backward_rows(gys, h0, kernel, ys, acts, mp, reset_after, backwards, dxp, dh, carry, hp,
-                                   dr, firsts, &shares[i * share], &shares[i * share + nu * ng],
+                                   dr, firsts, &shares[i * share], &shares[i * share + nu * ng], packed,
                                    nb * i // blocks, nb * (i + 1) // blocks)
             tapeflow_fpenv_swap(own)
         with nogil:
@@ -700,3 +758,4 @@ def gru_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const
     free(dr)
     free(firsts)
     free(shares)
+    _free_packed(packed)

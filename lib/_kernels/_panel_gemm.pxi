@@ -1,0 +1,168 @@
+# Products of a few rows by a matrix that stays the same for many calls, as a recurrent step's
+# gemm of its batch rows with the recurrent kernel, 2 * time times per sequence. A BLAS gemm
+# packs its matrix operand on every call, which costs a third of such a small product; here the
+# matrix is packed once into panels of 16 columns (k rows of 16 contiguous floats, zeros past
+# the last column), and each call runs blocks of 6 rows against one panel at a time in 12 vector
+# accumulators. AVX2 with FMA, checked once at run time; elsewhere the caller keeps to BLAS.
+# Each output element is summed along k in order, whichever block its row falls in.
+
+cdef extern from *:
+    """
+    #include <stddef.h>
+    #include <stdlib.h>
+    #if defined(__GNUC__) && defined(__x86_64__)
+    #include <immintrin.h>
+    #define TAPEFLOW_PANEL_AVX2 __attribute__((target("avx2,fma")))
+
+    /* One row's two accumulators into c[:w]: set, or added to it with `add`. */
+    TAPEFLOW_PANEL_AVX2 static inline __attribute__((always_inline)) void tapeflow_panel_store(
+        __m256 lo, __m256 hi, float *cr, ptrdiff_t w, int add)
+    {
+        if (w == 16) {
+            if (add) {
+                lo = _mm256_add_ps(_mm256_loadu_ps(cr), lo);
+                hi = _mm256_add_ps(_mm256_loadu_ps(cr + 8), hi);
+            }
+            _mm256_storeu_ps(cr, lo);
+            _mm256_storeu_ps(cr + 8, hi);
+            return;
+        }
+        float t[16];
+        _mm256_storeu_ps(t, lo);
+        _mm256_storeu_ps(t + 8, hi);
+        for (ptrdiff_t j = 0; j < w; j++) cr[j] = add ? cr[j] + t[j] : t[j];
+    }
+
+    /* `rows` (1 to 6, a constant once inlined) rows of a against one panel bp over k: c[r, :w]
+       set to the products, or increased by them with `add`. */
+    TAPEFLOW_PANEL_AVX2 static inline __attribute__((always_inline)) void tapeflow_panel_rows(
+        const float *a, ptrdiff_t lda, const float *bp, ptrdiff_t k, float *c, ptrdiff_t ldc, ptrdiff_t w,
+        int add, const int rows)
+    {
+        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+        __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda;
+        const float *a5 = a + 5 * lda;
+        for (ptrdiff_t p = 0; p < k; p++) {
+            const __m256 b0 = _mm256_load_ps(bp + p * 16), b1 = _mm256_load_ps(bp + p * 16 + 8);
+            __m256 x = _mm256_broadcast_ss(a0 + p);
+            c00 = _mm256_fmadd_ps(x, b0, c00);
+            c01 = _mm256_fmadd_ps(x, b1, c01);
+            if (rows > 1) {
+                x = _mm256_broadcast_ss(a1 + p);
+                c10 = _mm256_fmadd_ps(x, b0, c10);
+                c11 = _mm256_fmadd_ps(x, b1, c11);
+            }
+            if (rows > 2) {
+                x = _mm256_broadcast_ss(a2 + p);
+                c20 = _mm256_fmadd_ps(x, b0, c20);
+                c21 = _mm256_fmadd_ps(x, b1, c21);
+            }
+            if (rows > 3) {
+                x = _mm256_broadcast_ss(a3 + p);
+                c30 = _mm256_fmadd_ps(x, b0, c30);
+                c31 = _mm256_fmadd_ps(x, b1, c31);
+            }
+            if (rows > 4) {
+                x = _mm256_broadcast_ss(a4 + p);
+                c40 = _mm256_fmadd_ps(x, b0, c40);
+                c41 = _mm256_fmadd_ps(x, b1, c41);
+            }
+            if (rows > 5) {
+                x = _mm256_broadcast_ss(a5 + p);
+                c50 = _mm256_fmadd_ps(x, b0, c50);
+                c51 = _mm256_fmadd_ps(x, b1, c51);
+            }
+        }
+        tapeflow_panel_store(c00, c01, c, w, add);
+        if (rows > 1) tapeflow_panel_store(c10, c11, c + ldc, w, add);
+        if (rows > 2) tapeflow_panel_store(c20, c21, c + 2 * ldc, w, add);
+        if (rows > 3) tapeflow_panel_store(c30, c31, c + 3 * ldc, w, add);
+        if (rows > 4) tapeflow_panel_store(c40, c41, c + 4 * ldc, w, add);
+        if (rows > 5) tapeflow_panel_store(c50, c51, c + 5 * ldc, w, add);
+    }
+
+    /* c[m, n] = a[m, k] @ B, or c += a @ B with `add`; B packed by tapeflow_pack_panels. */
+    TAPEFLOW_PANEL_AVX2 static void tapeflow_panel_gemm(const float *a, ptrdiff_t lda, const float *packed,
+                                                        ptrdiff_t k, ptrdiff_t n, float *c, ptrdiff_t ldc,
+                                                        ptrdiff_t m, int add)
+    {
+        for (ptrdiff_t q = 0; q * 16 < n; q++) {
+            const float *bp = packed + q * k * 16;
+            const ptrdiff_t w = n - q * 16 < 16 ? n - q * 16 : 16;
+            float *cq = c + q * 16;
+            ptrdiff_t i = 0;
+            for (; i + 6 <= m; i += 6) tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 6);
+            switch (m - i) {
+                case 5: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 5); break;
+                case 4: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 4); break;
+                case 3: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 3); break;
+                case 2: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 2); break;
+                case 1: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 1); break;
+                default: break;
+            }
+        }
+    }
+
+    static int tapeflow_panel_supported(void) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    #else
+    static void tapeflow_panel_gemm(const float *a, ptrdiff_t lda, const float *packed, ptrdiff_t k, ptrdiff_t n,
+                                    float *c, ptrdiff_t ldc, ptrdiff_t m, int add) {}
+    static int tapeflow_panel_supported(void) { return 0; }
+    #endif
+
+    /* The k x n matrix B, element (p, j) at b[p * sp + j * sj], packed into panels of 16 columns
+       in memory aligned for vector loads (free with free()); NULL when out of memory. */
+    static float *tapeflow_pack_panels(const float *b, ptrdiff_t sp, ptrdiff_t sj, ptrdiff_t k, ptrdiff_t n) {
+        const ptrdiff_t panels = (n + 15) / 16;
+        float *packed = (float *)aligned_alloc(64, (size_t)(panels > 0 && k > 0 ? panels * k : 1) * 64);
+        if (packed == NULL) return NULL;
+        for (ptrdiff_t q = 0; q < panels; q++)
+            for (ptrdiff_t p = 0; p < k; p++)
+                for (ptrdiff_t j = 0; j < 16; j++) {
+                    const ptrdiff_t col = q * 16 + j;
+                    packed[(q * k + p) * 16 + j] = col < n ? b[p * sp + col * sj] : 0.0f;
+                }
+        return packed;
+    }
+    """
+    void tapeflow_panel_gemm(const float* a, Py_ssize_t lda, const float* packed, Py_ssize_t k, Py_ssize_t n,
+                             float* c, Py_ssize_t ldc, Py_ssize_t m, int add) noexcept nogil
+    int tapeflow_panel_supported() noexcept nogil
+    float* tapeflow_pack_panels(const float* b, Py_ssize_t sp, Py_ssize_t sj, Py_ssize_t k, Py_ssize_t n) noexcept nogil
+
+cdef bint _panels_ok = tapeflow_panel_supported()
+
+
+def _panel_supported():
+    """Whether this CPU runs the packed-panel products (AVX2 with FMA)."""
+    return bool(_panels_ok)
+
+
+def _set_panels(bint on):
+    """Use the packed-panel products where supported (True) or BLAS (False); returns the old choice (for tests)."""
+    global _panels_ok
+    old, _panels_ok = _panels_ok, bool(on) and tapeflow_panel_supported()
+    return old
+
+
+def _panel_product(const float[:, ::1] a, const float[:, ::1] b, float[:, ::1] c, bint add, int repeat=1):
+    """c = a @ b (or c += a @ b with `add`) by the packed-panel product, `repeat` times on one
+    packing (for tests and timing); False where the CPU lacks it."""
+    cdef Py_ssize_t m = a.shape[0], k = a.shape[1], n = b.shape[1], r
+    if b.shape[0] != k or c.shape[0] != m or c.shape[1] != n:
+        raise ValueError(f"_panel_product: shapes {(m, k)}, {(b.shape[0], n)}, {(c.shape[0], c.shape[1])} "
+                         "do not fit")
+    if not _panels_ok or m == 0 or n == 0 or k == 0:
+        return False
+    cdef float* packed = tapeflow_pack_panels(&b[0, 0], n, 1, k, n)
+    if packed == NULL:
+        raise MemoryError()
+    with nogil:
+        for r in range(repeat):
+            tapeflow_panel_gemm(&a[0, 0], k, packed, k, n, &c[0, 0], n, m, add)
+    free(packed)
+    return True

@@ -1,0 +1,83 @@
+"""The products of a recurrent step against its packed recurrent kernel: every tail of rows and
+columns against float64, and the LSTM and GRU sequences with them against the BLAS path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tapeflow._kernels import recurrent
+
+panels = pytest.mark.skipif(not recurrent._panel_supported(), reason="the panel products need AVX2 with FMA")
+
+
+@pytest.fixture
+def blas_then_panels():
+    old = recurrent._set_panels(False)
+    yield lambda: recurrent._set_panels(True)
+    recurrent._set_panels(old)
+
+
+@panels
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 13])
+@pytest.mark.parametrize("k, n", [(1, 1), (7, 15), (128, 16), (5, 17), (33, 40)])
+@pytest.mark.parametrize("add", [False, True])
+def test_rows_times_a_packed_matrix_match_float64(m, k, n, add):
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    expected = (c.astype(np.float64) if add else 0.0) + a.astype(np.float64) @ b.astype(np.float64)
+    assert recurrent._panel_product(a, b, c, add)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+@panels
+def test_a_product_that_does_not_fit_is_refused():
+    a, b = np.zeros((3, 4), np.float32), np.zeros((5, 2), np.float32)
+    with pytest.raises(ValueError, match=r"_panel_product: shapes \(3, 4\), \(5, 2\)"):
+        recurrent._panel_product(a, b, np.zeros((3, 2), np.float32), False)
+
+
+def _lstm(masked, backwards):
+    rng = np.random.default_rng(3)
+    nb, nt, nu = 19, 7, 6  # 24 gate columns: a full panel and a part; 6 units: part of one
+    xp = rng.standard_normal((nb, nt, 4 * nu)).astype(np.float32)
+    h0, c0 = (rng.standard_normal((nb, nu)).astype(np.float32) for _ in range(2))
+    kernel = (rng.standard_normal((nu, 4 * nu)) * 0.4).astype(np.float32)
+    mask = (rng.random((nb, nt)) > 0.3).astype(np.uint8) if masked else None
+    ys, cs = np.empty((nb, nt, nu), np.float32), np.empty((nb, nt, nu), np.float32)
+    acts, h, c = np.empty_like(xp), np.empty_like(h0), np.empty_like(c0)
+    recurrent.lstm_forward(xp, h0, c0, kernel, mask, backwards, ys, cs, acts, h, c)
+    gys, gh, gc = (rng.standard_normal(a.shape).astype(np.float32) for a in (ys, h, c))
+    dxp, dh0, dc0, dkernel = np.empty_like(xp), np.empty_like(h0), np.empty_like(c0), np.empty_like(kernel)
+    recurrent.lstm_backward(gys, gh, gc, h0, c0, kernel, ys, cs, acts, mask, backwards, dxp, dh0, dc0, dkernel)
+    return ys, cs, acts, h, c, dxp, dh0, dc0, dkernel
+
+
+def _gru(masked, reset_after):
+    rng = np.random.default_rng(4)
+    nb, nt, nu = 19, 7, 6
+    xp = rng.standard_normal((nb, nt, 3 * nu)).astype(np.float32)
+    h0 = rng.standard_normal((nb, nu)).astype(np.float32)
+    kernel = (rng.standard_normal((nu, 3 * nu)) * 0.4).astype(np.float32)
+    bias = rng.standard_normal(3 * nu).astype(np.float32)
+    mask = (rng.random((nb, nt)) > 0.3).astype(np.uint8) if masked else None
+    ys, acts, h = np.empty((nb, nt, nu), np.float32), np.empty((nb, nt, 4 * nu), np.float32), np.empty_like(h0)
+    recurrent.gru_forward(xp, h0, kernel, bias, mask, reset_after, False, ys, acts, h)
+    gys, gh = rng.standard_normal(ys.shape).astype(np.float32), rng.standard_normal(h.shape).astype(np.float32)
+    dxp, dh0, dkernel, dbias = np.empty_like(xp), np.empty_like(h0), np.empty_like(kernel), np.empty_like(bias)
+    recurrent.gru_backward(gys, gh, h0, kernel, ys, acts, mask, reset_after, False, dxp, dh0, dkernel, dbias)
+    return ys, acts, h, dxp, dh0, dkernel, dbias
+
+
+@panels
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("run, option", [(_lstm, False), (_lstm, True), (_gru, False), (_gru, True)],
+                         ids=["lstm", "lstm-backwards", "gru", "gru-reset-after"])  # fmt: skip
+def test_the_sequences_on_panels_match_the_blas_path(blas_then_panels, masked, run, option):
+    blas = run(masked, option)
+    blas_then_panels()
+    packed = run(masked, option)
+    for k, (a, b) in enumerate(zip(blas, packed, strict=True)):
+        np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-5, err_msg=f"output {k}")
