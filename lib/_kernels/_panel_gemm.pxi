@@ -1,10 +1,13 @@
-# Products of a few rows by a matrix that stays the same for many calls, as a recurrent step's
-# gemm of its batch rows with the recurrent kernel, 2 * time times per sequence. A BLAS gemm
-# packs its matrix operand on every call, which costs a third of such a small product; here the
-# matrix is packed once into panels of 16 columns (k rows of 16 contiguous floats, zeros past
-# the last column), and each call runs blocks of 6 rows against one panel at a time in 12 vector
-# accumulators. AVX2 with FMA, checked once at run time; elsewhere the caller keeps to BLAS.
-# Each output element is summed along k in order, whichever block its row falls in.
+# Float32 products against a matrix packed into panels of 16 columns (k rows of 16 contiguous
+# floats, zeros past the last column): blocks of 6 rows of the left operand, read in place with
+# any strides, run against one panel at a time in 12 vector accumulators. A recurrent step's
+# gemm of its batch rows with the recurrent kernel, 2 * time times per sequence, packs the
+# kernel once per sequence (a BLAS gemm would pack it on every call, a third of such a small
+# product); matmul packs blocks of 256 x 256 of its right operand as it goes, into a buffer each
+# thread keeps. AVX2 with FMA, checked once at run time; elsewhere the callers keep to BLAS.
+# Each output element is summed along k in order, whichever block or thread its row falls in.
+
+from libc.stdlib cimport free
 
 cdef extern from *:
     """
@@ -33,43 +36,43 @@ cdef extern from *:
         for (ptrdiff_t j = 0; j < w; j++) cr[j] = add ? cr[j] + t[j] : t[j];
     }
 
-    /* `rows` (1 to 6, a constant once inlined) rows of a against one panel bp over k: c[r, :w]
-       set to the products, or increased by them with `add`. */
+    /* `rows` (1 to 6, a constant once inlined) rows of A against one panel bp over k, A's element
+       (r, p) at a[r * sar + p * sap]: c[r, :w] set to the products, or increased by them with `add`. */
     TAPEFLOW_PANEL_AVX2 static inline __attribute__((always_inline)) void tapeflow_panel_rows(
-        const float *a, ptrdiff_t lda, const float *bp, ptrdiff_t k, float *c, ptrdiff_t ldc, ptrdiff_t w,
-        int add, const int rows)
+        const float *a, ptrdiff_t sar, ptrdiff_t sap, const float *bp, ptrdiff_t k, float *c, ptrdiff_t ldc,
+        ptrdiff_t w, int add, const int rows)
     {
         __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
         __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-        const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda;
-        const float *a5 = a + 5 * lda;
-        for (ptrdiff_t p = 0; p < k; p++) {
+        const float *a0 = a, *a1 = a + sar, *a2 = a + 2 * sar, *a3 = a + 3 * sar, *a4 = a + 4 * sar;
+        const float *a5 = a + 5 * sar;
+        for (ptrdiff_t p = 0, at = 0; p < k; p++, at += sap) {
             const __m256 b0 = _mm256_load_ps(bp + p * 16), b1 = _mm256_load_ps(bp + p * 16 + 8);
-            __m256 x = _mm256_broadcast_ss(a0 + p);
+            __m256 x = _mm256_broadcast_ss(a0 + at);
             c00 = _mm256_fmadd_ps(x, b0, c00);
             c01 = _mm256_fmadd_ps(x, b1, c01);
             if (rows > 1) {
-                x = _mm256_broadcast_ss(a1 + p);
+                x = _mm256_broadcast_ss(a1 + at);
                 c10 = _mm256_fmadd_ps(x, b0, c10);
                 c11 = _mm256_fmadd_ps(x, b1, c11);
             }
             if (rows > 2) {
-                x = _mm256_broadcast_ss(a2 + p);
+                x = _mm256_broadcast_ss(a2 + at);
                 c20 = _mm256_fmadd_ps(x, b0, c20);
                 c21 = _mm256_fmadd_ps(x, b1, c21);
             }
             if (rows > 3) {
-                x = _mm256_broadcast_ss(a3 + p);
+                x = _mm256_broadcast_ss(a3 + at);
                 c30 = _mm256_fmadd_ps(x, b0, c30);
                 c31 = _mm256_fmadd_ps(x, b1, c31);
             }
             if (rows > 4) {
-                x = _mm256_broadcast_ss(a4 + p);
+                x = _mm256_broadcast_ss(a4 + at);
                 c40 = _mm256_fmadd_ps(x, b0, c40);
                 c41 = _mm256_fmadd_ps(x, b1, c41);
             }
             if (rows > 5) {
-                x = _mm256_broadcast_ss(a5 + p);
+                x = _mm256_broadcast_ss(a5 + at);
                 c50 = _mm256_fmadd_ps(x, b0, c50);
                 c51 = _mm256_fmadd_ps(x, b1, c51);
             }
@@ -82,26 +85,37 @@ cdef extern from *:
         if (rows > 5) tapeflow_panel_store(c50, c51, c + 5 * ldc, w, add);
     }
 
-    /* c[m, n] = a[m, k] @ B, or c += a @ B with `add`; B packed by tapeflow_pack_panels. */
-    TAPEFLOW_PANEL_AVX2 static void tapeflow_panel_gemm(const float *a, ptrdiff_t lda, const float *packed,
-                                                        ptrdiff_t k, ptrdiff_t n, float *c, ptrdiff_t ldc,
-                                                        ptrdiff_t m, int add)
+    /* c[m, n] = A[m, k] @ B, or c += A @ B with `add`; A's element (r, p) at a[r * sar + p * sap], B
+       packed in panels. */
+    TAPEFLOW_PANEL_AVX2 static void tapeflow_panel_strided(const float *a, ptrdiff_t sar, ptrdiff_t sap,
+                                                           const float *packed, ptrdiff_t k, ptrdiff_t n, float *c,
+                                                           ptrdiff_t ldc, ptrdiff_t m, int add)
     {
         for (ptrdiff_t q = 0; q * 16 < n; q++) {
             const float *bp = packed + q * k * 16;
             const ptrdiff_t w = n - q * 16 < 16 ? n - q * 16 : 16;
             float *cq = c + q * 16;
             ptrdiff_t i = 0;
-            for (; i + 6 <= m; i += 6) tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 6);
+            for (; i + 6 <= m; i += 6) tapeflow_panel_rows(a + i * sar, sar, sap, bp, k, cq + i * ldc, ldc, w, add, 6);
+            const float *ai = a + i * sar;
+            float *ci = cq + i * ldc;
             switch (m - i) {
-                case 5: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 5); break;
-                case 4: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 4); break;
-                case 3: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 3); break;
-                case 2: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 2); break;
-                case 1: tapeflow_panel_rows(a + i * lda, lda, bp, k, cq + i * ldc, ldc, w, add, 1); break;
+                case 5: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 5); break;
+                case 4: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 4); break;
+                case 3: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 3); break;
+                case 2: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 2); break;
+                case 1: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 1); break;
                 default: break;
             }
         }
+    }
+
+    /* c[m, n] = a[m, k] @ B, or c += a @ B with `add`; a row-major, B packed in panels. */
+    TAPEFLOW_PANEL_AVX2 static void tapeflow_panel_gemm(const float *a, ptrdiff_t lda, const float *packed,
+                                                        ptrdiff_t k, ptrdiff_t n, float *c, ptrdiff_t ldc,
+                                                        ptrdiff_t m, int add)
+    {
+        tapeflow_panel_strided(a, lda, 1, packed, k, n, c, ldc, m, add);
     }
 
     static int tapeflow_panel_supported(void) {
@@ -109,28 +123,78 @@ cdef extern from *:
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     }
     #else
+    static void tapeflow_panel_strided(const float *a, ptrdiff_t sar, ptrdiff_t sap, const float *packed,
+                                       ptrdiff_t k, ptrdiff_t n, float *c, ptrdiff_t ldc, ptrdiff_t m, int add) {}
     static void tapeflow_panel_gemm(const float *a, ptrdiff_t lda, const float *packed, ptrdiff_t k, ptrdiff_t n,
                                     float *c, ptrdiff_t ldc, ptrdiff_t m, int add) {}
     static int tapeflow_panel_supported(void) { return 0; }
     #endif
 
-    /* The k x n matrix B, element (p, j) at b[p * sp + j * sj], packed into panels of 16 columns
-       in memory aligned for vector loads (free with free()); NULL when out of memory. */
+    /* The k x n matrix B, element (p, j) at b[p * sp + j * sj], into `packed` as panels of 16 columns. */
+    static void tapeflow_pack_into(const float *b, ptrdiff_t sp, ptrdiff_t sj, ptrdiff_t k, ptrdiff_t n,
+                                   float *packed) {
+        for (ptrdiff_t q = 0; q * 16 < n; q++) {
+            float *dst = packed + q * k * 16;
+            const ptrdiff_t w = n - q * 16 < 16 ? n - q * 16 : 16;
+            for (ptrdiff_t p = 0; p < k; p++, dst += 16) {
+                const float *src = b + p * sp + q * 16 * sj;
+                ptrdiff_t j = 0;
+                if (sj == 1)
+                    for (; j < w; j++) dst[j] = src[j];
+                else
+                    for (; j < w; j++) dst[j] = src[j * sj];
+                for (; j < 16; j++) dst[j] = 0.0f;
+            }
+        }
+    }
+
+    /* tapeflow_pack_into in new memory aligned for vector loads (free with free()); NULL when out of memory. */
     static float *tapeflow_pack_panels(const float *b, ptrdiff_t sp, ptrdiff_t sj, ptrdiff_t k, ptrdiff_t n) {
         const ptrdiff_t panels = (n + 15) / 16;
         float *packed = (float *)aligned_alloc(64, (size_t)(panels > 0 && k > 0 ? panels * k : 1) * 64);
-        if (packed == NULL) return NULL;
-        for (ptrdiff_t q = 0; q < panels; q++)
-            for (ptrdiff_t p = 0; p < k; p++)
-                for (ptrdiff_t j = 0; j < 16; j++) {
-                    const ptrdiff_t col = q * 16 + j;
-                    packed[(q * k + p) * 16 + j] = col < n ? b[p * sp + col * sj] : 0.0f;
-                }
+        if (packed != NULL) tapeflow_pack_into(b, sp, sj, k, n, packed);
         return packed;
+    }
+
+    /* Blocks of a whole product: KC rows by NC columns of B packed at a time (into the calling
+       thread's own buffer), MC rows of A against them. */
+    #define TAPEFLOW_PANEL_KC 256
+    #define TAPEFLOW_PANEL_NC 256
+    #define TAPEFLOW_PANEL_MC 72
+
+    /* The calling thread's packing buffer, KC * NC floats, kept for its later calls (NULL when out of memory). */
+    static float *tapeflow_panel_buffer(void) {
+        static __thread float *buffer = NULL;
+        if (buffer == NULL) buffer = (float *)aligned_alloc(64, TAPEFLOW_PANEL_KC * TAPEFLOW_PANEL_NC * sizeof(float));
+        return buffer;
+    }
+
+    /* Row-major c[m, n] = A[m, k] @ B[k, n], or c += A @ B with `add`, on the calling thread: A's
+       element (r, p) at a[r * sar + p * sap], B's (p, j) at b[p * sbp + j * sbj]. 0 when the
+       packing buffer cannot be had (nothing written), else 1. */
+    static inline int tapeflow_panel_product(const float *a, ptrdiff_t sar, ptrdiff_t sap, const float *b, ptrdiff_t sbp,
+                                      ptrdiff_t sbj, float *c, ptrdiff_t ldc, ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
+                                      int add) {
+        float *buffer = tapeflow_panel_buffer();
+        if (buffer == NULL) return 0;
+        for (ptrdiff_t j0 = 0; j0 < n; j0 += TAPEFLOW_PANEL_NC) {
+            const ptrdiff_t nc = n - j0 < TAPEFLOW_PANEL_NC ? n - j0 : TAPEFLOW_PANEL_NC;
+            for (ptrdiff_t p0 = 0; p0 < k; p0 += TAPEFLOW_PANEL_KC) {
+                const ptrdiff_t kc = k - p0 < TAPEFLOW_PANEL_KC ? k - p0 : TAPEFLOW_PANEL_KC;
+                tapeflow_pack_into(b + p0 * sbp + j0 * sbj, sbp, sbj, kc, nc, buffer);
+                for (ptrdiff_t i0 = 0; i0 < m; i0 += TAPEFLOW_PANEL_MC)
+                    tapeflow_panel_strided(a + i0 * sar + p0 * sap, sar, sap, buffer, kc, nc, c + i0 * ldc + j0, ldc,
+                                           m - i0 < TAPEFLOW_PANEL_MC ? m - i0 : TAPEFLOW_PANEL_MC, add || p0 > 0);
+            }
+        }
+        return 1;
     }
     """
     void tapeflow_panel_gemm(const float* a, Py_ssize_t lda, const float* packed, Py_ssize_t k, Py_ssize_t n,
                              float* c, Py_ssize_t ldc, Py_ssize_t m, int add) noexcept nogil
+    int tapeflow_panel_product(const float* a, Py_ssize_t sar, Py_ssize_t sap, const float* b, Py_ssize_t sbp,
+                               Py_ssize_t sbj, float* c, Py_ssize_t ldc, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                               int add) noexcept nogil
     int tapeflow_panel_supported() noexcept nogil
     float* tapeflow_pack_panels(const float* b, Py_ssize_t sp, Py_ssize_t sj, Py_ssize_t k, Py_ssize_t n) noexcept nogil
 

@@ -374,6 +374,18 @@ cdef void _lstm_backward_rows(const floating[:, :, ::1] gys, const floating[:, :
                   <int>ng, 1.0, &dh[b0 * nu], <int>nu)
 
 
+cdef void _kernel_grad_band(floating* dz, floating* hprev, floating* dkernel, Py_ssize_t rows, Py_ssize_t nu,
+                            Py_ssize_t ng, Py_ssize_t u0, Py_ssize_t u1) noexcept nogil:
+    """dkernel[:, u0:u1] += hprev^T @ dz[:, u0:u1] over every (row, step): the packed-panel
+    product for float32 where it runs, else BLAS."""
+    if floating is float:
+        if _panels_ok and tapeflow_panel_product(hprev, 1, nu, &dz[u0], ng, 1, &dkernel[u0], ng, nu, u1 - u0,
+                                                 rows, 1):
+            return
+    _gemm("N", "T", <int>(u1 - u0), <int>nu, <int>rows, &dz[u0], <int>ng, hprev, <int>nu, 1.0, &dkernel[u0],
+          <int>ng)
+
+
 def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, const floating[:, ::1] gc,
                   const floating[:, ::1] h0, const floating[:, ::1] c0, const floating[:, ::1] kernel,
                   const floating[:, :, ::1] ys, const floating[:, :, ::1] cs, const floating[:, :, ::1] acts,
@@ -423,8 +435,7 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
             _lstm_backward_rows(gys, h0, c0, kernel, ys, cs, acts, mp, backwards, dxp, dh, dc, carry, hprev,
                                 firsts, tcs, zs, packed, 0, nb)
             if nb * nt > 0:
-                _gemm("N", "T", <int>ng, <int>nu, <int>(nb * nt), &dxp[0, 0, 0], <int>ng, hprev, <int>nu,
-                      1.0, &dkernel[0, 0], <int>ng)
+                _kernel_grad_band(&dxp[0, 0, 0], hprev, &dkernel[0, 0], nb * nt, nu, ng, 0, ng)
     else:
         with nogil, parallel(num_threads=blocks):
             own = tapeflow_fpenv_swap(env)
@@ -440,8 +451,7 @@ def lstm_backward(const floating[:, :, ::1] gys, const floating[:, ::1] gh, cons
                 u0 = ng * i // blocks // 16 * 16
                 u1 = ng if i == blocks - 1 else ng * (i + 1) // blocks // 16 * 16
                 if u1 > u0:
-                    _gemm("N", "T", <int>(u1 - u0), <int>nu, <int>(nb * nt), &dxp[0, 0, u0], <int>ng, hprev,
-                          <int>nu, 1.0, &dkernel[0, u0], <int>ng)
+                    _kernel_grad_band(&dxp[0, 0, 0], hprev, &dkernel[0, 0], nb * nt, nu, ng, u0, u1)
             tapeflow_fpenv_swap(own)
     with nogil:
         for b in range(nb):

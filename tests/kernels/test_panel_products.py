@@ -1,4 +1,5 @@
-"""The products of a recurrent step against its packed recurrent kernel: every tail of rows and
+"""Products against a matrix packed in panels of 16 columns: a recurrent step's against its kernel,
+and matmul's (which packs blocks of its right operand on each call). Every tail of rows and
 columns against float64, and the LSTM and GRU sequences with them against the BLAS path."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tapeflow import _kernels as K
 from tapeflow._kernels import recurrent
 
 panels = pytest.mark.skipif(not recurrent._panel_supported(), reason="the panel products need AVX2 with FMA")
@@ -81,3 +83,32 @@ def test_the_sequences_on_panels_match_the_blas_path(blas_then_panels, masked, r
     packed = run(masked, option)
     for k, (a, b) in enumerate(zip(blas, packed, strict=True)):
         np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-5, err_msg=f"output {k}")
+
+
+def _matmul_on(a, b, threads):
+    K.set_num_threads(threads)
+    try:
+        return K.matmul(a, b)
+    finally:
+        K.set_num_threads(2)
+
+
+@panels
+@pytest.mark.parametrize("m", [6, 7, 13, 80])
+@pytest.mark.parametrize("k, n", [(1, 16), (5, 17), (300, 40), (33, 300)])
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True)])
+def test_matmul_on_panels_matches_float64_and_blas_with_the_same_bits_on_any_threads(m, k, n, trans_a, trans_b):
+    rng = np.random.default_rng(m * 7 + k * 3 + n)
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+    one, two = _matmul_on(a, b, 1), _matmul_on(a, b, 2)
+    old = K._gemm._set_panel_max_work(0)
+    try:
+        blas = K.matmul(a, b)
+    finally:
+        K._gemm._set_panel_max_work(old)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(one, expected, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+    np.testing.assert_allclose(one, blas, rtol=1e-5, atol=1e-5 * np.sqrt(k))
