@@ -17,30 +17,54 @@ cdef extern from *:
     #include <immintrin.h>
     #define TAPEFLOW_PANEL_AVX2 __attribute__((target("avx2,fma")))
 
-    /* One row's two accumulators into c[:w]: set, or added to it with `add`. */
+    /* One row's two accumulators into c[:w]: set, or added to it with `add`; then, where given,
+       the bias (its 16 values for these columns) added and relu applied (NaN stays NaN). */
     TAPEFLOW_PANEL_AVX2 static inline __attribute__((always_inline)) void tapeflow_panel_store(
-        __m256 lo, __m256 hi, float *cr, ptrdiff_t w, int add)
+        __m256 lo, __m256 hi, float *cr, ptrdiff_t w, int add, const float *bias, int relu)
     {
-        if (w == 16) {
+        float t[16];
+        if (w < 16) {
+            if (add) {
+                for (ptrdiff_t j = 0; j < 16; j++) t[j] = j < w ? cr[j] : 0.0f;
+                lo = _mm256_add_ps(_mm256_loadu_ps(t), lo);
+                hi = _mm256_add_ps(_mm256_loadu_ps(t + 8), hi);
+            }
+            if (bias != NULL) {
+                for (ptrdiff_t j = 0; j < 16; j++) t[j] = j < w ? bias[j] : 0.0f;
+                lo = _mm256_add_ps(lo, _mm256_loadu_ps(t));
+                hi = _mm256_add_ps(hi, _mm256_loadu_ps(t + 8));
+            }
+        } else {
             if (add) {
                 lo = _mm256_add_ps(_mm256_loadu_ps(cr), lo);
                 hi = _mm256_add_ps(_mm256_loadu_ps(cr + 8), hi);
             }
+            if (bias != NULL) {
+                lo = _mm256_add_ps(lo, _mm256_loadu_ps(bias));
+                hi = _mm256_add_ps(hi, _mm256_loadu_ps(bias + 8));
+            }
+        }
+        if (relu) {
+            const __m256 zero = _mm256_setzero_ps();
+            lo = _mm256_andnot_ps(_mm256_cmp_ps(lo, zero, _CMP_LE_OQ), lo);
+            hi = _mm256_andnot_ps(_mm256_cmp_ps(hi, zero, _CMP_LE_OQ), hi);
+        }
+        if (w == 16) {
             _mm256_storeu_ps(cr, lo);
             _mm256_storeu_ps(cr + 8, hi);
             return;
         }
-        float t[16];
         _mm256_storeu_ps(t, lo);
         _mm256_storeu_ps(t + 8, hi);
-        for (ptrdiff_t j = 0; j < w; j++) cr[j] = add ? cr[j] + t[j] : t[j];
+        for (ptrdiff_t j = 0; j < w; j++) cr[j] = t[j];
     }
 
     /* `rows` (1 to 6, a constant once inlined) rows of A against one panel bp over k, A's element
-       (r, p) at a[r * sar + p * sap]: c[r, :w] set to the products, or increased by them with `add`. */
+       (r, p) at a[r * sar + p * sap]: c[r, :w] set to the products, or increased by them with `add`,
+       then the bias and relu of tapeflow_panel_store. */
     TAPEFLOW_PANEL_AVX2 static inline __attribute__((always_inline)) void tapeflow_panel_rows(
         const float *a, ptrdiff_t sar, ptrdiff_t sap, const float *bp, ptrdiff_t k, float *c, ptrdiff_t ldc,
-        ptrdiff_t w, int add, const int rows)
+        ptrdiff_t w, int add, const float *bias, int relu, const int rows)
     {
         __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
         __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
@@ -77,34 +101,36 @@ cdef extern from *:
                 c51 = _mm256_fmadd_ps(x, b1, c51);
             }
         }
-        tapeflow_panel_store(c00, c01, c, w, add);
-        if (rows > 1) tapeflow_panel_store(c10, c11, c + ldc, w, add);
-        if (rows > 2) tapeflow_panel_store(c20, c21, c + 2 * ldc, w, add);
-        if (rows > 3) tapeflow_panel_store(c30, c31, c + 3 * ldc, w, add);
-        if (rows > 4) tapeflow_panel_store(c40, c41, c + 4 * ldc, w, add);
-        if (rows > 5) tapeflow_panel_store(c50, c51, c + 5 * ldc, w, add);
+        tapeflow_panel_store(c00, c01, c, w, add, bias, relu);
+        if (rows > 1) tapeflow_panel_store(c10, c11, c + ldc, w, add, bias, relu);
+        if (rows > 2) tapeflow_panel_store(c20, c21, c + 2 * ldc, w, add, bias, relu);
+        if (rows > 3) tapeflow_panel_store(c30, c31, c + 3 * ldc, w, add, bias, relu);
+        if (rows > 4) tapeflow_panel_store(c40, c41, c + 4 * ldc, w, add, bias, relu);
+        if (rows > 5) tapeflow_panel_store(c50, c51, c + 5 * ldc, w, add, bias, relu);
     }
 
     /* c[m, n] = A[m, k] @ B, or c += A @ B with `add`; A's element (r, p) at a[r * sar + p * sap], B
-       packed in panels. */
+       packed in panels; then, where given, bias[n] added and relu applied. */
     TAPEFLOW_PANEL_AVX2 static void tapeflow_panel_strided(const float *a, ptrdiff_t sar, ptrdiff_t sap,
                                                            const float *packed, ptrdiff_t k, ptrdiff_t n, float *c,
-                                                           ptrdiff_t ldc, ptrdiff_t m, int add)
+                                                           ptrdiff_t ldc, ptrdiff_t m, int add, const float *bias,
+                                                           int relu)
     {
         for (ptrdiff_t q = 0; q * 16 < n; q++) {
             const float *bp = packed + q * k * 16;
             const ptrdiff_t w = n - q * 16 < 16 ? n - q * 16 : 16;
             float *cq = c + q * 16;
+            const float *bq = bias != NULL ? bias + q * 16 : NULL;
             ptrdiff_t i = 0;
-            for (; i + 6 <= m; i += 6) tapeflow_panel_rows(a + i * sar, sar, sap, bp, k, cq + i * ldc, ldc, w, add, 6);
+            for (; i + 6 <= m; i += 6) tapeflow_panel_rows(a + i * sar, sar, sap, bp, k, cq + i * ldc, ldc, w, add, bq, relu, 6);
             const float *ai = a + i * sar;
             float *ci = cq + i * ldc;
             switch (m - i) {
-                case 5: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 5); break;
-                case 4: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 4); break;
-                case 3: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 3); break;
-                case 2: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 2); break;
-                case 1: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, 1); break;
+                case 5: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, bq, relu, 5); break;
+                case 4: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, bq, relu, 4); break;
+                case 3: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, bq, relu, 3); break;
+                case 2: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, bq, relu, 2); break;
+                case 1: tapeflow_panel_rows(ai, sar, sap, bp, k, ci, ldc, w, add, bq, relu, 1); break;
                 default: break;
             }
         }
@@ -115,7 +141,7 @@ cdef extern from *:
                                                         ptrdiff_t k, ptrdiff_t n, float *c, ptrdiff_t ldc,
                                                         ptrdiff_t m, int add)
     {
-        tapeflow_panel_strided(a, lda, 1, packed, k, n, c, ldc, m, add);
+        tapeflow_panel_strided(a, lda, 1, packed, k, n, c, ldc, m, add, NULL, 0);
     }
 
     static int tapeflow_panel_supported(void) {
@@ -124,7 +150,8 @@ cdef extern from *:
     }
     #else
     static void tapeflow_panel_strided(const float *a, ptrdiff_t sar, ptrdiff_t sap, const float *packed,
-                                       ptrdiff_t k, ptrdiff_t n, float *c, ptrdiff_t ldc, ptrdiff_t m, int add) {}
+                                       ptrdiff_t k, ptrdiff_t n, float *c, ptrdiff_t ldc, ptrdiff_t m, int add,
+                                       const float *bias, int relu) {}
     static void tapeflow_panel_gemm(const float *a, ptrdiff_t lda, const float *packed, ptrdiff_t k, ptrdiff_t n,
                                     float *c, ptrdiff_t ldc, ptrdiff_t m, int add) {}
     static int tapeflow_panel_supported(void) { return 0; }
@@ -170,11 +197,11 @@ cdef extern from *:
     }
 
     /* Row-major c[m, n] = A[m, k] @ B[k, n], or c += A @ B with `add`, on the calling thread: A's
-       element (r, p) at a[r * sar + p * sap], B's (p, j) at b[p * sbp + j * sbj]. 0 when the
-       packing buffer cannot be had (nothing written), else 1. */
-    static inline int tapeflow_panel_product(const float *a, ptrdiff_t sar, ptrdiff_t sap, const float *b, ptrdiff_t sbp,
-                                      ptrdiff_t sbj, float *c, ptrdiff_t ldc, ptrdiff_t m, ptrdiff_t n, ptrdiff_t k,
-                                      int add) {
+       element (r, p) at a[r * sar + p * sap], B's (p, j) at b[p * sbp + j * sbj]; then, where given,
+       bias[n] added and relu applied. 0 when the packing buffer cannot be had (nothing written), else 1. */
+    static inline int tapeflow_panel_product(const float *a, ptrdiff_t sar, ptrdiff_t sap, const float *b,
+                                             ptrdiff_t sbp, ptrdiff_t sbj, float *c, ptrdiff_t ldc, ptrdiff_t m,
+                                             ptrdiff_t n, ptrdiff_t k, int add, const float *bias, int relu) {
         float *buffer = tapeflow_panel_buffer();
         if (buffer == NULL) return 0;
         for (ptrdiff_t j0 = 0; j0 < n; j0 += TAPEFLOW_PANEL_NC) {
@@ -182,9 +209,11 @@ cdef extern from *:
             for (ptrdiff_t p0 = 0; p0 < k; p0 += TAPEFLOW_PANEL_KC) {
                 const ptrdiff_t kc = k - p0 < TAPEFLOW_PANEL_KC ? k - p0 : TAPEFLOW_PANEL_KC;
                 tapeflow_pack_into(b + p0 * sbp + j0 * sbj, sbp, sbj, kc, nc, buffer);
+                const int last = p0 + kc >= k;
                 for (ptrdiff_t i0 = 0; i0 < m; i0 += TAPEFLOW_PANEL_MC)
                     tapeflow_panel_strided(a + i0 * sar + p0 * sap, sar, sap, buffer, kc, nc, c + i0 * ldc + j0, ldc,
-                                           m - i0 < TAPEFLOW_PANEL_MC ? m - i0 : TAPEFLOW_PANEL_MC, add || p0 > 0);
+                                           m - i0 < TAPEFLOW_PANEL_MC ? m - i0 : TAPEFLOW_PANEL_MC, add || p0 > 0,
+                                           last && bias != NULL ? bias + j0 : NULL, last && relu);
             }
         }
         return 1;
@@ -194,7 +223,7 @@ cdef extern from *:
                              float* c, Py_ssize_t ldc, Py_ssize_t m, int add) noexcept nogil
     int tapeflow_panel_product(const float* a, Py_ssize_t sar, Py_ssize_t sap, const float* b, Py_ssize_t sbp,
                                Py_ssize_t sbj, float* c, Py_ssize_t ldc, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
-                               int add) noexcept nogil
+                               int add, const float* bias, int relu) noexcept nogil
     int tapeflow_panel_supported() noexcept nogil
     float* tapeflow_pack_panels(const float* b, Py_ssize_t sp, Py_ssize_t sj, Py_ssize_t k, Py_ssize_t n) noexcept nogil
 

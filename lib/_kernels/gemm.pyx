@@ -40,7 +40,7 @@ cdef void _matmul2d(floating* a, floating* b, floating* c, Py_ssize_t m, Py_ssiz
     if floating is float:
         if _skinny_product(a, b, c, m, n, k, lda, ldb, trans_a, trans_b):
             return
-        if _panel_matmul(a, b, c, m, n, k, lda, ldb, trans_a, trans_b):
+        if _panel_matmul(a, b, c, m, n, k, lda, ldb, trans_a, trans_b, NULL, False):
             return
     threads = _gemm_threads(m * n * k)
     _gemm_split(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, n, threads)
@@ -60,17 +60,18 @@ def _set_panel_max_work(Py_ssize_t max_work):
 
 
 cdef bint _panel_matmul(const float* a, const float* b, float* c, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
-                        Py_ssize_t lda, Py_ssize_t ldb, bint trans_a, bint trans_b) noexcept nogil:
-    """Row-major c[m, n] = op(a) @ op(b) by the packed-panel product where it fits (True), else
-    nothing (False). The threads take bands of 16-column panels, or of 6-row blocks when the
-    columns are too few to share."""
+                        Py_ssize_t lda, Py_ssize_t ldb, bint trans_a, bint trans_b, const float* bias,
+                        bint relu) noexcept nogil:
+    """Row-major c[m, n] = op(a) @ op(b) (then + bias where not NULL, then relu) by the
+    packed-panel product where it fits (True), else nothing (False). The threads take bands of
+    16-column panels, or of 6-row blocks when the columns are too few to share."""
     if not _panels_ok or m < 6 or n < 16 or m * n * k > _PANEL_MAX_WORK:
         return False
     cdef Py_ssize_t sar = 1 if trans_a else lda, sap = lda if trans_a else 1
     cdef Py_ssize_t sbp = 1 if trans_b else ldb, sbj = ldb if trans_b else 1
     cdef int threads = _gemm_threads(m * n * k), part, failed = 0
     if threads < 2:
-        return tapeflow_panel_product(a, sar, sap, b, sbp, sbj, c, n, m, n, k, 0) != 0
+        return tapeflow_panel_product(a, sar, sap, b, sbp, sbj, c, n, m, n, k, 0, bias, relu) != 0
     cdef bint by_cols = n >= 32 * threads
     cdef Py_ssize_t unit = 16 if by_cols else 6, extent = n if by_cols else m
     cdef Py_ssize_t step = ((extent + unit - 1) // unit + threads - 1) // threads * unit, lo, hi
@@ -83,10 +84,10 @@ cdef bint _panel_matmul(const float* a, const float* b, float* c, Py_ssize_t m, 
             if lo < hi:
                 if by_cols:
                     failed += tapeflow_panel_product(a, sar, sap, b + lo * sbj, sbp, sbj, c + lo, n, m, hi - lo,
-                                                     k, 0) == 0
+                                                     k, 0, bias if bias == NULL else bias + lo, relu) == 0
                 else:
                     failed += tapeflow_panel_product(a + lo * sar, sar, sap, b, sbp, sbj, c + lo * n, n, hi - lo, n,
-                                                     k, 0) == 0
+                                                     k, 0, bias, relu) == 0
         tapeflow_fpenv_swap(own)
     return failed == 0
 
@@ -316,6 +317,32 @@ cdef void _bias_activation(floating* c, const floating* bias, Py_ssize_t rows, P
         tapeflow_fpenv_swap(own)
 
 
+cdef object _panel_dense(object a, object w, object bias, bint relu):
+    """dense of float32 2-D operands by the packed-panel product, the bias and relu applied as
+    each block of the result is stored; None where that product does not take them."""
+    if not (isinstance(a, np.ndarray) and isinstance(w, np.ndarray) and a.ndim == 2 and w.ndim == 2
+            and a.dtype == np.float32 and w.dtype == np.float32 and _plain_f32(bias, 1)
+            and a.shape[1] == w.shape[0]):
+        return None
+    abuf, ta = _stored(a)
+    wbuf, tw = _stored(w)
+    cdef Py_ssize_t m = a.shape[0], k = a.shape[1], n = w.shape[1]
+    cdef Py_ssize_t lda = abuf.shape[1], ldw = wbuf.shape[1]
+    cdef cnp.npy_intp dims[2]
+    dims[0], dims[1] = m, n
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_FLOAT32, 0)
+    cdef const float* ap = <const float*>cnp.PyArray_DATA(<cnp.ndarray>abuf)
+    cdef const float* wp = <const float*>cnp.PyArray_DATA(<cnp.ndarray>wbuf)
+    cdef const float* bp = <const float*>cnp.PyArray_DATA(<cnp.ndarray>bias)
+    cdef float* op = <float*>cnp.PyArray_DATA(out)
+    cdef bint trans_a = ta, trans_w = tw, done
+    if k == 0:
+        return None
+    with nogil:
+        done = _panel_matmul(ap, wp, op, m, n, k, lda, ldw, trans_a, trans_w, bp, relu)
+    return out if done else None
+
+
 def dense(a, w, bias, bint relu):
     """a @ w + bias, then relu when asked, in one call: the layer an inference graph runs.
 
@@ -328,10 +355,13 @@ def dense(a, w, bias, bint relu):
         return out
     if bias.ndim != 1 or bias.shape[0] != w.shape[1] or bias.dtype != a.dtype:
         raise ValueError(f"dense: bias of shape {bias.shape} and dtype {bias.dtype} for {a.dtype} outputs of {w.shape[1]}")
+    bias = np.ascontiguousarray(bias)
+    out = _panel_dense(a, w, bias, relu)
+    if out is not None:
+        return out
     out = matmul(a, w)
     if out.ndim != 2:
         raise ValueError(f"dense: need 2-D operands, got {a.shape} and {w.shape}")
-    bias = np.ascontiguousarray(bias)
     cdef void* op = cnp.PyArray_DATA(<cnp.ndarray>out)
     cdef void* bp = cnp.PyArray_DATA(<cnp.ndarray>bias)
     cdef Py_ssize_t rows = out.shape[0], cols = out.shape[1]

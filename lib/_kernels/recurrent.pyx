@@ -380,7 +380,7 @@ cdef void _kernel_grad_band(floating* dz, floating* hprev, floating* dkernel, Py
     product for float32 where it runs, else BLAS."""
     if floating is float:
         if _panels_ok and tapeflow_panel_product(hprev, 1, nu, &dz[u0], ng, 1, &dkernel[u0], ng, nu, u1 - u0,
-                                                 rows, 1):
+                                                 rows, 1, NULL, 0):
             return
     _gemm("N", "T", <int>(u1 - u0), <int>nu, <int>rows, &dz[u0], <int>ng, hprev, <int>nu, 1.0, &dkernel[u0],
           <int>ng)

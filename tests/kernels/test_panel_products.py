@@ -112,3 +112,27 @@ def test_matmul_on_panels_matches_float64_and_blas_with_the_same_bits_on_any_thr
     np.testing.assert_array_equal(one, two)
     np.testing.assert_allclose(one, expected, rtol=1e-5, atol=1e-5 * np.sqrt(k))
     np.testing.assert_allclose(one, blas, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+@panels
+@pytest.mark.parametrize("m, k, n", [(6, 5, 16), (13, 300, 17), (80, 33, 300)])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("transposed_w", [False, True])
+def test_dense_adds_the_bias_and_relu_as_it_stores_and_keeps_nans(m, k, n, relu, transposed_w):
+    rng = np.random.default_rng(m + k + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    a[1, 0] = np.nan  # row 1 of the output is NaN throughout; relu keeps it so
+    w = rng.standard_normal((n, k) if transposed_w else (k, n)).astype(np.float32)
+    w = w.T if transposed_w else w
+    bias = rng.standard_normal(n).astype(np.float32)
+    fused = K._gemm.dense(a, w, bias, relu)
+    old = K._gemm._set_panel_max_work(0)
+    try:
+        apart = K._gemm.dense(a, w, bias, relu)
+    finally:
+        K._gemm._set_panel_max_work(old)
+    expected = a.astype(np.float64) @ w.astype(np.float64) + bias
+    expected = np.where(expected > 0, expected, 0.0) if relu else expected
+    expected[1] = np.nan
+    np.testing.assert_allclose(fused, expected, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+    np.testing.assert_allclose(fused, apart, rtol=1e-5, atol=1e-5 * np.sqrt(k))
