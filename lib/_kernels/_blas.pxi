@@ -1,5 +1,5 @@
-# Shared by the modules that call BLAS (`include "_blas.pxi"` after _common.pxi): row-major
-# gemm, and who threads it.
+# Shared by the modules that call BLAS (`include "_blas.pxi"` after _common.pxi and
+# _panel_gemm.pxi): row-major gemm, and who threads it.
 #
 # OpenBLAS's thread count is process-wide: SciPy, NumPy and threadpoolctl limits set by other
 # threads all share it, so tapeflow never sets it. Its gemms call a private, single-threaded
@@ -138,16 +138,67 @@ cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_
               &beta, c, &ldc_)
 
 
+# The float32 products the packed-panel kernel takes (beside 6 rows and 16 columns at least): up
+# to this many multiply-adds; beyond, BLAS's blocking for the caches does as well, or better
+# where writing the output bounds the product.
+cdef Py_ssize_t _PANEL_MAX_WORK = 1 << 29
+
+
+def _set_panel_max_work(Py_ssize_t max_work):
+    """Set the limit above (0: never the panel products; for tests and timing); returns the old one."""
+    global _PANEL_MAX_WORK
+    old, _PANEL_MAX_WORK = _PANEL_MAX_WORK, max_work
+    return old
+
+
+cdef bint _panel_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, const float* a,
+                       Py_ssize_t lda, const float* b, Py_ssize_t ldb, bint add, float* c, Py_ssize_t ldc,
+                       int threads, const float* bias, bint relu) noexcept nogil:
+    """Row-major C[m, n] = op(A) op(B) (+ C with `add`; then + bias where not NULL, then relu) by
+    the packed-panel product where it takes the product (True), else nothing (False). The threads
+    take bands along C's longer side, as _gemm_split's: of 16-column panels, or of 6-row blocks."""
+    if not _panels_ok or m < 6 or n < 16 or k < 1 or m * n * k > _PANEL_MAX_WORK:
+        return False
+    cdef Py_ssize_t sar = 1 if transa == c'T' else lda, sap = lda if transa == c'T' else 1
+    cdef Py_ssize_t sbp = 1 if transb == c'T' else ldb, sbj = ldb if transb == c'T' else 1
+    if threads < 2:
+        return tapeflow_panel_product(a, sar, sap, b, sbp, sbj, c, ldc, m, n, k, add, bias, relu) != 0
+    cdef bint by_cols = n >= m
+    cdef Py_ssize_t unit = 16 if by_cols else 6, extent = n if by_cols else m
+    cdef Py_ssize_t step = ((extent + unit - 1) // unit + threads - 1) // threads * unit, lo, hi
+    cdef int part, failed = 0
+    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
+    with parallel(num_threads=threads):
+        own = tapeflow_fpenv_swap(env)
+        for part in prange(threads, schedule="static"):
+            lo = part * step
+            hi = min(lo + step, extent)
+            if lo < hi:
+                if by_cols:
+                    failed += tapeflow_panel_product(a, sar, sap, b + lo * sbj, sbp, sbj, c + lo, ldc, m, hi - lo,
+                                                     k, add, bias if bias == NULL else bias + lo, relu) == 0
+                else:
+                    failed += tapeflow_panel_product(a + lo * sar, sar, sap, b, sbp, sbj, c + lo * ldc, ldc,
+                                                     hi - lo, n, k, add, bias, relu) == 0
+        tapeflow_fpenv_swap(own)
+    return failed == 0
+
+
 cdef void _gemm_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                       floating alpha, const floating* a, Py_ssize_t lda, const floating* b,
                       Py_ssize_t ldb, floating beta, floating* c, Py_ssize_t ldc,
                       int threads) noexcept nogil:
-    """_gemm with C cut into `threads` bands, each a single-threaded gemm on its own thread.
+    """_gemm with C cut into `threads` bands, each a single-threaded gemm on its own thread
+    (float32 products with alpha 1 and beta 0 or 1 on the packed-panel kernel where it takes them).
 
     The bands run along C's longer side: each thread then packs all of the operand that
     spans the shorter side, the smaller one to pack twice. Column bands are multiples of 16
     wide so that every band but the last fills the vector kernels.
     """
+    if floating is float:
+        if alpha == 1 and (beta == 0 or beta == 1) and _panel_split(transa, transb, m, n, k, a, lda, b, ldb,
+                                                                    beta == 1, c, ldc, threads, NULL, False):
+            return
     cdef bint by_cols = n >= m
     cdef Py_ssize_t extent = n if by_cols else m, step, part, lo, hi
     if threads < 2 or extent < 2:

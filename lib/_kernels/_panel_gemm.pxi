@@ -70,6 +70,10 @@ cdef extern from *:
         __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
         const float *a0 = a, *a1 = a + sar, *a2 = a + 2 * sar, *a3 = a + 3 * sar, *a4 = a + 4 * sar;
         const float *a5 = a + 5 * sar;
+        for (int r = 0; r < rows; r++) {  /* the rows' 16 outputs, one or two cache lines, fetched during the sums */
+            _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + r * ldc + w - 1), _MM_HINT_T0);
+        }
         for (ptrdiff_t p = 0, at = 0; p < k; p++, at += sap) {
             const __m256 b0 = _mm256_load_ps(bp + p * 16), b1 = _mm256_load_ps(bp + p * 16 + 8);
             __m256 x = _mm256_broadcast_ss(a0 + at);

@@ -13,6 +13,7 @@ run one after another and that BLAS threads each gemm (see _blas.pxi).
 """
 
 include "_common.pxi"
+include "_panel_gemm.pxi"
 include "_blas.pxi"
 
 import numpy as np

@@ -14,6 +14,7 @@ the calling thread alone.
 """
 
 include "_common.pxi"
+include "_panel_gemm.pxi"
 include "_blas.pxi"
 
 import numpy as np

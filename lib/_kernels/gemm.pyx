@@ -1,18 +1,18 @@
 """Matrix products on BLAS gemm.
 
-A float32 product of up to 2^29 multiply-adds with at least 6 rows and 16 columns runs on the
-packed-panel kernel (_panel_gemm.pxi), each OpenMP thread a band of the result; a larger one is
-cut into bands of the result, one single-threaded BLAS gemm per thread; a batch of products
-runs one single-threaded gemm per item across the threads. An
+A large 2-D product is cut into bands of the result, one per OpenMP thread: a float32 one of
+up to 2^29 multiply-adds with at least 6 rows and 16 columns on the packed-panel kernel
+(_panel_gemm.pxi), any other as a single-threaded BLAS gemm; a batch of products runs one
+single-threaded gemm per item across the threads. An
 operand may be C-contiguous or the transpose of a C-contiguous array (as the gradient of a
 matmul produces); that is passed to BLAS as a flag, never copied.
 """
 
 include "_common.pxi"
+include "_panel_gemm.pxi"
 include "_blas.pxi"
 include "_row_dense.pxi"
 include "_skinny.pxi"
-include "_panel_gemm.pxi"
 
 import numpy as np
 
@@ -40,56 +40,8 @@ cdef void _matmul2d(floating* a, floating* b, floating* c, Py_ssize_t m, Py_ssiz
     if floating is float:
         if _skinny_product(a, b, c, m, n, k, lda, ldb, trans_a, trans_b):
             return
-        if _panel_matmul(a, b, c, m, n, k, lda, ldb, trans_a, trans_b, NULL, False):
-            return
     threads = _gemm_threads(m * n * k)
     _gemm_split(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, n, threads)
-
-
-# The products the packed-panel kernel takes: at least 6 rows (one block) and 16 columns (one
-# panel), and up to this many multiply-adds (beyond, BLAS's blocking for the caches does as
-# well, or better where writing the output bounds the product).
-cdef Py_ssize_t _PANEL_MAX_WORK = 1 << 29
-
-
-def _set_panel_max_work(Py_ssize_t max_work):
-    """Set the limit above (0: never the panel products; for tests and timing); returns the old one."""
-    global _PANEL_MAX_WORK
-    old, _PANEL_MAX_WORK = _PANEL_MAX_WORK, max_work
-    return old
-
-
-cdef bint _panel_matmul(const float* a, const float* b, float* c, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
-                        Py_ssize_t lda, Py_ssize_t ldb, bint trans_a, bint trans_b, const float* bias,
-                        bint relu) noexcept nogil:
-    """Row-major c[m, n] = op(a) @ op(b) (then + bias where not NULL, then relu) by the
-    packed-panel product where it fits (True), else nothing (False). The threads take bands of
-    16-column panels, or of 6-row blocks when the columns are too few to share."""
-    if not _panels_ok or m < 6 or n < 16 or m * n * k > _PANEL_MAX_WORK:
-        return False
-    cdef Py_ssize_t sar = 1 if trans_a else lda, sap = lda if trans_a else 1
-    cdef Py_ssize_t sbp = 1 if trans_b else ldb, sbj = ldb if trans_b else 1
-    cdef int threads = _gemm_threads(m * n * k), part, failed = 0
-    if threads < 2:
-        return tapeflow_panel_product(a, sar, sap, b, sbp, sbj, c, n, m, n, k, 0, bias, relu) != 0
-    cdef bint by_cols = n >= 32 * threads
-    cdef Py_ssize_t unit = 16 if by_cols else 6, extent = n if by_cols else m
-    cdef Py_ssize_t step = ((extent + unit - 1) // unit + threads - 1) // threads * unit, lo, hi
-    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
-    with parallel(num_threads=threads):
-        own = tapeflow_fpenv_swap(env)
-        for part in prange(threads, schedule="static"):
-            lo = part * step
-            hi = min(lo + step, extent)
-            if lo < hi:
-                if by_cols:
-                    failed += tapeflow_panel_product(a, sar, sap, b + lo * sbj, sbp, sbj, c + lo, n, m, hi - lo,
-                                                     k, 0, bias if bias == NULL else bias + lo, relu) == 0
-                else:
-                    failed += tapeflow_panel_product(a + lo * sar, sar, sap, b, sbp, sbj, c + lo * n, n, hi - lo, n,
-                                                     k, 0, bias, relu) == 0
-        tapeflow_fpenv_swap(own)
-    return failed == 0
 
 
 cdef void _matmul3d(floating* a, floating* b, floating* c, Py_ssize_t batch, Py_ssize_t m, Py_ssize_t n,
@@ -339,7 +291,8 @@ cdef object _panel_dense(object a, object w, object bias, bint relu):
     if k == 0:
         return None
     with nogil:
-        done = _panel_matmul(ap, wp, op, m, n, k, lda, ldw, trans_a, trans_w, bp, relu)
+        done = _panel_split(b'T' if trans_a else b'N', b'T' if trans_w else b'N', m, n, k, ap, lda, wp, ldw, False,
+                            op, n, _gemm_threads(m * n * k), bp, relu)
     return out if done else None
 
 
