@@ -23,6 +23,8 @@ cdef extern from *:
         float acc[WIDTH];                                                                  \\
         for (int q = 0; q < WIDTH; q++) acc[q] = 0.0f;                                     \\
         for (ptrdiff_t i = 0; i < k; i++, w += ldw) {                                      \\
+            if (WIDTH >= 16 && i + 4 < k) /* the row 4 ahead, fetched while this one sums */  \\
+                for (int q = 0; q < WIDTH; q += 16) __builtin_prefetch(w + 4 * ldw + q);   \\
             const float xi = x[i];                                                         \\
             for (int q = 0; q < WIDTH; q++) acc[q] += xi * w[q];                           \\
         }                                                                                  \\
