@@ -165,23 +165,9 @@ cdef bint _panel_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_
         return tapeflow_panel_product(a, sar, sap, b, sbp, sbj, c, ldc, m, n, k, add, bias, relu) != 0
     cdef bint by_cols = n >= m
     cdef Py_ssize_t unit = 16 if by_cols else 6, extent = n if by_cols else m
-    cdef Py_ssize_t step = ((extent + unit - 1) // unit + threads - 1) // threads * unit, lo, hi
-    cdef int part, failed = 0
-    cdef unsigned int env = tapeflow_fpenv_get(), own = 0
-    with parallel(num_threads=threads):
-        own = tapeflow_fpenv_swap(env)
-        for part in prange(threads, schedule="static"):
-            lo = part * step
-            hi = min(lo + step, extent)
-            if lo < hi:
-                if by_cols:
-                    failed += tapeflow_panel_product(a, sar, sap, b + lo * sbj, sbp, sbj, c + lo, ldc, m, hi - lo,
-                                                     k, add, bias if bias == NULL else bias + lo, relu) == 0
-                else:
-                    failed += tapeflow_panel_product(a + lo * sar, sar, sap, b, sbp, sbj, c + lo * ldc, ldc,
-                                                     hi - lo, n, k, add, bias, relu) == 0
-        tapeflow_fpenv_swap(own)
-    return failed == 0
+    cdef Py_ssize_t step = ((extent + unit - 1) // unit + threads - 1) // threads * unit
+    return tapeflow_panel_split(a, sar, sap, b, sbp, sbj, c, ldc, m, n, k, add, bias, relu, by_cols, step,
+                                threads) != 0
 
 
 cdef void _gemm_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,

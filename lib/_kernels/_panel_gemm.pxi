@@ -11,6 +11,7 @@ from libc.stdlib cimport free
 
 cdef extern from *:
     """
+    #include <pthread.h>
     #include <stddef.h>
     #include <stdlib.h>
     #if defined(__GNUC__) && defined(__x86_64__)
@@ -193,10 +194,25 @@ cdef extern from *:
     #define TAPEFLOW_PANEL_NC 256
     #define TAPEFLOW_PANEL_MC 72
 
-    /* The calling thread's packing buffer, KC * NC floats, kept for its later calls (NULL when out of memory). */
+    /* The calling thread's packing buffer, KC * NC floats, kept for its later calls and freed when
+       the thread ends (NULL when out of memory). */
+    static pthread_key_t tapeflow_panel_key;
+    static int tapeflow_panel_key_made = 0;
+    static pthread_once_t tapeflow_panel_once = PTHREAD_ONCE_INIT;
+    static void tapeflow_panel_make_key(void) {
+        tapeflow_panel_key_made = pthread_key_create(&tapeflow_panel_key, free) == 0;
+    }
     static float *tapeflow_panel_buffer(void) {
-        static __thread float *buffer = NULL;
-        if (buffer == NULL) buffer = (float *)aligned_alloc(64, TAPEFLOW_PANEL_KC * TAPEFLOW_PANEL_NC * sizeof(float));
+        pthread_once(&tapeflow_panel_once, tapeflow_panel_make_key);
+        if (!tapeflow_panel_key_made) return NULL;
+        float *buffer = (float *)pthread_getspecific(tapeflow_panel_key);
+        if (buffer == NULL) {
+            buffer = (float *)aligned_alloc(64, TAPEFLOW_PANEL_KC * TAPEFLOW_PANEL_NC * sizeof(float));
+            if (buffer != NULL && pthread_setspecific(tapeflow_panel_key, buffer) != 0) {
+                free(buffer);
+                buffer = NULL;
+            }
+        }
         return buffer;
     }
 
@@ -222,12 +238,52 @@ cdef extern from *:
         }
         return 1;
     }
+
+    /* tapeflow_panel_product over `threads` threads, each a band of `step` columns (by_cols) or
+       rows of the result: all of it, or nothing (0) when a thread cannot have its packing buffer. */
+    static inline int tapeflow_panel_split(const float *a, ptrdiff_t sar, ptrdiff_t sap, const float *b,
+                                           ptrdiff_t sbp, ptrdiff_t sbj, float *c, ptrdiff_t ldc, ptrdiff_t m,
+                                           ptrdiff_t n, ptrdiff_t k, int add, const float *bias, int relu,
+                                           int by_cols, ptrdiff_t step, int threads)
+    {
+        int missing = 0;
+        const unsigned int env = tapeflow_fpenv_get();
+        #pragma omp parallel num_threads(threads)
+        {
+            if (tapeflow_panel_buffer() == NULL) {
+                #pragma omp atomic
+                missing++;
+            }
+            #pragma omp barrier
+            if (missing == 0) {
+                const unsigned int own = tapeflow_fpenv_swap(env);
+                #pragma omp for schedule(static)
+                for (int part = 0; part < threads; part++) {
+                    const ptrdiff_t extent = by_cols ? n : m, lo = part * step;
+                    const ptrdiff_t hi = lo + step < extent ? lo + step : extent;
+                    if (lo >= hi) continue;
+                    if (by_cols)
+                        tapeflow_panel_product(a, sar, sap, b + lo * sbj, sbp, sbj, c + lo, ldc, m, hi - lo, k, add,
+                                               bias != NULL ? bias + lo : NULL, relu);
+                    else
+                        tapeflow_panel_product(a + lo * sar, sar, sap, b, sbp, sbj, c + lo * ldc, ldc, hi - lo, n, k,
+                                               add, bias, relu);
+                }
+                tapeflow_fpenv_swap(own);
+            }
+        }
+        return missing == 0;
+    }
     """
     void tapeflow_panel_gemm(const float* a, Py_ssize_t lda, const float* packed, Py_ssize_t k, Py_ssize_t n,
                              float* c, Py_ssize_t ldc, Py_ssize_t m, int add) noexcept nogil
     int tapeflow_panel_product(const float* a, Py_ssize_t sar, Py_ssize_t sap, const float* b, Py_ssize_t sbp,
                                Py_ssize_t sbj, float* c, Py_ssize_t ldc, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                                int add, const float* bias, int relu) noexcept nogil
+    int tapeflow_panel_split(const float* a, Py_ssize_t sar, Py_ssize_t sap, const float* b, Py_ssize_t sbp,
+                             Py_ssize_t sbj, float* c, Py_ssize_t ldc, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                             int add, const float* bias, int relu, int by_cols, Py_ssize_t step,
+                             int threads) noexcept nogil
     int tapeflow_panel_supported() noexcept nogil
     float* tapeflow_pack_panels(const float* b, Py_ssize_t sp, Py_ssize_t sj, Py_ssize_t k, Py_ssize_t n) noexcept nogil
 

@@ -4,6 +4,8 @@ columns against float64, and the LSTM and GRU sequences with them against the BL
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -136,3 +138,18 @@ def test_dense_adds_the_bias_and_relu_as_it_stores_and_keeps_nans(m, k, n, relu,
     expected[1] = np.nan
     np.testing.assert_allclose(fused, expected, rtol=1e-5, atol=1e-5 * np.sqrt(k))
     np.testing.assert_allclose(fused, apart, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+@panels
+def test_products_from_several_python_threads_each_pack_into_their_own_buffer():
+    rng = np.random.default_rng(11)
+    pairs = [
+        (rng.standard_normal((70, 300)).astype(np.float32), rng.standard_normal((300, 90)).astype(np.float32))
+        for _ in range(6)
+    ]
+    expected = [a.astype(np.float64) @ b.astype(np.float64) for a, b in pairs]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(lambda ab: [K.matmul(*ab) for _ in range(20)], pairs))
+    for got, want in zip(results, expected, strict=True):
+        for one in got:
+            np.testing.assert_allclose(one, want, rtol=1e-5, atol=1e-4)
