@@ -160,7 +160,7 @@ cdef size_t _NO_MEMORY = 1
 cdef float* _packed_kernel(const floating[:, ::1] kernel, bint transposed):
     """The float32 recurrent kernel [units, gates] in panels for the steps' products: as it is
     (the forward's h @ kernel) or transposed (the backward's dz @ kernel^T); NULL where BLAS
-    takes them (float64, no AVX2, no rows)."""
+    takes them (float64, no AVX2, no units)."""
     cdef Py_ssize_t nu = kernel.shape[0], ng = kernel.shape[1]
     cdef float* packed
     if floating is double or not _panels_ok or nu == 0 or ng == 0:
