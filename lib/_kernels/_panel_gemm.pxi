@@ -127,7 +127,8 @@ cdef extern from *:
             float *cq = c + q * 16;
             const float *bq = bias != NULL ? bias + q * 16 : NULL;
             ptrdiff_t i = 0;
-            for (; i + 6 <= m; i += 6) tapeflow_panel_rows(a + i * sar, sar, sap, bp, k, cq + i * ldc, ldc, w, add, bq, relu, 6);
+            for (; i + 6 <= m; i += 6)
+                tapeflow_panel_rows(a + i * sar, sar, sap, bp, k, cq + i * ldc, ldc, w, add, bq, relu, 6);
             const float *ai = a + i * sar;
             float *ci = cq + i * ldc;
             switch (m - i) {
