@@ -144,13 +144,6 @@ cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_
 cdef Py_ssize_t _PANEL_MAX_WORK = 1 << 29
 
 
-def _set_panel_max_work(Py_ssize_t max_work):
-    """Set the limit above (0: never the panel products; for tests and timing); returns the old one."""
-    global _PANEL_MAX_WORK
-    old, _PANEL_MAX_WORK = _PANEL_MAX_WORK, max_work
-    return old
-
-
 cdef bint _panel_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, const float* a,
                        Py_ssize_t lda, const float* b, Py_ssize_t ldb, bint add, float* c, Py_ssize_t ldc,
                        int threads, const float* bias, bint relu) noexcept nogil:

@@ -75,26 +75,19 @@ cdef extern from *:
             tapeflow_fpenv_swap(own);
         }
     }
-
-    static int tapeflow_skinny_supported(void) {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
     #else
     static void tapeflow_skinny_nt(const float *g, ptrdiff_t ldg, const float *w, ptrdiff_t ldw, float *c,
                                    ptrdiff_t ldc, ptrdiff_t m, ptrdiff_t kk, ptrdiff_t n, int threads) {}
-    static int tapeflow_skinny_supported(void) { return 0; }
     #endif
     """
     void tapeflow_skinny_nt(const float* g, Py_ssize_t ldg, const float* w, Py_ssize_t ldw, float* c,
                             Py_ssize_t ldc, Py_ssize_t m, Py_ssize_t kk, Py_ssize_t n, int threads) noexcept nogil
-    int tapeflow_skinny_supported() noexcept nogil
 
 # The short side up to which, and the large operand's elements from which, a product takes
 # the skinny kernel (below, the large operand stays in the caches and BLAS packs it cheaply).
 cdef Py_ssize_t _SKINNY_MAX_SIDE = 32
 cdef Py_ssize_t _SKINNY_MIN_ELEMENTS = 1 << 20
-cdef bint _skinny_ok = tapeflow_skinny_supported()
+cdef bint _skinny_ok = tapeflow_panel_supported()  # the same need: AVX2 with FMA (_panel_gemm.pxi)
 
 
 def _skinny_supported():

@@ -105,11 +105,11 @@ def test_matmul_on_panels_matches_float64_and_blas_with_the_same_bits_on_any_thr
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
     a, b = (a.T if trans_a else a), (b.T if trans_b else b)
     one, two = _matmul_on(a, b, 1), _matmul_on(a, b, 2)
-    old = K._gemm._set_panel_max_work(0)
+    old = K._gemm._set_panels(False)
     try:
         blas = K.matmul(a, b)
     finally:
-        K._gemm._set_panel_max_work(old)
+        K._gemm._set_panels(old)
     expected = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_array_equal(one, two)
     np.testing.assert_allclose(one, expected, rtol=1e-5, atol=1e-5 * np.sqrt(k))
@@ -128,11 +128,11 @@ def test_dense_adds_the_bias_and_relu_as_it_stores_and_keeps_nans(m, k, n, relu,
     w = w.T if transposed_w else w
     bias = rng.standard_normal(n).astype(np.float32)
     fused = K._gemm.dense(a, w, bias, relu)
-    old = K._gemm._set_panel_max_work(0)
+    old = K._gemm._set_panels(False)
     try:
         apart = K._gemm.dense(a, w, bias, relu)
     finally:
-        K._gemm._set_panel_max_work(old)
+        K._gemm._set_panels(old)
     expected = a.astype(np.float64) @ w.astype(np.float64) + bias
     expected = np.where(expected > 0, expected, 0.0) if relu else expected
     expected[1] = np.nan
