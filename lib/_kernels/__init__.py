@@ -35,6 +35,7 @@ MODULES = (
     "recurrent",
     "allocator",
     "draws",
+    "schedule",
 )
 REBUILD = "run `make build` (or `python setup.py build_ext --inplace`) to rebuild the kernels"
 
@@ -186,6 +187,7 @@ def set_cores_busy(busy: bool | None) -> bool | None:
     _recurrent,
     _allocator,
     _draws,
+    _schedule,
 ) = (_modules[name] for name in MODULES)
 
 conv2d_forward = _conv.conv2d_forward
@@ -193,6 +195,7 @@ matmul = _gemm.matmul
 dense = _gemm.dense
 DenseKernel = _gemm.DenseKernel
 DenseChain = _gemm.DenseChain
+Schedule = _schedule.Schedule
 conv2d_backward_input = _conv.conv2d_backward_input
 conv2d_backward_filter = _conv.conv2d_backward_filter
 max_pool2d_forward = _pool.max_pool2d_forward

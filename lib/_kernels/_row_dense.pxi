@@ -14,28 +14,69 @@ cdef extern from *:
     #define TAPEFLOW_SIMD_CLONES
     #endif
 
-    /* y[0:WIDTH] = x[0:k] @ w[0:k, 0:WIDTH] + b[0:WIDTH], w with row stride ldw. */
-    #define TAPEFLOW_ROW_BLOCK(WIDTH)                                                       \\
-    static inline __attribute__((always_inline)) void tapeflow_row_block_##WIDTH(          \\
-        const float *restrict x, const float *restrict w, ptrdiff_t ldw, ptrdiff_t k,      \\
-        const float *restrict b, float *restrict y, int relu)                              \\
-    {                                                                                      \\
-        float acc[WIDTH];                                                                  \\
-        for (int q = 0; q < WIDTH; q++) acc[q] = 0.0f;                                     \\
-        for (ptrdiff_t i = 0; i < k; i++, w += ldw) {                                      \\
-            if (WIDTH >= 16 && i + 4 < k) /* the row 4 ahead, fetched while this one sums */  \\
-                for (int q = 0; q < WIDTH; q += 16) __builtin_prefetch(w + 4 * ldw + q);   \\
-            const float xi = x[i];                                                         \\
-            for (int q = 0; q < WIDTH; q++) acc[q] += xi * w[q];                           \\
-        }                                                                                  \\
-        for (int q = 0; q < WIDTH; q++) {                                                  \\
-            const float v = acc[q] + b[q];                                                 \\
-            y[q] = (relu && v < 0.0f) ? 0.0f : v;                                          \\
-        }                                                                                  \\
+    /* y[0:64] = x[0:k] @ w[0:k, 0:64] + b[0:64] (then relu), w with row stride ldw. */
+    static inline __attribute__((always_inline)) void tapeflow_row_block_64(
+        const float *restrict x, const float *restrict w, ptrdiff_t ldw, ptrdiff_t k,
+        const float *restrict b, float *restrict y, int relu)
+    {
+        float acc[64];
+        for (int q = 0; q < 64; q++) acc[q] = 0.0f;
+        for (ptrdiff_t i = 0; i < k; i++, w += ldw) {
+            if (i + 4 < k) /* the row 4 ahead, fetched while this one sums */
+                for (int q = 0; q < 64; q += 16) __builtin_prefetch(w + 4 * ldw + q);
+            const float xi = x[i];
+            for (int q = 0; q < 64; q++) acc[q] += xi * w[q];
+        }
+        for (int q = 0; q < 64; q++) {
+            const float v = acc[q] + b[q];
+            y[q] = (relu && v < 0.0f) ? 0.0f : v;
+        }
     }
-    TAPEFLOW_ROW_BLOCK(64)
-    TAPEFLOW_ROW_BLOCK(8)
-    TAPEFLOW_ROW_BLOCK(1)
+
+    /* The same for 8 outputs: four rows at a time into four sums of 8 lanes (added up at the
+       end, in order), so that each sum does not wait on the one before. */
+    typedef float tapeflow_lanes8 __attribute__((vector_size(32)));
+    static inline __attribute__((always_inline)) void tapeflow_row_block_8(
+        const float *restrict x, const float *restrict w, ptrdiff_t ldw, ptrdiff_t k,
+        const float *restrict b, float *restrict y, int relu)
+    {
+        tapeflow_lanes8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, w0, w1, w2, w3;
+        ptrdiff_t i = 0;
+        for (; i + 4 <= k; i += 4, w += 4 * ldw) {
+            __builtin_memcpy(&w0, w, sizeof w0);
+            __builtin_memcpy(&w1, w + ldw, sizeof w1);
+            __builtin_memcpy(&w2, w + 2 * ldw, sizeof w2);
+            __builtin_memcpy(&w3, w + 3 * ldw, sizeof w3);
+            a0 += x[i] * w0;
+            a1 += x[i + 1] * w1;
+            a2 += x[i + 2] * w2;
+            a3 += x[i + 3] * w3;
+        }
+        for (; i < k; i++, w += ldw) {
+            __builtin_memcpy(&w0, w, sizeof w0);
+            a0 += x[i] * w0;
+        }
+        __builtin_memcpy(&w0, b, sizeof w0);
+        const tapeflow_lanes8 sum = a0 + a1 + a2 + a3 + w0;
+        for (int q = 0; q < 8; q++) y[q] = (relu && sum[q] < 0.0f) ? 0.0f : sum[q];
+    }
+
+    /* The same for one output, eight rows at a time into eight sums. */
+    static inline __attribute__((always_inline)) void tapeflow_row_block_1(
+        const float *restrict x, const float *restrict w, ptrdiff_t ldw, ptrdiff_t k,
+        const float *restrict b, float *restrict y, int relu)
+    {
+        float acc[8];
+        for (int r = 0; r < 8; r++) acc[r] = 0.0f;
+        ptrdiff_t i = 0;
+        for (; i + 8 <= k; i += 8, w += 8 * ldw)
+            for (int r = 0; r < 8; r++) acc[r] += x[i + r] * w[r * ldw];
+        for (; i < k; i++, w += ldw) acc[0] += x[i] * w[0];
+        float v = acc[0];
+        for (int r = 1; r < 8; r++) v += acc[r];
+        v += b[0];
+        y[0] = (relu && v < 0.0f) ? 0.0f : v;
+    }
 
     TAPEFLOW_SIMD_CLONES
     static void tapeflow_row_dense_band(const float *x, const float *w, ptrdiff_t ldw, const float *b,

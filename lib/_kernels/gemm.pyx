@@ -183,9 +183,11 @@ cdef class DenseKernel:
         return out if out is not None else self.general(a, w, bias)
 
 
-# The most layers one DenseChain runs.
+# The most layers one DenseChain runs, and how many floats of the layers' outputs between
+# them it keeps on the stack (more go to an array).
 cdef enum:
     _CHAIN_MAX = 16
+    _CHAIN_STACK_FLOATS = 4096
 
 
 cdef class DenseChain:
@@ -230,13 +232,17 @@ cdef class DenseChain:
         cdef cnp.npy_intp out_dims[2]
         out_dims[0], out_dims[1] = 1, width
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, out_dims, cnp.NPY_FLOAT32, 0)
-        cdef cnp.ndarray between = np.empty(max(scratch, 1), np.float32)
+        # the layers' outputs between them: on the stack when they fit
+        cdef float on_stack[_CHAIN_STACK_FLOATS]
+        cdef cnp.ndarray between = None if scratch <= _CHAIN_STACK_FLOATS else np.empty(scratch, np.float32)
         cdef const float* ws[_CHAIN_MAX]
         cdef const float* bs[_CHAIN_MAX]
         cdef float* ys[_CHAIN_MAX + 1]
         cdef Py_ssize_t dims[_CHAIN_MAX + 1]
         cdef int relus[_CHAIN_MAX]
-        cdef float* free_at = <float*>cnp.PyArray_DATA(between)
+        cdef float* free_at = &on_stack[0]
+        if between is not None:
+            free_at = <float*>cnp.PyArray_DATA(between)
         ys[0] = <float*>cnp.PyArray_DATA(<cnp.ndarray>x)
         dims[0] = cnp.PyArray_DIMS(<cnp.ndarray>x)[1]
         for l in range(layers):

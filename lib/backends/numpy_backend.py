@@ -486,6 +486,9 @@ def bind_fused_matmul(reference, activation):
     return _kernels.DenseKernel(activation == "relu", functools.partial(fused_matmul, activation=activation))
 
 
+# The graph executor's run loop, compiled.
+Schedule = _kernels.Schedule
+
 # The most dense layers one `dense_chain` kernel runs.
 DENSE_CHAIN_MAX = _kernels.DenseChain.MAX_LAYERS
 

@@ -145,33 +145,60 @@ class Executor:
         # one device's numerics are set directly, without a context object per run
         (only,) = self._numerics_devices if len(self._numerics_devices) == 1 else (None,)
         self._numerics_of_one = None if only is None else (backend(only.family), only.index)
+        # the backend's compiled run loop, for runs nobody observes or cancels
+        compiled = getattr(self._backend, "Schedule", None)
+        self._schedule = None
+        if compiled is not None and self._backend.HOLDS_NUMPY and only is not None and self._reusing is None:
+            kernels = self._numerics_of_one[0]
+            self._schedule = compiled(
+                self._size,
+                self._feed_slots,
+                self._constants,
+                self._reads,
+                self._chained_steps,
+                self._fetch_slots,
+                enter=functools.partial(kernels.enter_numerics, only.index),
+                leave=kernels.leave_numerics,
+                run_step=_run_step,
+                run_layers=_run_layers,
+                failed=_failed_step,
+                kernel_kind=_KERNEL,
+                chain_kind=_CHAIN,
+            )
 
     def run(self, feed_arrays, cancelled=None) -> list[np.ndarray]:
         """Run the schedule on the fed arrays; return the fetched arrays. With `cancelled`,
         raise `RunCancelled` before the first node run after it returns true."""
+        schedule = self._schedule
+        if schedule is not None and cancelled is None and HOOKS.node is None:
+            fetched = schedule.run(feed_arrays)
+            if PENDING.flags:  # checks deferred on a device: one read per run
+                check_pending(deferrable=True)
+            return fetched
         env = [None] * self._size
-        kernels = self._backend
-        if kernels.HOLDS_NUMPY:
+        if self._backend.HOLDS_NUMPY:
             for s, arr in zip(self._feed_slots, feed_arrays, strict=True):
                 env[s] = arr
         else:
+            kernels, index = self._backend, self.graph.device.index
             for s, arr in zip(self._feed_slots, feed_arrays, strict=True):
-                env[s] = kernels.from_host(arr, self.graph.device.index)
+                env[s] = kernels.from_host(arr, index)
         for s, data in self._constants:
             env[s] = data
         for s, var in self._reads:
             env[s] = var._value
         observer = HOOKS.node
-        steps = self._chained_steps if observer is None and cancelled is None else self._steps
         one, reusing = self._numerics_of_one, self._reusing
-        if one is not None and reusing is None:  # the common case, with the fewest Python calls
+        if one is not None and reusing is None and observer is None and cancelled is None:
+            # the common case, with the fewest Python calls
             device_kernels, index = one
             state = device_kernels.enter_numerics(index)
             try:
-                self._run_steps(env, steps, observer, cancelled)
+                _run_unobserved(env, self._chained_steps)
             finally:
                 device_kernels.leave_numerics(state)
         else:
+            steps = self._chained_steps if observer is None and cancelled is None else self._steps
             with numerics(*self._numerics_devices), reusing() if reusing is not None else contextlib.nullcontext():
                 self._run_steps(env, steps, observer, cancelled)
         if PENDING.flags:  # checks deferred on a device: one read per run
@@ -179,36 +206,15 @@ class Executor:
         return [env[s] for s in self._fetch_slots]
 
     def _run_steps(self, env, steps, observer, cancelled) -> None:
-        """Run `steps` on the slot list `env`, inside the devices' numerics."""
-        for kind, fn, args, out, dtype, node, conform, frees in steps:
+        """Run `steps` on the slot list `env`, inside the devices' numerics, each node shown
+        to `observer` and `cancelled` asked before each (either may be None)."""
+        for step in steps:
+            kind, fn, args, out, dtype, node, conform, frees = step
             if cancelled is not None and cancelled():
                 raise RunCancelled(f"graph {self.graph.name!r}: run cancelled before node {node.name!r}")
             if observer is not None:
                 start = time.perf_counter_ns()
-            if kind == _KERNEL:
-                r = env[out] = _kernel_result(env, fn, args, dtype, node, conform)
-            elif kind == _CHAIN:
-                chain, layers = fn
-                r = chain(*args(env))
-                env[out] = r if r is not None else _run_layers(env, layers)
-            elif kind == _IN_PLACE:
-                r = _write_in_place(env, args, fn, node)
-                if type(out) is tuple:
-                    for s, one in zip(out, r, strict=True):
-                        env[s] = one
-                else:
-                    env[out] = r
-            elif kind == _MULTI:
-                try:
-                    r = fn(*args(env))
-                except Exception as exc:  # noqa: BLE001 - re-raised with the node named
-                    raise _node_error(node, list(args(env)), exc) from exc
-                for s, one, d in zip(out, r, dtype, strict=True):
-                    env[s] = one if type(one) is np.ndarray and one.dtype == d else conform(one, d)
-            else:
-                if PENDING.flags:  # checks deferred on a device pass before any variable changes
-                    check_pending(deferrable=True)
-                r = fn._value = conform(env[args[0]], fn.dtype.np)
+            r = _run_step(env, step)
             if observer is not None:
                 observer(self.graph, node, args(env) if kind != _ASSIGN else (env[args[0]],), r, start)
             for i in frees:
@@ -239,16 +245,60 @@ class Executor:
         return kernel(*arrays)
 
 
+def _run_unobserved(env, steps) -> None:
+    """Run `steps` on the slot list `env`: a kernel step inline, any other by `_run_step`."""
+    for step in steps:
+        kind, fn, args, out, dtype, node, conform, frees = step
+        if kind == _KERNEL:
+            env[out] = _kernel_result(env, fn, args, dtype, node, conform)
+        else:
+            _run_step(env, step)
+        for i in frees:
+            env[i] = None
+
+
+def _run_step(env, step):
+    """Run one step of a schedule on the slot list `env`; its result (an array, or a
+    tuple of them for a multi-output node)."""
+    kind, fn, args, out, dtype, node, conform, _ = step
+    if kind == _KERNEL:
+        r = env[out] = _kernel_result(env, fn, args, dtype, node, conform)
+    elif kind == _CHAIN:
+        chain, layers = fn
+        r = chain(*args(env))
+        env[out] = r if r is not None else _run_layers(env, layers)
+    elif kind == _IN_PLACE:
+        r = _write_in_place(env, args, fn, node)
+        if type(out) is tuple:
+            for s, one in zip(out, r, strict=True):
+                env[s] = one
+        else:
+            env[out] = r
+    elif kind == _MULTI:
+        try:
+            r = fn(*args(env))
+        except Exception as exc:  # noqa: BLE001 - re-raised with the node named
+            raise _node_error(node, list(args(env)), exc) from exc
+        for s, one, d in zip(out, r, dtype, strict=True):
+            env[s] = one if type(one) is np.ndarray and one.dtype == d else conform(one, d)
+    else:
+        if PENDING.flags:  # checks deferred on a device pass before any variable changes
+            check_pending(deferrable=True)
+        r = fn._value = conform(env[args[0]], fn.dtype.np)
+    return r
+
+
 def _with_frees(steps: list, reads: list, keep: set) -> list:
     """The steps, each with the slots to clear after it: a value's slot is cleared after its
-    last reader runs (fetched values, in `keep`, are kept)."""
+    last reader runs (fetched values, in `keep`, are kept; after the last step the whole list
+    goes, so it clears none)."""
     last: dict[int, int] = {}
     for i, ins in enumerate(reads):
         for s in ins:
             last[s] = i
     frees: list[list[int]] = [[] for _ in steps]
     for s, i in last.items():
-        if s not in keep:
+        if s not in keep and i + 1 < len(steps):
             frees[i].append(s)
     return [(*step, tuple(f)) for step, f in zip(steps, frees, strict=True)]
 
@@ -303,6 +353,11 @@ def _run_layers(env, layers) -> np.ndarray:
     for _, fn, args, out, dtype, node, conform in layers:
         r = env[out] = _kernel_result(env, fn, args, dtype, node, conform)
     return r
+
+
+def _failed_step(env, step, exc) -> Exception:
+    """The error a kernel step's failure is raised as: a NodeError naming its node."""
+    return _node_error(step[5], list(step[2](env)), exc)
 
 
 def _kernel_result(env, fn, args, dtype, node, conform) -> np.ndarray:

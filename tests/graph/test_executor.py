@@ -8,7 +8,7 @@ import pytest
 
 import tapeflow as tp
 from tapeflow.graph import passes
-from tapeflow.graph.executor import Executor, NodeError, RunCancelled
+from tapeflow.graph.executor import _CHAIN, Executor, NodeError, RunCancelled
 from tapeflow.graph.ir import GraphIR
 from tapeflow.graph.passes.fold import ConstantFolding
 from tapeflow.ops.registry import apply, get_op
@@ -252,3 +252,56 @@ def test_an_in_place_scatter_also_passes_through_run_node():
     assert "scatter_update" in [op for op, _ in recording.seen]
     np.testing.assert_array_equal(table.numpy()[[1, 3]], np.ones((2, 3)))
     assert float(total) == float(table.numpy().sum())
+
+
+def test_the_compiled_run_loop_gives_the_python_loops_bits(rng):
+    """A CPU graph runs on the backend's compiled loop; for every kind of step (kernels, a
+    multi-output node, a dense chain, constants, a state write) it gives the bits and the
+    state of the Python loop that profiled and cancellable runs take."""
+    model = tp.Sequential([tp.layers.Dense(16, activation="relu"), tp.layers.Dense(8)])
+    model.build((None, 6))
+    total = tp.Variable(np.zeros((), np.float32), name="total")
+    offset = rng.standard_normal(4).astype(np.float32)
+
+    def f(x):
+        a, b = tp.split(model(x, training=False), 2, axis=-1)
+        total.assign_add(tp.sum(a))
+        return [tp.exp(a) + tp.tensor(offset), b * 2.0]
+
+    graph = tp.freeze(f, tp.TensorSpec((None, 6)))
+    executor = Executor(graph, graph.outputs, graph.inputs)
+    assert executor._schedule is not None and _CHAIN in [step[0] for step in executor._chained_steps]
+    for rows in (1, 3):
+        x = rng.standard_normal((rows, 6)).astype(np.float32)
+        total.assign(np.float32(1.5))
+        compiled = executor.run([x])
+        after_compiled = total.numpy()
+        total.assign(np.float32(1.5))
+        python = executor.run([x], cancelled=lambda: False)
+        assert [a.tobytes() for a in compiled] == [a.tobytes() for a in python]
+        assert after_compiled.tobytes() == total.numpy().tobytes()
+        y = model(tp.tensor(x), training=False).numpy().astype(np.float64)
+        np.testing.assert_allclose(compiled[1], y[:, 4:] * 2.0, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(after_compiled, 1.5 + y[:, :4].sum(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_graph_call_checks_every_new_shape_and_dtype(rng):
+    """Calling a graph of one input again with an array of the shape and dtype it last took
+    runs it at once; any other array is checked (and converted) as the first one was, and an
+    edited graph checks again."""
+    model, graph = _dense_stack((6, 16, 3), ("relu", None))
+    x = rng.standard_normal((1, 6)).astype(np.float32)
+    first = graph(x).numpy()
+    np.testing.assert_allclose(first, model(tp.tensor(x), training=False).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(graph(x).numpy(), first)
+    np.testing.assert_array_equal(graph(x.astype(np.float64)).numpy(), first)  # converted
+    np.testing.assert_allclose(graph(np.repeat(x, 2, axis=0)).numpy(), np.repeat(first, 2, axis=0), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"feed 'input' expects shape float32\[\?,6\], got \(1, 5\)"):
+        graph(x[:, :5])
+    np.testing.assert_array_equal(graph(np.ones((1, 6), np.int32)).numpy(), graph(np.ones((1, 6), np.float32)).numpy())
+    with pytest.raises(TypeError, match="expects float32, got bool"):
+        graph(np.ones((1, 6), bool))
+    graph.changed()
+    with pytest.raises(ValueError, match=r"got \(1, 5\)"):
+        graph(x[:, :5])
+    np.testing.assert_array_equal(graph(x).numpy(), first)

@@ -604,7 +604,7 @@ def test_program_rejects_malformed_instructions():
 def test_build_info_reports_every_module():
     info = K.build_info()
     expected = {"conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv", "elementwise", "word2vec"}
-    expected |= {"conv3d", "pool3d", "depthwise", "recurrent", "allocator", "draws"}
+    expected |= {"conv3d", "pool3d", "depthwise", "recurrent", "allocator", "draws", "schedule"}
     assert set(info) == set(K.MODULES) == expected
     for name, entry in info.items():
         path = Path(entry["path"])
