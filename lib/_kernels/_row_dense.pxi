@@ -88,28 +88,6 @@ cdef extern from *:
         for (; j < hi; j++) tapeflow_row_block_1(x, w + j, ldw, k, b + j, y + j, relu);
     }
 
-    /* y[0:n] = x[0:k] @ w[k, n] + b (w C-contiguous), the outputs cut into `threads` bands. */
-    static void tapeflow_row_dense(const float *x, const float *w, const float *b, float *y,
-                                   ptrdiff_t k, ptrdiff_t n, int relu, int threads)
-    {
-        if (threads < 2) {
-            tapeflow_row_dense_band(x, w, n, b, y, k, 0, n, relu);
-            return;
-        }
-        const ptrdiff_t step = ((n + threads - 1) / threads + 63) / 64 * 64;
-        const unsigned int env = tapeflow_fpenv_get();
-        #pragma omp parallel num_threads(threads)
-        {
-            const unsigned int own = tapeflow_fpenv_swap(env);
-            #pragma omp for schedule(static)
-            for (int t = 0; t < threads; t++) {
-                const ptrdiff_t lo = t * step, hi = lo + step < n ? lo + step : n;
-                if (lo < hi) tapeflow_row_dense_band(x, w, n, b, y, k, lo, hi, relu);
-            }
-            tapeflow_fpenv_swap(own);
-        }
-    }
-
     /* The threads' share of one layer of a chain: below 128 outputs the first thread takes the
        whole layer, otherwise each takes its band of 64-wide blocks. */
     static void tapeflow_chain_layer(const float *x, const float *w, const float *b, float *y,
@@ -124,16 +102,38 @@ cdef extern from *:
         if (lo < hi) tapeflow_row_dense_band(x, w, n, b, y, k, lo, hi, relu);
     }
 
+    typedef struct {
+        int layers;
+        const float *const *ws, *const *bs;
+        float *const *ys;
+        const ptrdiff_t *dims;
+        const int *relus;
+    } tapeflow_chain_job;
+
+    /* One thread's part of a chain, as a job of the team. */
+    static void tapeflow_chain_part(void *arg, tapeflow_team_ctx *ctx) {
+        const tapeflow_chain_job *job = (const tapeflow_chain_job *)arg;
+        for (int l = 0; l < job->layers; l++) {
+            tapeflow_chain_layer(job->ys[l], job->ws[l], job->bs[l], job->ys[l + 1], job->dims[l], job->dims[l + 1],
+                                 job->relus[l], ctx->thread, ctx->threads);
+            if (l + 1 < job->layers) tapeflow_team_barrier(ctx);
+        }
+    }
+
     /* One row through `layers` dense layers, ys[l + 1] = ys[l] @ ws[l] + bs[l] (then relu where
-       relus[l]), ws[l] C-contiguous of shape dims[l] x dims[l + 1]. All layers run in one
-       parallel region, the threads meeting at a barrier between layers: each thread reads the
-       same columns of every weight each call, so those stay in its core's cache. */
+       relus[l]), ws[l] C-contiguous of shape dims[l] x dims[l + 1]. With threads, each layer's
+       outputs are cut into bands between them (see tapeflow_chain_layer), the threads meeting
+       between layers: on the team where it takes the job, else in one OpenMP parallel region.
+       Each thread reads the same columns of every weight each call, so those stay in its core's
+       cache. A single layer is a chain of one. */
     static void tapeflow_row_dense_chain(int layers, const float *const *ws, const float *const *bs,
                                          float *const *ys, const ptrdiff_t *dims, const int *relus,
                                          int threads)
     {
-    #ifdef _OPENMP
         if (threads >= 2) {
+            tapeflow_chain_job job = {layers, ws, bs, ys, dims, relus};
+            if (tapeflow_team_run(tapeflow_chain_part, &job, threads)) return;
+    #ifdef _OPENMP
             const unsigned int env = tapeflow_fpenv_get();
             #pragma omp parallel num_threads(threads)
             {
@@ -149,10 +149,21 @@ cdef extern from *:
                 tapeflow_fpenv_swap(own);
             }
             return;
-        }
     #endif
+        }
         for (int l = 0; l < layers; l++)
             tapeflow_row_dense_band(ys[l], ws[l], dims[l + 1], bs[l], ys[l + 1], dims[l], 0, dims[l + 1], relus[l]);
+    }
+
+    /* y[0:n] = x[0:k] @ w[k, n] + b (w C-contiguous), the outputs cut into `threads` bands. */
+    static void tapeflow_row_dense(const float *x, const float *w, const float *b, float *y,
+                                   ptrdiff_t k, ptrdiff_t n, int relu, int threads)
+    {
+        const float *const ws[1] = {w}, *const bs[1] = {b};
+        float *const ys[2] = {(float *)x, y};
+        const ptrdiff_t dims[2] = {k, n};
+        const int relus[1] = {relu};
+        tapeflow_row_dense_chain(1, ws, bs, ys, dims, relus, threads);
     }
     """
     void tapeflow_row_dense(const float* x, const float* w, const float* b, float* y,

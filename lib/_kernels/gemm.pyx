@@ -11,6 +11,7 @@ matmul produces); that is passed to BLAS as a flag, never copied.
 include "_common.pxi"
 include "_panel_gemm.pxi"
 include "_blas.pxi"
+include "_team.pxi"
 include "_row_dense.pxi"
 include "_skinny.pxi"
 
