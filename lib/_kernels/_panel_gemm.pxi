@@ -166,16 +166,25 @@ cdef extern from *:
     /* The k x n matrix B, element (p, j) at b[p * sp + j * sj], into `packed` as panels of 16 columns. */
     static void tapeflow_pack_into(const float *b, ptrdiff_t sp, ptrdiff_t sj, ptrdiff_t k, ptrdiff_t n,
                                    float *packed) {
+        if (sj == 1) { /* rows of B in order, each read once from start to end */
+            const ptrdiff_t full = n / 16, tail = n - full * 16;
+            for (ptrdiff_t p = 0; p < k; p++) {
+                const float *src = b + p * sp;
+                for (ptrdiff_t q = 0; q < full; q++) __builtin_memcpy(packed + (q * k + p) * 16, src + q * 16, 64);
+                if (tail) {
+                    float *dst = packed + (full * k + p) * 16;
+                    for (ptrdiff_t j = 0; j < 16; j++) dst[j] = j < tail ? src[full * 16 + j] : 0.0f;
+                }
+            }
+            return;
+        }
         for (ptrdiff_t q = 0; q * 16 < n; q++) {
             float *dst = packed + q * k * 16;
             const ptrdiff_t w = n - q * 16 < 16 ? n - q * 16 : 16;
             for (ptrdiff_t p = 0; p < k; p++, dst += 16) {
                 const float *src = b + p * sp + q * 16 * sj;
                 ptrdiff_t j = 0;
-                if (sj == 1)
-                    for (; j < w; j++) dst[j] = src[j];
-                else
-                    for (; j < w; j++) dst[j] = src[j * sj];
+                for (; j < w; j++) dst[j] = src[j * sj];
                 for (; j < 16; j++) dst[j] = 0.0f;
             }
         }
@@ -225,10 +234,16 @@ cdef extern from *:
                                              ptrdiff_t n, ptrdiff_t k, int add, const float *bias, int relu) {
         float *buffer = tapeflow_panel_buffer();
         if (buffer == NULL) return 0;
-        for (ptrdiff_t j0 = 0; j0 < n; j0 += TAPEFLOW_PANEL_NC) {
-            const ptrdiff_t nc = n - j0 < TAPEFLOW_PANEL_NC ? n - j0 : TAPEFLOW_PANEL_NC;
-            for (ptrdiff_t p0 = 0; p0 < k; p0 += TAPEFLOW_PANEL_KC) {
+        /* With few rows of A, B is the traffic: its blocks are taken along its rows, each block
+           beside the one before in memory (the same sums in the same order either way). */
+        const int along_rows = m <= TAPEFLOW_PANEL_MC;
+        const ptrdiff_t outer = along_rows ? k : n, outer_step = along_rows ? TAPEFLOW_PANEL_KC : TAPEFLOW_PANEL_NC;
+        const ptrdiff_t inner = along_rows ? n : k, inner_step = along_rows ? TAPEFLOW_PANEL_NC : TAPEFLOW_PANEL_KC;
+        for (ptrdiff_t o = 0; o < outer; o += outer_step) {
+            for (ptrdiff_t q = 0; q < inner; q += inner_step) {
+                const ptrdiff_t p0 = along_rows ? o : q, j0 = along_rows ? q : o;
                 const ptrdiff_t kc = k - p0 < TAPEFLOW_PANEL_KC ? k - p0 : TAPEFLOW_PANEL_KC;
+                const ptrdiff_t nc = n - j0 < TAPEFLOW_PANEL_NC ? n - j0 : TAPEFLOW_PANEL_NC;
                 tapeflow_pack_into(b + p0 * sbp + j0 * sbj, sbp, sbj, kc, nc, buffer);
                 const int last = p0 + kc >= k;
                 for (ptrdiff_t i0 = 0; i0 < m; i0 += TAPEFLOW_PANEL_MC)

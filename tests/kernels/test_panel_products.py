@@ -117,6 +117,30 @@ def test_matmul_on_panels_matches_float64_and_blas_with_the_same_bits_on_any_thr
 
 
 @panels
+def test_beyond_the_work_limit_only_products_of_few_rows_keep_to_panels():
+    """Past the limit of multiply-adds a product of at most 72 rows (a dense layer's forward
+    at a small batch) still takes the panel kernel; one of more rows takes BLAS."""
+    rng = np.random.default_rng(11)
+    few, many = (rng.standard_normal((m, 300)).astype(np.float32) for m in (16, 80))
+    b = rng.standard_normal((300, 40)).astype(np.float32)
+    on_panels = [K.matmul(a, b) for a in (few, many)]
+    old = K._gemm._set_panels(False)
+    try:
+        on_blas = [K.matmul(a, b) for a in (few, many)]
+    finally:
+        K._gemm._set_panels(old)
+    old = K._gemm._set_panel_max_work(1000)
+    try:
+        limited = [K.matmul(a, b) for a in (few, many)]
+    finally:
+        K._gemm._set_panel_max_work(old)
+    assert all(p.tobytes() != q.tobytes() for p, q in zip(on_panels, on_blas, strict=True))  # told apart
+    assert limited[0].tobytes() == on_panels[0].tobytes()
+    assert limited[1].tobytes() == on_blas[1].tobytes()
+    np.testing.assert_allclose(limited[0], few.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+
+
+@panels
 @pytest.mark.parametrize("m, k, n", [(6, 5, 16), (13, 300, 17), (80, 33, 300)])
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("transposed_w", [False, True])
