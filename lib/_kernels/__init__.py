@@ -192,6 +192,7 @@ def set_cores_busy(busy: bool | None) -> bool | None:
 
 conv2d_forward = _conv.conv2d_forward
 matmul = _gemm.matmul
+descend_product = _gemm.descend_product
 dense = _gemm.dense
 DenseKernel = _gemm.DenseKernel
 DenseChain = _gemm.DenseChain

@@ -134,6 +134,51 @@ def matmul(a, b):
     return out
 
 
+def descend_product(param, a, b, double rate):
+    """param -= rate * (a @ b) in place, as one gemm that reads and writes param once (a and b
+    2-D of param's dtype, float32 or float64, param C-contiguous and writeable); returns param,
+    or None where the arrays are not such (then nothing is written).
+
+    >>> import numpy as np
+    >>> w = np.ones((2, 2))
+    >>> descend_product(w, np.ones((2, 3)), np.ones((3, 2)), 0.5).tolist()
+    [[-0.5, -0.5], [-0.5, -0.5]]
+    """
+    if not all(isinstance(x, np.ndarray) and x.ndim == 2 for x in (param, a, b)):
+        return None
+    cdef int kind = cnp.PyArray_TYPE(<cnp.ndarray>param)
+    if (kind != cnp.NPY_FLOAT32 and kind != cnp.NPY_FLOAT64) or cnp.PyArray_TYPE(<cnp.ndarray>a) != kind \
+            or cnp.PyArray_TYPE(<cnp.ndarray>b) != kind:
+        return None
+    if not (cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>param) and param.flags.writeable):
+        return None
+    cdef Py_ssize_t m = a.shape[0], k = a.shape[1], n = b.shape[1]
+    if b.shape[0] != k or param.shape[0] != m or param.shape[1] != n:
+        return None
+    if m == 0 or n == 0 or k == 0:
+        return param
+    abuf, ta = _stored(a)
+    bbuf, tb = _stored(b)
+    cdef Py_ssize_t lda = abuf.shape[1], ldb = bbuf.shape[1]
+    cdef void* ap = cnp.PyArray_DATA(<cnp.ndarray>abuf)
+    cdef void* bp = cnp.PyArray_DATA(<cnp.ndarray>bbuf)
+    cdef void* cp = cnp.PyArray_DATA(<cnp.ndarray>param)
+    cdef char trans_a = b'T' if ta else b'N', trans_b = b'T' if tb else b'N'
+    cdef int threads = _gemm_threads(m * n * k)
+    _blas_enter()
+    try:
+        with nogil:
+            if kind == cnp.NPY_FLOAT32:
+                _gemm_split(trans_a, trans_b, m, n, k, <float>-rate, <float*>ap, lda, <float*>bp, ldb, <float>1,
+                            <float*>cp, n, threads)
+            else:
+                _gemm_split(trans_a, trans_b, m, n, k, -rate, <double*>ap, lda, <double*>bp, ldb, <double>1,
+                            <double*>cp, n, threads)
+    finally:
+        _blas_leave()
+    return param
+
+
 cdef inline bint _plain_f32(object x, int ndim):
     return (cnp.PyArray_CheckExact(x) and cnp.PyArray_NDIM(<cnp.ndarray>x) == ndim
             and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_FLOAT32

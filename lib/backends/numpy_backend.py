@@ -481,6 +481,21 @@ def fused_matmul(a, w, b, activation):
     return _bias_activation(matmul(a, w), b, activation)
 
 
+def sgd_matmul_update(param, a, b, lr):
+    """`param - lr * (a @ b)` in a new array: the gemm writes into a copy of param."""
+    return sgd_matmul_update_in_place(param.copy(), a, b, lr)
+
+
+def sgd_matmul_update_in_place(param, a, b, lr):
+    """`sgd_matmul_update` writing param itself (the executor's form for a variable it owns):
+    one gemm that reads and writes param once, where the dtypes and layout allow; returns param."""
+    if not param.flags.writeable:
+        param = param.copy()
+    if _kernels.descend_product(param, a, b, float(lr)) is None:
+        np.copyto(param, param - np.matmul(a, b) * lr, casting="unsafe")  # the op's reference
+    return param
+
+
 def bind_fused_matmul(reference, activation):
     """One float32 row goes straight to the one-row dense kernel, with no Python in between."""
     return _kernels.DenseKernel(activation == "relu", functools.partial(fused_matmul, activation=activation))

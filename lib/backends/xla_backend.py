@@ -598,6 +598,11 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     return p_new, m_new, v_new
 
 
+def sgd_matmul_update(param, a, b, lr):
+    param = _t(param)
+    return param - torch.matmul(_t(a), _t(b)) * _t(lr).to(param.dtype)
+
+
 def sgd_momentum_update(param, m, grad, lr, momentum, nesterov=False):
     param, m, grad = _t(param), _t(m), _t(grad)
     lr = _t(lr).to(param.dtype)

@@ -470,6 +470,7 @@ _IN_PLACE_FORMS = {
     "adam_update": (3, lambda family, attrs: _bound(backend(family), "adam_update_in_place", attrs)),
     "adamw_update": (3, lambda family, attrs: _bound(backend(family), "adamw_update_in_place", attrs)),
     "sgd_momentum_update": (2, lambda family, attrs: _bound(backend(family), "sgd_momentum_update_in_place", attrs)),
+    "sgd_matmul_update": (1, lambda family, attrs: _bound(backend(family), "sgd_matmul_update_in_place", attrs)),
 }
 
 

@@ -1,6 +1,7 @@
 """Fused ops that graph passes create: a layer's product with its bias and activation
-(`fused_matmul`, `fused_conv2d`), and a chain of elementwise ops run as one program
-(`fused_elementwise`).
+(`fused_matmul`, `fused_conv2d`), a chain of elementwise ops run as one program
+(`fused_elementwise`), and a gradient descent step on a weight whose gradient is a product
+(`sgd_matmul_update`: `param - lr * (a @ b)`, which a CPU writes into the weight as one gemm).
 
 Like every op, each is defined here once, with its shape rule, its VJP written with the
 primitive ops and a NumPy reference; backends give them compiled kernels by name.
@@ -33,6 +34,7 @@ import numpy as np
 from tapeflow._kernels.fusion_opcodes import ARITY, PRIMITIVES
 from tapeflow.ops import shapes
 from tapeflow.ops.array import transpose
+from tapeflow.ops.core import cast
 from tapeflow.ops.math import matmul
 from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import apply, defop, get_op
@@ -86,6 +88,41 @@ def _fused_matmul_vjp(gs, xs, ys, activation):
 def FUSED_MATMUL(a, w, b, activation):
     """`activation(a @ w + b)`: a Dense layer in one node."""
     return bias_activation(np.matmul(a, w), b, activation)
+
+
+# ------------------------------------------------------------ descent on a product
+def _sgd_matmul_infer(param, a, b, lr):
+    if len(a.shape) != 2 or len(b.shape) != 2 or len(param.shape) != 2:
+        raise ValueError(
+            f"sgd_matmul_update: param, a and b must be 2-D, got shapes {param.shape}, {a.shape} and {b.shape}"
+        )
+    ((shape, dtype),) = get_op("matmul").infer(a, b)
+    if param.dtype is not dtype or dtype.kind != "f":
+        raise TypeError(f"sgd_matmul_update: param {param.dtype} and the product {dtype} must share one float dtype")
+    if any(p is not None and s is not None and p != s for p, s in zip(param.shape, shape, strict=True)):
+        raise ValueError(f"sgd_matmul_update: param of shape {param.shape} is not the product's shape {shape}")
+    if tuple(lr.shape) != () or lr.dtype.kind != "f":
+        raise ValueError(f"sgd_matmul_update: lr must be a float scalar, got shape {lr.shape} and dtype {lr.dtype}")
+    return [(param.shape, dtype)]
+
+
+def _sgd_matmul_vjp(gs, xs, ys, **_):
+    (g,) = gs
+    _, a, b, lr = xs
+    rate = cast(lr, g.dtype)
+    product = matmul(a, b)
+    return (
+        g,
+        -rate * matmul(g, transpose(b, (1, 0))),
+        -rate * matmul(transpose(a, (1, 0)), g),
+        cast(-reduce_sum(g * product), lr.dtype),
+    )
+
+
+@defop("sgd_matmul_update", infer=_sgd_matmul_infer, vjp=_sgd_matmul_vjp)
+def SGD_MATMUL_UPDATE(param, a, b, lr):
+    """`param - lr * (a @ b)`: a gradient descent step whose gradient is the product a @ b."""
+    return (param - np.matmul(a, b) * lr).astype(param.dtype, copy=False)
 
 
 # ------------------------------------------------------------ conv2d

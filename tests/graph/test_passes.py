@@ -333,3 +333,77 @@ def test_dense_relu_kernel_keeps_nan_as_eager_does(rows, dtype, rng):
     frozen = tp.get_op("fused_matmul").bound_kernel("cpu", {"activation": "relu"})(x, w, b)
     assert np.isnan(eager[0]).all()
     np.testing.assert_allclose(frozen, eager, rtol=1e-5, atol=1e-6)  # NaN positions must agree
+
+
+# ------------------------------------------------------- descent on a product
+def test_a_dense_layers_sgd_step_becomes_one_update_of_its_weight(rng):
+    """A frozen train step with plain SGD folds each dense kernel's gradient product into its
+    update (written into the weight's own array); three steps match SGD worked out in
+    float64 by hand."""
+    model = tp.Sequential([tp.layers.Dense(3)])
+    model.build((None, 5))
+    model.compile(optimizer=tp.optimizers.SGD(0.1), loss="mse")
+    w, b = (v.astype(np.float64) for v in model.get_weights())
+    kernel = model.layers[0].kernel
+    arrays = []
+    for _ in range(3):
+        x = rng.standard_normal((8, 5)).astype(np.float32)
+        y = rng.standard_normal((8, 3)).astype(np.float32)
+        model.train_on_batch(x, y)
+        arrays.append(kernel._value)
+        delta = 2.0 * (x @ w + b - y) / y.size
+        w, b = w - 0.1 * (x.T.astype(np.float64) @ delta), b - 0.1 * delta.sum(axis=0)
+    graph = next(g for entry in model._steps._graphs.values() for g in entry if hasattr(g, "op_counts"))
+    counts = graph.op_counts()
+    assert counts.get("sgd_matmul_update") == 1 and "matmul" not in counts
+    assert arrays[1] is arrays[2]  # the step writes the weight's array in place
+    np.testing.assert_allclose(model.get_weights()[0], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.get_weights()[1], b, rtol=1e-5, atol=1e-6)
+
+
+def _update_graph(program_of, shapes_of_a_b=((4, 3), (3, 2)), gradient_fetched=False):
+    """A graph updating a (4, 2) weight from a product, its update written by `program_of`."""
+    w = tp.Variable(np.ones((4, 2), np.float32))
+
+    def step(a, b, lr):
+        g = tp.matmul(a, b)
+        w.assign(program_of(w, g, lr))
+        return [w, g] if gradient_fetched else w
+
+    specs = [tp.TensorSpec(s) for s in shapes_of_a_b] + [tp.TensorSpec(())]
+    return w, tp.freeze(step, *specs)
+
+
+@pytest.mark.parametrize(
+    "program_of, fused",
+    [
+        (lambda w, g, lr: w - g * lr, True),
+        (lambda w, g, lr: w - lr * g, True),
+        (lambda w, g, lr: w - g * 0.25, True),
+        (lambda w, g, lr: w + g * lr, False),
+        (lambda w, g, lr: w * 0.99 - g * lr, False),  # weight decay
+        (lambda w, g, lr: w - g * (lr * 2.0), False),
+    ],
+    ids=["rate-input", "rate-first", "rate-constant", "ascent", "decay", "rate-computed"],
+)
+def test_only_a_plain_descent_step_on_a_product_is_folded(program_of, fused, rng):
+    w, graph = _update_graph(program_of)
+    assert ("sgd_matmul_update" in graph.op_counts()) == fused
+    a, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    lr = np.float32(0.5)
+    expected = program_of(np.ones((4, 2)), a.astype(np.float64) @ b, np.float64(lr))
+    graph(a, b, lr)
+    np.testing.assert_allclose(w.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_product_read_elsewhere_or_batched_is_not_folded():
+    _, fetched = _update_graph(lambda w, g, lr: w - g * lr, gradient_fetched=True)
+    assert "sgd_matmul_update" not in fetched.op_counts()
+    v = tp.Variable(np.ones((2, 4, 2), np.float32))
+
+    def batched(a, b, lr):
+        v.assign(v - tp.matmul(a, b) * lr)
+        return v
+
+    graph = tp.freeze(batched, tp.TensorSpec((2, 4, 3)), tp.TensorSpec((2, 3, 2)), tp.TensorSpec(()))
+    assert "sgd_matmul_update" not in graph.op_counts()

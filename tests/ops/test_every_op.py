@@ -2196,6 +2196,23 @@ for _act in ("relu", "linear"):
     )
 
 
+# ------------------------------------------------------- descent on a product
+sample(
+    "sgd_matmul_update",
+    "weight-gradient",
+    [normal(4, 3), normal(5, 4).T, normal(5, 3), np.array(0.05)],
+    {},
+    lambda p, a, b, lr: p - lr * (a @ b),
+)
+sample(
+    "sgd_matmul_update",
+    "large-rate",
+    [normal(2, 6), normal(2, 3), normal(3, 6), np.array(1.5)],
+    {},
+    lambda p, a, b, lr: p - lr * (a @ b),
+)
+
+
 # ======================================================================= tests
 def test_every_op_has_samples():
     registered = {op.name for op in registry.all_ops()}

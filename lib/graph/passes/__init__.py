@@ -2,8 +2,9 @@
 
 DEFAULT_PASSES simplify, fold constants, merge common subexpressions, drop
 dead code, fold bias adds and relus into the matmul or conv before them
-(`fused_matmul`, `fused_conv2d`), and fuse the remaining chains of elementwise ops
-into single `fused_elementwise` kernels (`FUSION`).
+(`fused_matmul`, `fused_conv2d`), fuse the remaining chains of elementwise ops
+into single `fused_elementwise` kernels (`FUSION`), and fold a plain gradient descent
+step into the product that makes its gradient (`sgd_matmul_update`).
 
 >>> import tapeflow as tp
 >>> g = tp.freeze(lambda x: x * 1.0 - 0.0, tp.TensorSpec((3,)), optimize=False)
@@ -16,6 +17,7 @@ from __future__ import annotations
 from tapeflow.graph.ir import GraphIR
 from tapeflow.graph.passes.cse import CommonSubexpressionElimination
 from tapeflow.graph.passes.dce import DeadCodeElimination
+from tapeflow.graph.passes.descent import ProductDescentFusion
 from tapeflow.graph.passes.epilogue import BiasActivationFusion
 from tapeflow.graph.passes.fold import ConstantFolding
 from tapeflow.graph.passes.fuse import ElementwiseFusion
@@ -29,6 +31,7 @@ DEFAULT_PASSES: list = [
     DeadCodeElimination(),
     BiasActivationFusion(),
     FUSION,
+    ProductDescentFusion(),
 ]
 
 
