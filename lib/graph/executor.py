@@ -148,8 +148,11 @@ class Executor:
         # the backend's compiled run loop, for runs nobody observes or cancels
         compiled = getattr(self._backend, "Schedule", None)
         self._schedule = None
-        if compiled is not None and self._backend.HOLDS_NUMPY and only is not None and self._reusing is None:
+        if compiled is not None and self._backend.HOLDS_NUMPY and only is not None:
             kernels = self._numerics_of_one[0]
+            enter, leave = functools.partial(kernels.enter_numerics, only.index), kernels.leave_numerics
+            if self._reusing is not None:
+                enter, leave = _reusing_blocks_too(enter, leave, self._reusing)
             self._schedule = compiled(
                 self._size,
                 self._feed_slots,
@@ -157,8 +160,8 @@ class Executor:
                 self._reads,
                 self._chained_steps,
                 self._fetch_slots,
-                enter=functools.partial(kernels.enter_numerics, only.index),
-                leave=kernels.leave_numerics,
+                enter=enter,
+                leave=leave,
                 run_step=_run_step,
                 run_layers=_run_layers,
                 failed=_failed_step,
@@ -243,6 +246,30 @@ class Executor:
         [1.0, 1.0]
         """
         return kernel(*arrays)
+
+
+def _reusing_blocks_too(enter, leave, reusing):
+    """`enter` and `leave` of a run's numerics, with the backend's `reusing` context (array data
+    from blocks earlier runs gave back) entered inside them."""
+
+    def enter_both():
+        state = enter()
+        blocks = reusing()
+        try:
+            blocks.__enter__()
+        except BaseException:
+            leave(state)
+            raise
+        return state, blocks
+
+    def leave_both(states):
+        state, blocks = states
+        try:
+            blocks.__exit__(None, None, None)
+        finally:
+            leave(state)
+
+    return enter_both, leave_both
 
 
 def _run_unobserved(env, steps) -> None:

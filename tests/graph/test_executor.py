@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tp
+from tapeflow._kernels import allocator
 from tapeflow.graph import passes
 from tapeflow.graph.executor import _CHAIN, Executor, NodeError, RunCancelled
 from tapeflow.graph.ir import GraphIR
@@ -305,3 +306,18 @@ def test_a_graph_call_checks_every_new_shape_and_dtype(rng):
     with pytest.raises(ValueError, match=r"got \(1, 5\)"):
         graph(x[:, :5])
     np.testing.assert_array_equal(graph(x).numpy(), first)
+
+
+def test_a_run_with_large_arrays_takes_kept_blocks_on_the_compiled_loop_too(rng):
+    """A graph making arrays of 256 KiB and more runs on the compiled loop inside the backend's
+    block-reusing context: its large arrays come from kept blocks, with the Python loop's bits."""
+    graph = tp.freeze(lambda x: tp.tanh(x * 2.0) @ tp.transpose(x, (1, 0)), tp.TensorSpec((300, 400)))
+    executor = Executor(graph, graph.outputs, graph.inputs)
+    assert executor._schedule is not None and executor._reusing is not None
+    x = rng.standard_normal((300, 400)).astype(np.float32)
+    python = executor.run([x], cancelled=lambda: False)[0]
+    before = allocator.reused_blocks()
+    for _ in range(3):
+        compiled = executor.run([x])[0]
+        assert compiled.tobytes() == python.tobytes()
+    assert allocator.reused_blocks() > before
