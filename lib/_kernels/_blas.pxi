@@ -139,12 +139,11 @@ cdef inline void _gemm(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_
 
 
 # The float32 products the packed-panel kernel takes (beside 6 rows and 16 columns at least): up
-# to this many multiply-adds, or any number with at most _PANEL_FEW_ROWS rows (a dense layer's
-# forward at a small batch: reading B bounds it, and the panel kernel reads B once, along its
-# rows); beyond, BLAS's blocking for the caches does as well, or better where writing the
-# output bounds the product.
+# to this many multiply-adds, or any number with at most one block of rows of A
+# (TAPEFLOW_PANEL_MC: a dense layer's forward at a small batch, which reading B bounds, and
+# the panel kernel then reads B once, along its rows); beyond, BLAS's blocking for the caches
+# does as well, or better where writing the output bounds the product.
 cdef Py_ssize_t _PANEL_MAX_WORK = 1 << 29
-cdef Py_ssize_t _PANEL_FEW_ROWS = 72
 
 
 def _set_panel_max_work(Py_ssize_t work):
@@ -163,7 +162,7 @@ cdef bint _panel_split(char transa, char transb, Py_ssize_t m, Py_ssize_t n, Py_
     take bands along C's longer side, as _gemm_split's: of 16-column panels, or of 6-row blocks."""
     if not _panels_ok or m < 6 or n < 16 or k < 1:
         return False
-    if m * n * k > _PANEL_MAX_WORK and m > _PANEL_FEW_ROWS:
+    if m * n * k > _PANEL_MAX_WORK and m > TAPEFLOW_PANEL_MC:
         return False
     cdef Py_ssize_t sar = 1 if transa == c'T' else lda, sap = lda if transa == c'T' else 1
     cdef Py_ssize_t sbp = 1 if transb == c'T' else ldb, sbj = ldb if transb == c'T' else 1

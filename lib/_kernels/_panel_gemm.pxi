@@ -301,6 +301,7 @@ cdef extern from *:
                              int add, const float* bias, int relu, int by_cols, Py_ssize_t step,
                              int threads) noexcept nogil
     int tapeflow_panel_supported() noexcept nogil
+    enum: TAPEFLOW_PANEL_MC
     float* tapeflow_pack_panels(const float* b, Py_ssize_t sp, Py_ssize_t sj, Py_ssize_t k, Py_ssize_t n) noexcept nogil
 
 cdef bint _panels_ok = tapeflow_panel_supported()
