@@ -197,7 +197,7 @@ class Executor:
             device_kernels, index = one
             state = device_kernels.enter_numerics(index)
             try:
-                _run_unobserved(env, self._chained_steps)
+                self._run_steps(env, self._chained_steps, None, None)
             finally:
                 device_kernels.leave_numerics(state)
         else:
@@ -270,18 +270,6 @@ def _reusing_blocks_too(enter, leave, reusing):
             leave(state)
 
     return enter_both, leave_both
-
-
-def _run_unobserved(env, steps) -> None:
-    """Run `steps` on the slot list `env`: a kernel step inline, any other by `_run_step`."""
-    for step in steps:
-        kind, fn, args, out, dtype, node, conform, frees = step
-        if kind == _KERNEL:
-            env[out] = _kernel_result(env, fn, args, dtype, node, conform)
-        else:
-            _run_step(env, step)
-        for i in frees:
-            env[i] = None
 
 
 def _run_step(env, step):
