@@ -191,6 +191,7 @@ cdef int _direct_forward(const Geometry* g, const float* x, const float* w, floa
                 _fill_band(g, x, band, r)
                 tapeflow_direct_row(band, band_row, w, y + r * g.ow * g.o, g.ow, g.o, g.kh, g.kw * g.c,
                                     g.sw * g.c)
+                _finish_pixels(g, y + r * g.ow * g.o, g.ow)
         free(band)
         tapeflow_fpenv_swap(own)
     return failed

@@ -246,7 +246,8 @@ cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, f
                             Py_ssize_t base, Py_ssize_t count, Py_ssize_t t0, Py_ssize_t t1,
                             Py_ssize_t tiles_h, Py_ssize_t tiles_w) noexcept nogil:
     """The 2x2 outputs A^T m A of tiles [t0, t1) (m: the planes [16][count][O] of tiles base ..
-    base + count) into y; those outside out_h x out_w into the row `scratch`."""
+    base + count) into y, with the forward's bias and relu; those outside out_h x out_w into the
+    row `scratch`."""
     cdef Py_ssize_t t, n, ti, tj, r, s, row, col
     cdef floating* outs[4]
     for t in range(t0, t1):
@@ -262,6 +263,9 @@ cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, f
             tapeflow_winograd_f32_out(m + (t - base) * g.o, count * g.o, outs, g.o)
         else:
             tapeflow_winograd_f64_out(m + (t - base) * g.o, count * g.o, outs, g.o)
+        for r in range(4):
+            if outs[r] != scratch:
+                _finish_pixels(g, outs[r], 1)
 
 
 cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w, floating* y,

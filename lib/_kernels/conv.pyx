@@ -36,6 +36,8 @@ def _set_col_buffer_bytes(Py_ssize_t n):
 cdef struct Geometry:
     Py_ssize_t n, h, w, c, kh, kw, o, oh, ow
     Py_ssize_t sh, sw, pt, pl, dh, dw
+    const void* bias     # the forward's o numbers (of its float type) added to every output pixel, or NULL
+    bint relu            # the forward's outputs taken through max(., 0) after the bias
 
 
 cdef struct Plan:
@@ -65,7 +67,29 @@ cdef Geometry _geometry(str op, tuple x_shape, tuple w_shape, Py_ssize_t out_h,
     g.kh, g.kw, _, g.o = w_shape
     g.oh, g.ow = out_h, out_w
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = stride_h, stride_w, pad_top, pad_left, dil_h, dil_w
+    g.bias, g.relu = NULL, False
     return g
+
+
+cdef inline void _finish_pixels(const Geometry* g, floating* y, Py_ssize_t pixels) noexcept nogil:
+    """The forward's bias and relu (g.bias, g.relu) on `pixels` output pixels at y, each g.o
+    numbers, while a thread has them in its cache; a NaN stays NaN, as max(NaN, 0) is NaN."""
+    cdef const floating* bias = <const floating*>g.bias
+    cdef Py_ssize_t i, count = pixels * g.o, q, p
+    cdef floating v
+    if bias != NULL:
+        for p in range(pixels):
+            if g.relu:
+                for q in range(g.o):
+                    v = y[p * g.o + q] + bias[q]
+                    y[p * g.o + q] = 0 if v < 0 else v
+            else:
+                for q in range(g.o):
+                    y[p * g.o + q] = y[p * g.o + q] + bias[q]
+    elif g.relu:
+        for i in range(count):
+            v = y[i]
+            y[i] = 0 if v < 0 else v
 
 
 cdef inline bint _is_pointwise(const Geometry* g) noexcept nogil:
@@ -273,8 +297,10 @@ cdef bint _other_way(str op, bint filter_grad, const Geometry* g, const floating
 
 def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] w,
                    int stride_h, int stride_w, int pad_top, int pad_left, int dil_h, int dil_w,
-                   int out_h, int out_w):
-    """y[N, out_h, out_w, O] = conv(x[N, H, W, C], w[KH, KW, C, O]) (cross-correlation).
+                   int out_h, int out_w, const floating[::1] bias=None, bint relu=False):
+    """y[N, out_h, out_w, O] = conv(x[N, H, W, C], w[KH, KW, C, O]) (cross-correlation),
+    plus `bias[O]` and through max(., 0) with `relu`, each block of outputs finished where it is
+    made (a fused_conv2d node).
 
     >>> import numpy as np
     >>> y = conv2d_forward(np.ones((1, 3, 3, 1)), np.ones((2, 2, 1, 1)), 1, 1, 0, 0, 1, 1, 2, 2)
@@ -283,10 +309,19 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
     """
     cdef Geometry g = _geometry("conv2d_forward", _shape4(x), _shape4(w), out_h, out_w,
                                 stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)
+    if bias is not None and bias.shape[0] != g.o:
+        raise ValueError(f"conv2d_forward: bias of shape ({bias.shape[0]},) does not match the filter "
+                         f"{_shape4(w)}'s {g.o} outputs")
     dtype = np.float32 if floating is float else np.float64
     cdef Py_ssize_t total = g.n * g.oh, kkc = g.kh * g.kw * g.c
     if total * g.ow * g.o == 0 or kkc == 0:
-        return np.zeros((g.n, g.oh, g.ow, g.o), dtype=dtype)
+        y = np.zeros((g.n, g.oh, g.ow, g.o), dtype=dtype)
+        if bias is not None:
+            y += np.asarray(bias)
+        return np.maximum(y, 0, out=y) if relu else y
+    if bias is not None:
+        g.bias = &bias[0]
+    g.relu = relu
     y = np.empty((g.n, g.oh, g.ow, g.o), dtype=dtype)  # every row written by a gemm
     cdef floating[:, :, :, ::1] y_view = y
     cdef const floating* xp = &x[0, 0, 0, 0]
@@ -318,6 +353,8 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
                         r0, r1)
                 _gemm_split(c'N', c'N', (r1 - r0) * g.ow, g.o, kkc, 1, col, kkc, wp, g.o, 0,
                             yp + r0 * g.ow * g.o, g.o, p.gemm_threads)
+            if pointwise or col != NULL:
+                _finish_pixels(&g, yp + r0 * g.ow * g.o, (r1 - r0) * g.ow)
         free(col)
         tapeflow_fpenv_swap(own)
     _blas_leave()

@@ -95,11 +95,16 @@ def _geometry(name, in_h, in_w, kh, kw, strides, padding, dilations):
 
 
 def conv2d(x, w, strides, padding, dilations):
+    return _conv2d(x, w, None, False, strides, padding, dilations)
+
+
+def _conv2d(x, w, bias, relu, strides, padding, dilations):
+    """conv2d, plus `bias` (of the computing dtype, or None) and relu as the kernel writes it."""
     xc, wc = _ready(x, w)
     sh, sw, top, left, dh, dw, oh, ow = _geometry(
         "conv2d", x.shape[1], x.shape[2], w.shape[0], w.shape[1], strides, padding, dilations
     )
-    y = _kernels.conv2d_forward(xc, wc, sh, sw, top, left, dh, dw, oh, ow)
+    y = _kernels.conv2d_forward(xc, wc, sh, sw, top, left, dh, dw, oh, ow, bias, relu)
     return y.astype(x.dtype, copy=False)
 
 
@@ -518,6 +523,8 @@ def dense_chain(kernels):
 
 
 def fused_conv2d(x, w, b, activation, **conv):
+    if x.dtype in _FAST and w.dtype == x.dtype and b.dtype == x.dtype and b.ndim == 1:
+        return _conv2d(x, w, np.ascontiguousarray(b), activation == "relu", **conv)
     return _bias_activation(conv2d(x, w, **conv), b, activation)
 
 
