@@ -118,13 +118,23 @@ cdef extern from *:
 cdef Py_ssize_t _WINOGRAD_MIN_CHANNELS = 32
 cdef Py_ssize_t _WINOGRAD_MIN_TILES = 384
 cdef Py_ssize_t _WINOGRAD_THREAD_PAIRS = 256 * 256
-# From this many tiles a thread, the filter gradient's threads sum their own tiles (measured at
-# 1,568 and 6,272 a thread: 39-45 ms against 50, 94-115 against 123-137; at 128-392 a thread the
-# split gemms were as fast or faster).
+# From this many 2x2 tiles a thread (or 4x4 tiles of as many products), the filter gradient's
+# threads sum their own tiles (measured at 1,568 and 6,272 a thread: 39-45 ms against 50,
+# 94-115 against 123-137; at 128-392 a thread the split gemms were as fast or faster).
 cdef Py_ssize_t _WINOGRAD_OWN_SUM_TILES = 1024
 # Per-thread bound on a chunk's V and M, and the bound on a chunk the threads share.
 cdef Py_ssize_t _winograd_buffer_bytes = 2 * 1024 * 1024
 cdef Py_ssize_t _winograd_shared_bytes = 24 * 1024 * 1024
+# The 4x4 tiles of F(4x4, 3x3) are taken where their products come to at most this share of
+# the 2x2 tiles' (a 7x7 output: 0.56, 14x14: 0.73; a 2x2 one: 2.25) and there are at least
+# _WINOGRAD_BIG_MIN_TILES of them: their 36 transformed filters cost 2.25 times the 16 of F(2x2,
+# 3x3) to make and to pack for each chunk's gemms, which fewer tiles do not pay back (measured
+# at batch 16, 2 threads: 28x28 outputs, 784 tiles, 16 -> 12 ms; 14x14, 256 tiles, 11 -> 14 ms).
+# Below _WINOGRAD_BIG_OWN_TILES the threads share chunks of 4x4 tiles, so that each packed
+# filter serves more tiles (28x28: 13.5 ms in chunks of each thread's own, 11.6 shared).
+cdef double _WINOGRAD_BIG_SHARE = 0.8
+cdef Py_ssize_t _WINOGRAD_BIG_MIN_TILES = 512
+cdef Py_ssize_t _WINOGRAD_BIG_OWN_TILES = 2048
 
 
 def _set_winograd_limits(Py_ssize_t min_channels, Py_ssize_t thread_pairs, Py_ssize_t min_tiles):
@@ -138,15 +148,46 @@ def _set_winograd_limits(Py_ssize_t min_channels, Py_ssize_t thread_pairs, Py_ss
     return old
 
 
+def _set_winograd_buffer_bytes(Py_ssize_t own, Py_ssize_t shared):
+    """Change the bounds on a thread's own chunk and on a shared chunk; returns the old ones."""
+    global _winograd_buffer_bytes, _winograd_shared_bytes
+    old = (_winograd_buffer_bytes, _winograd_shared_bytes)
+    _winograd_buffer_bytes, _winograd_shared_bytes = max(1, own), max(1, shared)
+    return old
+
+
+def _set_winograd_big_tiles(double share, Py_ssize_t min_tiles, Py_ssize_t own_tiles):
+    """Change when 4x4 tiles are taken (the share of the 2x2 tiles' products and the fewest
+    tiles; (0, 0, _): never, (inf, 0, _): always) and from how many of them each thread takes
+    chunks of its own; returns the old limits as a tuple (tests compare the tile sizes and the
+    ways of chunking)."""
+    global _WINOGRAD_BIG_SHARE, _WINOGRAD_BIG_MIN_TILES, _WINOGRAD_BIG_OWN_TILES
+    old = (_WINOGRAD_BIG_SHARE, _WINOGRAD_BIG_MIN_TILES, _WINOGRAD_BIG_OWN_TILES)
+    _WINOGRAD_BIG_SHARE, _WINOGRAD_BIG_MIN_TILES, _WINOGRAD_BIG_OWN_TILES = share, max(0, min_tiles), max(0, own_tiles)
+    return old
+
+
+cdef inline int _winograd_tile(const Geometry* g) noexcept nogil:
+    """The output tile's side for g: 4 where there are _WINOGRAD_BIG_MIN_TILES 4x4 tiles and
+    F(4x4, 3x3)'s 36 products a tile, over its tiles, come to at most _WINOGRAD_BIG_SHARE of
+    F(2x2, 3x3)'s 16, else 2."""
+    cdef Py_ssize_t tiles = g.n * ((g.oh + 3) // 4) * ((g.ow + 3) // 4)
+    if tiles >= _WINOGRAD_BIG_MIN_TILES and 36.0 * tiles <= _WINOGRAD_BIG_SHARE * 16.0 * _winograd_tiles(g):
+        return 4
+    return 2
+
+
 cdef void _winograd(str op, bint filter_grad, const Geometry* g, const floating* a, const floating* b,
                     floating* out) except *:
-    """`_winograd_filter_grad(g, a, b, out, filters)` with `filter_grad`, else `_winograd_conv`,
-    with BLAS counted as running; a MemoryError naming `op` where the buffers cannot be had.
-    The 16 transformed filters (16 C O numbers, tens of MB for wide layers) are a NumPy array,
-    so that inside a graph run they take a block an earlier step gave back instead of fresh
-    pages (see tapeflow._kernels.allocator)."""
+    """`_winograd_filter_grad(g, a, b, out, filters, tile)` with `filter_grad`, else
+    `_winograd_conv`, on the tiles `_winograd_tile` picks, with BLAS counted as running; a
+    MemoryError naming `op` where the buffers cannot be had. The P transformed filters (P C O
+    numbers, P = 16 or 36 positions a tile; tens of MB for wide layers) are a NumPy array, so
+    that inside a graph run they take a block an earlier step gave back instead of fresh pages
+    (see tapeflow._kernels.allocator)."""
     cdef int failed
-    cdef Py_ssize_t size = 16 * g.c * g.o + g.c + g.o
+    cdef int tile = _winograd_tile(g)
+    cdef Py_ssize_t size = (tile + 2) * (tile + 2) * g.c * g.o + g.c + g.o
     try:
         filters = np.zeros(size, np.float32 if floating is float else np.float64)
     except MemoryError:
@@ -155,7 +196,10 @@ cdef void _winograd(str op, bint filter_grad, const Geometry* g, const floating*
     cdef floating* fp = &filters_view[0]
     _blas_enter()
     with nogil:
-        failed = _winograd_filter_grad(g, a, b, out, fp) if filter_grad else _winograd_conv(g, a, b, out, fp)
+        if filter_grad:
+            failed = _winograd_filter_grad(g, a, b, out, fp, tile)
+        else:
+            failed = _winograd_conv(g, a, b, out, fp, tile)
     _blas_leave()
     if failed:
         raise MemoryError(f"{op}: cannot allocate the Winograd buffers")
@@ -183,15 +227,19 @@ cdef inline Py_ssize_t _winograd_tiles(const Geometry* g) noexcept nogil:
     return g.n * ((g.oh + 1) // 2) * ((g.ow + 1) // 2)
 
 
-cdef void _winograd_filter(const floating* w, floating* u, Py_ssize_t c, Py_ssize_t o, int threads) noexcept nogil:
-    """u[16][c][o] = G g G^T for every (channel, output) pair of w[3][3][c][o], the pairs shared
-    out among `threads`."""
+cdef void _winograd_filter(const floating* w, floating* u, Py_ssize_t c, Py_ssize_t o, int threads,
+                           int tile) noexcept nogil:
+    """u[P][c][o] = G g G^T for every (channel, output) pair of w[3][3][c][o] (P = 16 positions for
+    2x2 output tiles, 36 for 4x4), the pairs shared out among `threads`."""
     cdef Py_ssize_t plane = c * o, part
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     with parallel(num_threads=threads):
         own = tapeflow_fpenv_swap(env)
         for part in prange(threads, schedule="static"):
-            _winograd_filter_pairs(w, u, plane, plane * part // threads, plane * (part + 1) // threads)
+            if tile == 4:
+                _winograd4_filter_pairs(w, u, plane, plane * part // threads, plane * (part + 1) // threads)
+            else:
+                _winograd_filter_pairs(w, u, plane, plane * part // threads, plane * (part + 1) // threads)
         tapeflow_fpenv_swap(own)
 
 
@@ -219,82 +267,97 @@ cdef void _winograd_filter_pairs(const floating* w, floating* u, Py_ssize_t plan
 
 cdef void _winograd_inputs(const Geometry* g, const floating* x, const floating* zeros, floating* v,
                            Py_ssize_t base, Py_ssize_t count, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t tiles_h,
-                           Py_ssize_t tiles_w) noexcept nogil:
-    """v[16][count][C] (the planes of tiles base .. base + count) = B^T d B for the input
-    patches d of tiles [t0, t1); a pixel outside the image reads the row `zeros`."""
-    cdef Py_ssize_t t, n, ti, tj, row, col, r, s
-    cdef const floating* rows[16]
+                           Py_ssize_t tiles_w, int tile) noexcept nogil:
+    """v[P][count][C] (the planes of tiles base .. base + count) = B^T d B for the input
+    patches d (tile + 2 pixels a side) of tiles [t0, t1); a pixel outside the image reads the
+    row `zeros`."""
+    cdef Py_ssize_t t, n, ti, tj, row, col, r, s, side = tile + 2
+    cdef const floating* rows[36]
     for t in range(t0, t1):
         n = t // (tiles_h * tiles_w)
         ti = (t // tiles_w) % tiles_h
         tj = t % tiles_w
-        for r in range(4):
-            row = 2 * ti - g.pt + r
-            for s in range(4):
-                col = 2 * tj - g.pl + s
+        for r in range(side):
+            row = tile * ti - g.pt + r
+            for s in range(side):
+                col = tile * tj - g.pl + s
                 if 0 <= row < g.h and 0 <= col < g.w:
-                    rows[r * 4 + s] = x + ((n * g.h + row) * g.w + col) * g.c
+                    rows[r * side + s] = x + ((n * g.h + row) * g.w + col) * g.c
                 else:
-                    rows[r * 4 + s] = zeros
+                    rows[r * side + s] = zeros
         if floating is float:
-            tapeflow_winograd_f32_in(rows, v + (t - base) * g.c, count * g.c, g.c)
+            if tile == 4:
+                tapeflow_winograd_f32_in4(rows, v + (t - base) * g.c, count * g.c, g.c)
+            else:
+                tapeflow_winograd_f32_in(rows, v + (t - base) * g.c, count * g.c, g.c)
         else:
-            tapeflow_winograd_f64_in(rows, v + (t - base) * g.c, count * g.c, g.c)
+            if tile == 4:
+                tapeflow_winograd_f64_in4(rows, v + (t - base) * g.c, count * g.c, g.c)
+            else:
+                tapeflow_winograd_f64_in(rows, v + (t - base) * g.c, count * g.c, g.c)
 
 
 cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, floating* scratch,
                             Py_ssize_t base, Py_ssize_t count, Py_ssize_t t0, Py_ssize_t t1,
-                            Py_ssize_t tiles_h, Py_ssize_t tiles_w) noexcept nogil:
-    """The 2x2 outputs A^T m A of tiles [t0, t1) (m: the planes [16][count][O] of tiles base ..
-    base + count) into y, with the forward's bias and relu; those outside out_h x out_w into the
-    row `scratch`."""
+                            Py_ssize_t tiles_h, Py_ssize_t tiles_w, int tile) noexcept nogil:
+    """The tile x tile outputs A^T m A of tiles [t0, t1) (m: the planes [P][count][O] of tiles
+    base .. base + count) into y, with the forward's bias and relu; those outside out_h x out_w
+    into the row `scratch`."""
     cdef Py_ssize_t t, n, ti, tj, r, s, row, col
-    cdef floating* outs[4]
+    cdef floating* outs[16]
     for t in range(t0, t1):
         n = t // (tiles_h * tiles_w)
         ti = (t // tiles_w) % tiles_h
         tj = t % tiles_w
-        for r in range(2):
-            row = 2 * ti + r
-            for s in range(2):
-                col = 2 * tj + s
-                outs[r * 2 + s] = y + ((n * g.oh + row) * g.ow + col) * g.o if row < g.oh and col < g.ow else scratch
+        for r in range(tile):
+            row = tile * ti + r
+            for s in range(tile):
+                col = tile * tj + s
+                outs[r * tile + s] = y + ((n * g.oh + row) * g.ow + col) * g.o if row < g.oh and col < g.ow else scratch
         if floating is float:
-            tapeflow_winograd_f32_out(m + (t - base) * g.o, count * g.o, outs, g.o)
+            if tile == 4:
+                tapeflow_winograd_f32_out4(m + (t - base) * g.o, count * g.o, outs, g.o)
+            else:
+                tapeflow_winograd_f32_out(m + (t - base) * g.o, count * g.o, outs, g.o)
         else:
-            tapeflow_winograd_f64_out(m + (t - base) * g.o, count * g.o, outs, g.o)
-        for r in range(4):
+            if tile == 4:
+                tapeflow_winograd_f64_out4(m + (t - base) * g.o, count * g.o, outs, g.o)
+            else:
+                tapeflow_winograd_f64_out(m + (t - base) * g.o, count * g.o, outs, g.o)
+        for r in range(tile * tile):
             if outs[r] != scratch:
                 _finish_pixels(g, outs[r], 1)
 
 
 cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w, floating* y,
-                        floating* u) noexcept nogil:
+                        floating* u, int tile) noexcept nogil:
     """y = the convolution of x with the 3x3 filter w (stride 1, no dilation, g's padding and
-    output size), every output written, u (16 C O + C numbers, zeroed) holding the transformed
-    filters; returns 1 where memory ran out (y then unwritten)."""
-    cdef Py_ssize_t tiles_h = (g.oh + 1) // 2, tiles_w = (g.ow + 1) // 2
+    output size) on output tiles of tile x tile, every output written, u (P C O + C numbers,
+    zeroed; P = (tile + 2)^2) holding the transformed filters; returns 1 where memory ran out
+    (y then unwritten)."""
+    cdef Py_ssize_t tiles_h = (g.oh + tile - 1) // tile, tiles_w = (g.ow + tile - 1) // tile
     cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w
-    cdef Py_ssize_t per_tile = 16 * (g.c + g.o) * sizeof(floating)
+    cdef Py_ssize_t P = (tile + 2) * (tile + 2)
+    cdef Py_ssize_t per_tile = P * (g.c + g.o) * sizeof(floating)
     cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_buffer_bytes // per_tile))
-    cdef int threads = _threads_for(tiles * 16 * g.c * g.o, 1 << 16)
+    cdef int threads = _threads_for(tiles * P * g.c * g.o, 1 << 16)
     cdef Py_ssize_t chunks, chunk, t0, t1, k, count
     if threads > 1:  # at least one chunk a thread, the chunks even
         per_chunk = min(per_chunk, (tiles + threads - 1) // threads)
     chunks = (tiles + per_chunk - 1) // per_chunk
-    cdef floating* zeros = u + 16 * g.c * g.o
-    _winograd_filter(w, u, g.c, g.o, threads)
+    cdef floating* zeros = u + P * g.c * g.o
+    _winograd_filter(w, u, g.c, g.o, threads, tile)
     cdef int failed = 0
-    if g.c * g.o > _WINOGRAD_THREAD_PAIRS:
-        return _winograd_shared_chunks(g, x, u, zeros, y, tiles, tiles_h, tiles_w, threads)
+    if g.c * g.o > _WINOGRAD_THREAD_PAIRS or (tile == 4 and tiles < _WINOGRAD_BIG_OWN_TILES):
+        return _winograd_shared_chunks(g, x, u, zeros, y, tiles, tiles_h, tiles_w, threads, tile)
     cdef floating* v = NULL
     cdef floating* m = NULL
     cdef int* failed_p = &failed
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     with parallel(num_threads=threads):
         own = tapeflow_fpenv_swap(env)
-        v = <floating*>malloc((16 * per_chunk * (g.c + g.o) + g.o) * sizeof(floating))
-        m = v + 16 * per_chunk * g.c if v != NULL else NULL
+        v = <floating*>malloc((P * per_chunk * (g.c + g.o) + g.o) * sizeof(floating))
+        m = v + P * per_chunk * g.c if v != NULL else NULL
         if v == NULL:
             failed_p[0] = 1
         for chunk in prange(chunks, schedule="static"):
@@ -303,11 +366,11 @@ cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w,
             t0 = chunk * per_chunk
             t1 = min(t0 + per_chunk, tiles)
             count = t1 - t0
-            _winograd_inputs(g, x, zeros, v, t0, count, t0, t1, tiles_h, tiles_w)
-            for k in range(16):
+            _winograd_inputs(g, x, zeros, v, t0, count, t0, t1, tiles_h, tiles_w, tile)
+            for k in range(P):
                 _gemm(c'N', c'N', count, g.o, g.c, 1, v + k * count * g.c, g.c, u + k * g.c * g.o, g.o, 0,
                       m + k * count * g.o, g.o)
-            _winograd_outputs(g, m, y, m + 16 * per_chunk * g.o, t0, count, t0, t1, tiles_h, tiles_w)
+            _winograd_outputs(g, m, y, m + P * per_chunk * g.o, t0, count, t0, t1, tiles_h, tiles_w, tile)
         free(v)
         tapeflow_fpenv_swap(own)
     return failed
@@ -315,17 +378,18 @@ cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w,
 
 cdef int _winograd_shared_chunks(const Geometry* g, const floating* x, const floating* u, const floating* zeros,
                                  floating* y, Py_ssize_t tiles, Py_ssize_t tiles_h, Py_ssize_t tiles_w,
-                                 int threads) noexcept nogil:
+                                 int threads, int tile) noexcept nogil:
     """Many channel pairs: large chunks of tiles one after another, each transform shared out
     among the threads and each of the 16 gemms split over them, so that every transformed
     filter is packed once a chunk for many tiles. Returns 1 where memory ran out."""
-    cdef Py_ssize_t per_tile = 16 * (g.c + g.o) * sizeof(floating)
+    cdef Py_ssize_t P = (tile + 2) * (tile + 2)
+    cdef Py_ssize_t per_tile = P * (g.c + g.o) * sizeof(floating)
     cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_shared_bytes // per_tile))
-    cdef floating* v = <floating*>malloc((16 * per_chunk * (g.c + g.o) + threads * g.o) * sizeof(floating))
+    cdef floating* v = <floating*>malloc((P * per_chunk * (g.c + g.o) + threads * g.o) * sizeof(floating))
     if v == NULL:
         return 1
-    cdef floating* m = v + 16 * per_chunk * g.c
-    cdef floating* scratch = m + 16 * per_chunk * g.o
+    cdef floating* m = v + P * per_chunk * g.c
+    cdef floating* scratch = m + P * per_chunk * g.o
     cdef Py_ssize_t chunk, t0, t1, count, k, part, a, b
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     for chunk in range((tiles + per_chunk - 1) // per_chunk):
@@ -337,9 +401,9 @@ cdef int _winograd_shared_chunks(const Geometry* g, const floating* x, const flo
             for part in prange(threads, schedule="static"):
                 a = t0 + count * part // threads
                 b = t0 + count * (part + 1) // threads
-                _winograd_inputs(g, x, zeros, v, t0, count, a, b, tiles_h, tiles_w)
+                _winograd_inputs(g, x, zeros, v, t0, count, a, b, tiles_h, tiles_w, tile)
             tapeflow_fpenv_swap(own)
-        for k in range(16):
+        for k in range(P):
             _gemm_split(c'N', c'N', count, g.o, g.c, 1, v + k * count * g.c, g.c, u + k * g.c * g.o, g.o, 0,
                         m + k * count * g.o, g.o, threads)
         with parallel(num_threads=threads):
@@ -347,7 +411,7 @@ cdef int _winograd_shared_chunks(const Geometry* g, const floating* x, const flo
             for part in prange(threads, schedule="static"):
                 a = t0 + count * part // threads
                 b = t0 + count * (part + 1) // threads
-                _winograd_outputs(g, m, y, scratch + part * g.o, t0, count, a, b, tiles_h, tiles_w)
+                _winograd_outputs(g, m, y, scratch + part * g.o, t0, count, a, b, tiles_h, tiles_w, tile)
             tapeflow_fpenv_swap(own)
     free(v)
     return 0
@@ -355,36 +419,45 @@ cdef int _winograd_shared_chunks(const Geometry* g, const floating* x, const flo
 
 cdef void _winograd_output_grads(const Geometry* g, const floating* dy, const floating* zeros, floating* v,
                                  Py_ssize_t base, Py_ssize_t count, Py_ssize_t t0, Py_ssize_t t1,
-                                 Py_ssize_t tiles_h, Py_ssize_t tiles_w) noexcept nogil:
-    """v[16][count][O] (the planes of tiles base .. base + count) = A dy A^T for the 2x2 blocks
-    of dy of tiles [t0, t1); an output outside out_h x out_w reads the row `zeros`."""
+                                 Py_ssize_t tiles_h, Py_ssize_t tiles_w, int tile) noexcept nogil:
+    """v[P][count][O] (the planes of tiles base .. base + count) = A dy A^T for the tile x tile
+    blocks of dy of tiles [t0, t1); an output outside out_h x out_w reads the row `zeros`."""
     cdef Py_ssize_t t, n, ti, tj, r, s, row, col
-    cdef const floating* rows[4]
+    cdef const floating* rows[16]
     for t in range(t0, t1):
         n = t // (tiles_h * tiles_w)
         ti = (t // tiles_w) % tiles_h
         tj = t % tiles_w
-        for r in range(2):
-            row = 2 * ti + r
-            for s in range(2):
-                col = 2 * tj + s
-                rows[r * 2 + s] = dy + ((n * g.oh + row) * g.ow + col) * g.o if row < g.oh and col < g.ow else zeros
+        for r in range(tile):
+            row = tile * ti + r
+            for s in range(tile):
+                col = tile * tj + s
+                rows[r * tile + s] = dy + ((n * g.oh + row) * g.ow + col) * g.o if row < g.oh and col < g.ow else zeros
         if floating is float:
-            tapeflow_winograd_f32_dy(rows, v + (t - base) * g.o, count * g.o, g.o)
+            if tile == 4:
+                tapeflow_winograd_f32_dy4(rows, v + (t - base) * g.o, count * g.o, g.o)
+            else:
+                tapeflow_winograd_f32_dy(rows, v + (t - base) * g.o, count * g.o, g.o)
         else:
-            tapeflow_winograd_f64_dy(rows, v + (t - base) * g.o, count * g.o, g.o)
+            if tile == 4:
+                tapeflow_winograd_f64_dy4(rows, v + (t - base) * g.o, count * g.o, g.o)
+            else:
+                tapeflow_winograd_f64_dy(rows, v + (t - base) * g.o, count * g.o, g.o)
 
 
 cdef void _winograd_filter_back(const floating* du, floating* dw, Py_ssize_t c, Py_ssize_t o,
-                                int threads) noexcept nogil:
-    """dw[3][3][c][o] = G^T du G for every (channel, output) pair of du[16][c][o]: the adjoint
+                                int threads, int tile) noexcept nogil:
+    """dw[3][3][c][o] = G^T du G for every (channel, output) pair of du[P][c][o]: the adjoint
     of `_winograd_filter`, the pairs shared out among `threads`."""
     cdef Py_ssize_t plane = c * o, part
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     with parallel(num_threads=threads):
         own = tapeflow_fpenv_swap(env)
         for part in prange(threads, schedule="static"):
-            _winograd_filter_back_pairs(du, dw, plane, plane * part // threads, plane * (part + 1) // threads)
+            if tile == 4:
+                _winograd4_filter_back_pairs(du, dw, plane, plane * part // threads, plane * (part + 1) // threads)
+            else:
+                _winograd_filter_back_pairs(du, dw, plane, plane * part // threads, plane * (part + 1) // threads)
         tapeflow_fpenv_swap(own)
 
 
@@ -410,23 +483,24 @@ cdef void _winograd_filter_back_pairs(const floating* du, floating* dw, Py_ssize
 
 
 cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const floating* dy, floating* dw,
-                               floating* du) noexcept nogil:
-    """dw = the gradient of the 3x3 convolution wrt its filter: for each of the 16 transformed
+                               floating* du, int tile) noexcept nogil:
+    """dw = the gradient of the 3x3 convolution wrt its filter: for each of the P transformed
     positions, the transformed input patches times the transformed output gradients, summed over
-    the tiles into du (16 C O + C + O numbers, zeroed), then taken back to 3x3 by G^T . G.
+    the tiles into du (P C O + C + O numbers, zeroed), then taken back to 3x3 by G^T . G.
     With many tiles each thread sums the products of its own tiles, single-threaded gemms with
     the whole C x O output, into sums of its own (the first thread's into du) added at the end;
     with fewer, or where those sums would outgrow the shared bound, each gemm is split over the
     threads instead. Returns 1 where memory ran out."""
-    cdef Py_ssize_t tiles_h = (g.oh + 1) // 2, tiles_w = (g.ow + 1) // 2
+    cdef Py_ssize_t tiles_h = (g.oh + tile - 1) // tile, tiles_w = (g.ow + tile - 1) // tile
+    cdef Py_ssize_t P = (tile + 2) * (tile + 2)
     cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w
-    cdef Py_ssize_t per_tile = 16 * (g.c + g.o) * sizeof(floating)
+    cdef Py_ssize_t per_tile = P * (g.c + g.o) * sizeof(floating)
     cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_shared_bytes // per_tile))
-    cdef int threads = _threads_for(tiles * 16 * g.c * g.o, 1 << 16)
-    cdef Py_ssize_t size = 16 * g.c * g.o, i
-    cdef bint own_sums = (threads > 1 and tiles >= _WINOGRAD_OWN_SUM_TILES * threads
+    cdef int threads = _threads_for(tiles * P * g.c * g.o, 1 << 16)
+    cdef Py_ssize_t size = P * g.c * g.o, i
+    cdef bint own_sums = (threads > 1 and tiles * P >= _WINOGRAD_OWN_SUM_TILES * 16 * threads
                           and (threads - 1) * size * <Py_ssize_t>sizeof(floating) <= _winograd_shared_bytes)
-    cdef floating* v = <floating*>malloc(max(1, 16 * per_chunk * (g.c + g.o)) * sizeof(floating))
+    cdef floating* v = <floating*>malloc(max(1, P * per_chunk * (g.c + g.o)) * sizeof(floating))
     cdef floating* partials = <floating*>calloc(max(1, (threads - 1) * size if own_sums else 1), sizeof(floating))
     if v == NULL or partials == NULL:
         free(v)
@@ -434,7 +508,7 @@ cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const float
         return 1
     cdef floating* zeros_c = du + size
     cdef floating* zeros_o = zeros_c + g.c
-    cdef floating* m = v + 16 * per_chunk * g.c
+    cdef floating* m = v + P * per_chunk * g.c
     cdef floating* acc
     cdef Py_ssize_t chunk, t0, t1, count, k, part, a, b
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
@@ -447,22 +521,22 @@ cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const float
             for part in prange(threads, schedule="static"):
                 a = t0 + count * part // threads
                 b = t0 + count * (part + 1) // threads
-                _winograd_inputs(g, x, zeros_c, v, t0, count, a, b, tiles_h, tiles_w)
-                _winograd_output_grads(g, dy, zeros_o, m, t0, count, a, b, tiles_h, tiles_w)
+                _winograd_inputs(g, x, zeros_c, v, t0, count, a, b, tiles_h, tiles_w, tile)
+                _winograd_output_grads(g, dy, zeros_o, m, t0, count, a, b, tiles_h, tiles_w, tile)
                 if own_sums and b > a:
                     acc = du if part == 0 else partials + (part - 1) * size
-                    for k in range(16):
+                    for k in range(P):
                         _gemm(c'T', c'N', g.c, g.o, b - a, 1, v + k * count * g.c + (a - t0) * g.c, g.c,
                               m + k * count * g.o + (a - t0) * g.o, g.o, 1, acc + k * g.c * g.o, g.o)
             tapeflow_fpenv_swap(own)
         if not own_sums:
-            for k in range(16):
+            for k in range(P):
                 _gemm_split(c'T', c'N', g.c, g.o, count, 1, v + k * count * g.c, g.c, m + k * count * g.o, g.o, 1,
                             du + k * g.c * g.o, g.o, threads)
     if own_sums:
         for i in range((threads - 1) * size):
             du[i % size] += partials[i]
-    _winograd_filter_back(du, dw, g.c, g.o, threads)
+    _winograd_filter_back(du, dw, g.c, g.o, threads, tile)
     free(v)
     free(partials)
     return 0

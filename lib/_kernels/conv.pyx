@@ -279,6 +279,7 @@ cdef inline floating* _alloc(Py_ssize_t count, floating* like) noexcept nogil:
 
 
 include "_winograd.pxi"
+include "_winograd_f4.pxi"
 include "_direct_conv.pxi"
 
 

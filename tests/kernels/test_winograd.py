@@ -1,7 +1,7 @@
-"""3x3, stride-1 convolutions by Winograd's F(2x2, 3x3) against a float64 NumPy correlation and
-against the im2col kernel: the forward product and both gradients, for odd and even output
-sizes, every padding the layers use, one and two threads, with each thread taking chunks of its
-own and with the threads sharing chunks."""
+"""3x3, stride-1 convolutions by Winograd's F(2x2, 3x3) and F(4x4, 3x3) against a float64 NumPy
+correlation and against the im2col kernel: the forward product and both gradients, for odd and
+even output sizes, every padding the layers use, one and two threads, with each thread taking
+chunks of its own and with the threads sharing chunks."""
 
 from __future__ import annotations
 
@@ -47,10 +47,20 @@ def correlate_shift(x, a, b, pad_top, pad_left, out_h, out_w):
 
 
 @pytest.fixture(params=["own chunks", "shared chunks"])
-def winograd_everywhere(request):
+def winograd_everywhere(request, tile):
     old = conv._set_winograd_limits(*(OWN_CHUNKS if request.param == "own chunks" else SHARED_CHUNKS))
     yield
     conv._set_winograd_limits(*old)
+
+
+@pytest.fixture(params=["2x2 tiles", "4x4 tiles", "tiles that pay"])
+def tile(request):
+    """F(2x2, 3x3) everywhere, F(4x4, 3x3) everywhere, or each where it is chosen."""
+    limits = {"2x2 tiles": (0.0, 0, 0), "4x4 tiles": (float("inf"), 0, 0), "tiles that pay": None}[request.param]
+    old = conv._set_winograd_big_tiles(*limits) if limits is not None else None
+    yield request.param
+    if old is not None:
+        conv._set_winograd_big_tiles(*old)
 
 
 def _im2col(fn, *args):
@@ -111,7 +121,7 @@ def test_forward_and_input_gradient_match_a_float64_correlation(case, threads, w
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(8, 15, 14, 64, 48), (11, 12, 12, 272, 256)], ids=["own chunks", "shared chunks"])
-def test_it_agrees_with_im2col_where_it_is_chosen(shape, dtype):
+def test_it_agrees_with_im2col_where_it_is_chosen(shape, dtype, tile):
     """Shapes for which Winograd's way is the default (448 and 396 tiles; 3,072 and 69,632
     channel pairs): the numbers of im2col, to the rounding of the dtype."""
     n, h, w_, c, o = shape
