@@ -200,7 +200,7 @@ cdef int _direct_forward(const Geometry* g, const float* x, const float* w, floa
 cdef int _direct_filter_grad(const Geometry* g, const float* x, const float* dy, float* dw) noexcept nogil:
     """dw (zeroed) = the filter gradient: each thread sums its output rows into a partial of its
     own (the first into dw), added at the end; returns 1 where memory ran out."""
-    cdef Py_ssize_t total = g.n * g.oh, r, i
+    cdef Py_ssize_t total = g.n * g.oh, r
     cdef Py_ssize_t band_row = _band_width(g) * g.c, size = g.kh * g.kw * g.c * g.o
     cdef int threads = _threads_for(total * g.ow * g.kh * g.kw * g.c * g.o, 1 << 16)
     cdef float* partials = <float*>calloc(max(1, (threads - 1) * size), sizeof(float))
@@ -225,7 +225,6 @@ cdef int _direct_filter_grad(const Geometry* g, const float* x, const float* dy,
                                            g.kw * g.c, g.sw * g.c)
         free(band)
         tapeflow_fpenv_swap(own)
-    for i in range((threads - 1) * size):
-        dw[i % size] += partials[i]
+    _add_partials(dw, partials, threads - 1, size)
     free(partials)
     return failed

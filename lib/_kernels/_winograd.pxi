@@ -497,7 +497,7 @@ cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const float
     cdef Py_ssize_t per_tile = P * (g.c + g.o) * sizeof(floating)
     cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_shared_bytes // per_tile))
     cdef int threads = _threads_for(tiles * P * g.c * g.o, 1 << 16)
-    cdef Py_ssize_t size = P * g.c * g.o, i
+    cdef Py_ssize_t size = P * g.c * g.o
     cdef bint own_sums = (threads > 1 and tiles * P >= _WINOGRAD_OWN_SUM_TILES * 16 * threads
                           and (threads - 1) * size * <Py_ssize_t>sizeof(floating) <= _winograd_shared_bytes)
     cdef floating* v = <floating*>malloc(max(1, P * per_chunk * (g.c + g.o)) * sizeof(floating))
@@ -534,8 +534,7 @@ cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const float
                 _gemm_split(c'T', c'N', g.c, g.o, count, 1, v + k * count * g.c, g.c, m + k * count * g.o, g.o, 1,
                             du + k * g.c * g.o, g.o, threads)
     if own_sums:
-        for i in range((threads - 1) * size):
-            du[i % size] += partials[i]
+        _add_partials(du, partials, threads - 1, size)
     _winograd_filter_back(du, dw, g.c, g.o, threads, tile)
     free(v)
     free(partials)

@@ -23,6 +23,8 @@ from cython.parallel cimport parallel, prange, threadid
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
+include "_partials.pxi"
+
 # Per-thread bound on the im2col scratch buffer.
 cdef Py_ssize_t _col_buffer_bytes = 4 * 1024 * 1024
 
@@ -446,7 +448,7 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
                                 stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)
     dw = np.zeros((g.kh, g.kw, g.c, g.o), dtype=np.float32 if floating is float else np.float64)
     cdef floating[:, :, :, ::1] dw_view = dw
-    cdef Py_ssize_t total = g.n * g.oh, kkc = g.kh * g.kw * g.c, size = kkc * g.o, i
+    cdef Py_ssize_t total = g.n * g.oh, kkc = g.kh * g.kw * g.c, size = kkc * g.o
     if size == 0 or total * g.ow == 0:
         return dw
     cdef const floating* xp = &x[0, 0, 0, 0]
@@ -490,8 +492,7 @@ def conv2d_backward_filter(const floating[:, :, :, ::1] x, const floating[:, :, 
         tapeflow_fpenv_swap(own)
     _blas_leave()
     with nogil:
-        for i in range((p.threads - 1) * size):
-            dwp[i % size] += partials[i]
+        _add_partials(dwp, partials, p.threads - 1, size)
         free(partials)
     if failed:
         raise MemoryError("conv2d_backward_filter: cannot allocate the im2col buffer")

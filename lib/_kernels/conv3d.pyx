@@ -24,6 +24,8 @@ from cython.parallel cimport parallel, prange, threadid
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
+include "_partials.pxi"
+
 # Per-thread bound on the im2col scratch buffer.
 cdef Py_ssize_t _col_buffer_bytes = 4 * 1024 * 1024
 # Below this many multiply-adds a convolution runs on one thread.
@@ -323,7 +325,7 @@ def conv3d_backward_filter(const floating[:, :, :, :, ::1] x, const floating[:, 
                                 (dy.shape[1], dy.shape[2], dy.shape[3]), strides, pads, dilations)
     dw = np.zeros((g.kd, g.kh, g.kw, g.c, g.o), dtype=np.float32 if floating is float else np.float64)
     cdef floating[:, :, :, :, ::1] dw_view = dw
-    cdef Py_ssize_t total = g.n * g.od * g.oh, kkc = g.kd * g.kh * g.kw * g.c, size = kkc * g.o, i
+    cdef Py_ssize_t total = g.n * g.od * g.oh, kkc = g.kd * g.kh * g.kw * g.c, size = kkc * g.o
     if size == 0 or total * g.ow == 0 or x.size == 0:
         return dw
     cdef const floating* xp = &x[0, 0, 0, 0, 0]
@@ -364,8 +366,7 @@ def conv3d_backward_filter(const floating[:, :, :, :, ::1] x, const floating[:, 
         tapeflow_fpenv_swap(own)
     _blas_leave()
     with nogil:
-        for i in range((p.threads - 1) * size):
-            dwp[i % size] += partials[i]
+        _add_partials(dwp, partials, p.threads - 1, size)
         free(partials)
     if failed:
         raise MemoryError("conv3d_backward_filter: cannot allocate the im2col buffer")

@@ -18,6 +18,8 @@ from cython.parallel cimport parallel, prange, threadid
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
+include "_partials.pxi"
+
 # Below this many multiply-adds a depthwise convolution runs on one thread.
 cdef Py_ssize_t _PARALLEL_MIN = 1 << 20
 
@@ -224,7 +226,7 @@ def depthwise_conv2d_backward_filter(const floating[:, :, :, ::1] x, const float
                                 dy.shape[1], dy.shape[2], stride_h, stride_w, pad_top, pad_left, dil_h,
                                 dil_w)
     dw = np.zeros((g.kh, g.kw, g.c, g.m), dtype=np.float32 if floating is float else np.float64)
-    cdef Py_ssize_t size = g.kh * g.kw * g.c * g.m, i, r
+    cdef Py_ssize_t size = g.kh * g.kw * g.c * g.m, r
     if size == 0 or dy.size == 0 or x.size == 0:
         return dw
     cdef floating[:, :, :, ::1] dwv = dw
@@ -247,7 +249,6 @@ def depthwise_conv2d_backward_filter(const floating[:, :, :, ::1] x, const float
             _filter_grad_row(&g, xp, dyp, acc, r)
         tapeflow_fpenv_swap(own)
     with nogil:
-        for i in range((threads - 1) * size):
-            dwp[i % size] += partials[i]
+        _add_partials(dwp, partials, threads - 1, size)
         free(partials)
     return dw
