@@ -495,11 +495,15 @@ cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const float
     cdef Py_ssize_t P = (tile + 2) * (tile + 2)
     cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w
     cdef Py_ssize_t per_tile = P * (g.c + g.o) * sizeof(floating)
-    cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_shared_bytes // per_tile))
     cdef int threads = _threads_for(tiles * P * g.c * g.o, 1 << 16)
     cdef Py_ssize_t size = P * g.c * g.o
     cdef bint own_sums = (threads > 1 and tiles * P >= _WINOGRAD_OWN_SUM_TILES * 16 * threads
                           and (threads - 1) * size * <Py_ssize_t>sizeof(floating) <= _winograd_shared_bytes)
+    # Threads summing their own tiles take a part of the chunk each that fits the per-thread
+    # bound (the 56x56 64 -> 192 layer at batch 16: 42 ms in chunks of the shared bound, 26 in
+    # these); split gemms take chunks of the shared bound, so that each gemm is long.
+    cdef Py_ssize_t per_chunk = max(1, min(tiles, (threads * _winograd_buffer_bytes if own_sums
+                                                   else _winograd_shared_bytes) // per_tile))
     cdef floating* v = <floating*>malloc(max(1, P * per_chunk * (g.c + g.o)) * sizeof(floating))
     cdef floating* partials = <floating*>calloc(max(1, (threads - 1) * size if own_sums else 1), sizeof(floating))
     if v == NULL or partials == NULL:
