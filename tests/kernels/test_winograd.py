@@ -155,11 +155,12 @@ def test_the_filter_gradient_takes_it_from_half_the_tiles():
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max())
 
 
-def test_threads_summing_their_own_tiles_give_the_filter_gradient():
-    """2,048 tiles: on two threads each sums the products of its own tiles and the sums are
-    added at the end; the result is im2col's and one thread's, to float32 rounding."""
-    x = RNG.standard_normal((8, 32, 32, 32)).astype(np.float32)
-    dy = RNG.standard_normal((8, 32, 32, 40)).astype(np.float32)
+def test_threads_summing_their_own_tiles_give_the_filter_gradient(tile):
+    """4,608 2x2 tiles or 1,152 4x4 ones: on two threads each sums the products of its own
+    tiles, a chunk of the per-thread bound at a time, and the sums are added at the end; the
+    result is im2col's and one thread's, to float32 rounding."""
+    x = RNG.standard_normal((8, 48, 48, 32)).astype(np.float32)
+    dy = RNG.standard_normal((8, 48, 48, 40)).astype(np.float32)
     call = (conv.conv2d_backward_filter, x, dy, 3, 3, 1, 1, 1, 1, 1, 1)
     old = tp.get_num_threads()
     try:
