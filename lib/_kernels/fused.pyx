@@ -133,6 +133,22 @@ cdef extern from *:
             NAME##_grad_chunk(g + lo, y + lo, out + lo, hi - lo);                          \
             tapeflow_fpenv_swap(own);                                                      \
         }                                                                                  \
+    }                                                                                      \
+    /* The gradient for g whose rows of `cols` numbers lie `stride` numbers apart (a slice  \
+       along the last axis of a larger array), y and out contiguous. */                    \
+    static void NAME##_grad_rows(const T* g, Py_ssize_t stride, const T* y, T* out,        \
+                                 Py_ssize_t rows, Py_ssize_t cols, int threads)            \
+    {                                                                                      \
+        const unsigned int env = tapeflow_fpenv_get();                                    \
+        _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \
+        {                                                                                  \
+            const unsigned int own = tapeflow_fpenv_swap(env);                             \
+            Py_ssize_t lo = 0, hi = rows;                                                  \
+            TAPEFLOW_SHARE_OF(lo, hi, rows);                                               \
+            for (Py_ssize_t r = lo; r < hi; r++)                                           \
+                NAME##_grad_chunk(g + r * stride, y + r * cols, out + r * cols, cols);     \
+            tapeflow_fpenv_swap(own);                                                      \
+        }                                                                                  \
     }
     TAPEFLOW_RELU(tapeflow_relu_f32, float)
     TAPEFLOW_RELU(tapeflow_relu_f64, double)
@@ -163,6 +179,10 @@ cdef extern from *:
                                 int threads) noexcept nogil
     void tapeflow_relu_f64_grad(const double* g, const double* y, double* out, Py_ssize_t n,
                                 int threads) noexcept nogil
+    void tapeflow_relu_f32_grad_rows(const float* g, Py_ssize_t stride, const float* y, float* out,
+                                     Py_ssize_t rows, Py_ssize_t cols, int threads) noexcept nogil
+    void tapeflow_relu_f64_grad_rows(const double* g, Py_ssize_t stride, const double* y, double* out,
+                                     Py_ssize_t rows, Py_ssize_t cols, int threads) noexcept nogil
 
 # Below this many elements the parallel region costs more than it saves (Adam's square root
 # and division make each element dearer than a relu's select).
@@ -376,6 +396,11 @@ def relu_grad(g, y):
     >>> relu_grad(np.array([1.0, 2.0, 3.0]), np.array([0.0, 4.0, np.nan])).tolist()
     [0.0, 2.0, 0.0]
     """
+    cdef Py_ssize_t stride = 0
+    if cnp.PyArray_CheckExact(g) and not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>g) and _plain_float(y):
+        stride = _row_stride(<cnp.ndarray>g, <cnp.ndarray>y)  # a slice of a wider gradient: read in place
+        if stride:
+            return _relu_grad_rows(<cnp.ndarray>g, stride, <cnp.ndarray>y)
     if not (_plain_float(g) and _plain_like(y, <cnp.ndarray>g)):
         g, y = _same_floats("relu_grad", g=g, y=y)
     cdef cnp.ndarray ga = <cnp.ndarray>g, out = _empty_like(ga)
@@ -391,4 +416,42 @@ def relu_grad(g, y):
                 tapeflow_relu_f32_grad(<const float*>gp, <const float*>yp, <float*>op, n, threads)
             else:
                 tapeflow_relu_f64_grad(<const double*>gp, <const double*>yp, <double*>op, n, threads)
+    return out
+
+
+cdef Py_ssize_t _row_stride(cnp.ndarray g, cnp.ndarray y) noexcept:
+    """For g of y's shape and dtype whose last axis is contiguous and whose rows of it lie
+    evenly apart (a slice along the last axis of a C-contiguous array, as `split` gives): the
+    distance between rows in numbers; 0 for any other g."""
+    cdef int nd = cnp.PyArray_NDIM(g), k
+    if (nd < 2 or cnp.PyArray_TYPE(g) != cnp.PyArray_TYPE(y) or not cnp.PyArray_SAMESHAPE(g, y)
+            or cnp.PyArray_SIZE(g) == 0):
+        return 0
+    cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(g)
+    cdef cnp.npy_intp* strides = cnp.PyArray_STRIDES(g)
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(g), row = strides[nd - 2], expected = row
+    if strides[nd - 1] != item or row % item or row < dims[nd - 1] * item:
+        return 0
+    for k in range(nd - 2, -1, -1):
+        if dims[k] != 1 and strides[k] != expected:
+            return 0
+        expected *= dims[k]
+    return row // item
+
+
+cdef cnp.ndarray _relu_grad_rows(cnp.ndarray g, Py_ssize_t stride, cnp.ndarray y):
+    """relu_grad for g with rows `stride` numbers apart (see `_row_stride`), y contiguous."""
+    cdef cnp.ndarray out = _empty_like(y)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(y), cols = cnp.PyArray_DIMS(y)[cnp.PyArray_NDIM(y) - 1]
+    cdef Py_ssize_t rows = n // cols
+    cdef int threads = _threads_for(n, _RELU_PARALLEL_MIN)
+    cdef void* gp = cnp.PyArray_DATA(g)
+    cdef void* yp = cnp.PyArray_DATA(y)
+    cdef void* op = cnp.PyArray_DATA(out)
+    with nogil:
+        if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT32:
+            tapeflow_relu_f32_grad_rows(<const float*>gp, stride, <const float*>yp, <float*>op, rows, cols, threads)
+        else:
+            tapeflow_relu_f64_grad_rows(<const double*>gp, stride, <const double*>yp, <double*>op, rows, cols,
+                                        threads)
     return out

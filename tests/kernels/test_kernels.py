@@ -430,6 +430,23 @@ def test_relu_and_its_gradient_match_numpy(shape, dtype, threads):
     assert K.relu(x).dtype == K.relu_grad(g, y).dtype == dtype
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 5, 9), (16, 28, 28, 96)], ids=["serial", "parallel"])
+def test_relu_gradient_reads_a_slice_of_a_wider_gradient_in_place(shape, dtype, threads):
+    """g a slice along the last axis (what `split` gives a branch of a concatenation): its rows
+    are read where they lie; other strided layouts are copied first; the same numbers."""
+    rng = np.random.default_rng(13)
+    wide = rng.standard_normal(shape[:-1] + (shape[-1] + 11,)).astype(dtype)
+    y = K.relu(rng.standard_normal(shape).astype(dtype))
+    y.reshape(-1)[:2] = [np.nan, 0.0]
+    for g, mask in (
+        (wide[..., 4 : 4 + shape[-1]], y),
+        (wide[:1, ..., 4 : 4 + shape[-1]], y[:1]),  # a leading axis of one
+        (wide[:, ::2, :, 4 : 4 + shape[-1]], y[:, : (shape[1] + 1) // 2]),  # rows unevenly apart
+        (np.swapaxes(wide[..., : shape[-1]], 1, 2), np.swapaxes(y, 1, 2).copy()),  # last axis not rows
+    ):
+        np.testing.assert_array_equal(K.relu_grad(g, mask), np.where(mask > 0, g, 0))
+
+
 def test_relu_rejects_mismatched_arrays():
     a = np.zeros(4)
     with pytest.raises(TypeError, match="relu_grad"):
