@@ -36,6 +36,7 @@ MODULES = (
     "allocator",
     "draws",
     "schedule",
+    "channels",
 )
 REBUILD = "run `make build` (or `python setup.py build_ext --inplace`) to rebuild the kernels"
 
@@ -188,6 +189,7 @@ def set_cores_busy(busy: bool | None) -> bool | None:
     _allocator,
     _draws,
     _schedule,
+    _channels,
 ) = (_modules[name] for name in MODULES)
 
 conv2d_forward = _conv.conv2d_forward
@@ -197,6 +199,8 @@ dense = _gemm.dense
 DenseKernel = _gemm.DenseKernel
 DenseChain = _gemm.DenseChain
 Schedule = _schedule.Schedule
+concat_last = _channels.concat_last
+sum_leading = _channels.sum_leading
 conv2d_backward_input = _conv.conv2d_backward_input
 conv2d_backward_filter = _conv.conv2d_backward_filter
 max_pool2d_forward = _pool.max_pool2d_forward

@@ -12,6 +12,7 @@ fix an op's attrs once, for graphs (see tapeflow.backends).
 
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 
@@ -453,12 +454,38 @@ def matmul(a, b):
     return np.matmul(a, b)
 
 
+# From this many numbers the channel kernels (sum over all axes but the last, a join along the
+# last axis) share the work among threads; fewer go through NumPy.
+_CHANNELS_MIN = 1 << 16
+
+
 def sum(x, axes, keepdims):  # noqa: A001 - the op's name
     """The reference's sum, float arrays straight through NumPy's add.reduce (what np.sum
-    calls, without its Python layers); booleans are counted in int64."""
+    calls, without its Python layers), large ones summed over every axis but the last (a bias
+    gradient) by the channel kernel; booleans are counted in int64."""
     if type(x) is np.ndarray and x.dtype in _FAST:
+        if x.ndim >= 2 and x.size >= _CHANNELS_MIN and x.flags.c_contiguous and tuple(axes) == tuple(range(x.ndim - 1)):
+            sums = _kernels.sum_leading(x.reshape(-1, x.shape[-1]))
+            return sums.reshape((1,) * (x.ndim - 1) + sums.shape) if keepdims else sums
         return np.add.reduce(x, axis=axes, keepdims=keepdims)
     return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype if x.dtype != np.bool_ else np.int64)
+
+
+def concat(*xs, axis):
+    """The reference's join, large C-contiguous arrays of one dtype along the last axis by the
+    channel kernel (an Inception module's branches)."""
+    first = xs[0]
+    if (
+        axis == first.ndim - 1
+        and first.ndim >= 2
+        and all(type(x) is np.ndarray and x.flags.c_contiguous and x.dtype == first.dtype for x in xs)
+        and first.dtype.kind in "fiub"
+        and all(x.shape[:-1] == first.shape[:-1] for x in xs)
+        and first.size * len(xs) >= _CHANNELS_MIN
+    ):
+        out = np.empty(first.shape[:-1] + (builtins.sum(x.shape[-1] for x in xs),), first.dtype)
+        return _kernels.concat_last(list(xs), out)
+    return np.concatenate(xs, axis=axis)
 
 
 def _over_rows(kernel, a, *operands):

@@ -662,7 +662,7 @@ def test_thread_count_round_trips():
         K.set_num_threads(old)
 
 
-@pytest.mark.parametrize("module", [K, K._conv, K._xent, K._embedding, K._fused])
+@pytest.mark.parametrize("module", [K, K._conv, K._xent, K._embedding, K._fused, K._channels])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0
