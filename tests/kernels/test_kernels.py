@@ -621,7 +621,7 @@ def test_program_rejects_malformed_instructions():
 def test_build_info_reports_every_module():
     info = K.build_info()
     expected = {"conv", "gemm", "pool", "softmax_xent", "embedding", "fused", "fpenv", "elementwise", "word2vec"}
-    expected |= {"conv3d", "pool3d", "depthwise", "recurrent", "allocator", "draws", "schedule"}
+    expected |= {"conv3d", "pool3d", "depthwise", "recurrent", "allocator", "draws", "schedule", "channels"}
     assert set(info) == set(K.MODULES) == expected
     for name, entry in info.items():
         path = Path(entry["path"])
