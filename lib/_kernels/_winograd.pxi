@@ -130,11 +130,12 @@ cdef Py_ssize_t _winograd_shared_bytes = 24 * 1024 * 1024
 # _WINOGRAD_BIG_MIN_TILES of them: their 36 transformed filters cost 2.25 times the 16 of F(2x2,
 # 3x3) to make and to pack for each chunk's gemms, which fewer tiles do not pay back (measured
 # at batch 16, 2 threads: 28x28 outputs, 784 tiles, 16 -> 12 ms; 14x14, 256 tiles, 11 -> 14 ms).
-# Below _WINOGRAD_BIG_OWN_TILES the threads share chunks of 4x4 tiles, so that each packed
-# filter serves more tiles (28x28: 13.5 ms in chunks of each thread's own, 11.6 shared).
+# Below _WINOGRAD_OWN_TILES tiles of either size the threads share chunks, so that each packed
+# filter serves more tiles (4x4 tiles of 28x28 outputs: 13.5 ms in chunks of each thread's own,
+# 11.6 shared; 2x2 tiles of the five 14x14 layers of GoogLeNet, forward: 36 -> 32 ms).
 cdef double _WINOGRAD_BIG_SHARE = 0.8
 cdef Py_ssize_t _WINOGRAD_BIG_MIN_TILES = 512
-cdef Py_ssize_t _WINOGRAD_BIG_OWN_TILES = 2048
+cdef Py_ssize_t _WINOGRAD_OWN_TILES = 2048
 
 
 def _set_winograd_limits(Py_ssize_t min_channels, Py_ssize_t thread_pairs, Py_ssize_t min_tiles):
@@ -158,12 +159,12 @@ def _set_winograd_buffer_bytes(Py_ssize_t own, Py_ssize_t shared):
 
 def _set_winograd_big_tiles(double share, Py_ssize_t min_tiles, Py_ssize_t own_tiles):
     """Change when 4x4 tiles are taken (the share of the 2x2 tiles' products and the fewest
-    tiles; (0, 0, _): never, (inf, 0, _): always) and from how many of them each thread takes
-    chunks of its own; returns the old limits as a tuple (tests compare the tile sizes and the
+    tiles; (0, 0, _): never, (inf, 0, _): always) and from how many tiles of either size each
+    thread takes chunks of its own; returns the old limits as a tuple (tests compare the tile sizes and the
     ways of chunking)."""
-    global _WINOGRAD_BIG_SHARE, _WINOGRAD_BIG_MIN_TILES, _WINOGRAD_BIG_OWN_TILES
-    old = (_WINOGRAD_BIG_SHARE, _WINOGRAD_BIG_MIN_TILES, _WINOGRAD_BIG_OWN_TILES)
-    _WINOGRAD_BIG_SHARE, _WINOGRAD_BIG_MIN_TILES, _WINOGRAD_BIG_OWN_TILES = share, max(0, min_tiles), max(0, own_tiles)
+    global _WINOGRAD_BIG_SHARE, _WINOGRAD_BIG_MIN_TILES, _WINOGRAD_OWN_TILES
+    old = (_WINOGRAD_BIG_SHARE, _WINOGRAD_BIG_MIN_TILES, _WINOGRAD_OWN_TILES)
+    _WINOGRAD_BIG_SHARE, _WINOGRAD_BIG_MIN_TILES, _WINOGRAD_OWN_TILES = share, max(0, min_tiles), max(0, own_tiles)
     return old
 
 
@@ -348,7 +349,7 @@ cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w,
     cdef floating* zeros = u + P * g.c * g.o
     _winograd_filter(w, u, g.c, g.o, threads, tile)
     cdef int failed = 0
-    if g.c * g.o > _WINOGRAD_THREAD_PAIRS or (tile == 4 and tiles < _WINOGRAD_BIG_OWN_TILES):
+    if g.c * g.o > _WINOGRAD_THREAD_PAIRS or tiles < _WINOGRAD_OWN_TILES:
         return _winograd_shared_chunks(g, x, u, zeros, y, tiles, tiles_h, tiles_w, threads, tile)
     cdef floating* v = NULL
     cdef floating* m = NULL
