@@ -393,10 +393,13 @@ def conv2d_backward_input(const floating[:, :, :, ::1] dy, const floating[:, :, 
     cdef Geometry g = _geometry("conv2d_backward_input", (dy.shape[0], in_h, in_w, w.shape[2]),
                                 _shape4(w), dy.shape[1], dy.shape[2], stride_h, stride_w,
                                 pad_top, pad_left, dil_h, dil_w)
-    dx = np.zeros((g.n, g.h, g.w, g.c), dtype=np.float32 if floating is float else np.float64)
-    cdef floating[:, :, :, ::1] dx_view = dx
     cdef Py_ssize_t total = g.n * g.oh, kkc = g.kh * g.kw * g.c
-    if g.n * g.h * g.w * g.c == 0 or total * g.ow * g.o == 0:
+    cdef bint empty = g.n * g.h * g.w * g.c == 0 or total * g.ow * g.o == 0
+    # Winograd's way and a 1x1 product write every element; col2im adds into zeros.
+    make = np.empty if not empty and (_winograd_fits(&g) or _is_pointwise(&g)) else np.zeros
+    dx = make((g.n, g.h, g.w, g.c), dtype=np.float32 if floating is float else np.float64)
+    cdef floating[:, :, :, ::1] dx_view = dx
+    if empty:
         return dx
     cdef const floating* dyp = &dy[0, 0, 0, 0]
     cdef const floating* wp = &w[0, 0, 0, 0]

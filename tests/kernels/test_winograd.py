@@ -191,3 +191,32 @@ def test_a_conv_layer_trains_the_same_either_way(winograd_everywhere):
     assert not np.array_equal(ours[0], theirs[0])  # the two ways ran: they round differently
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * np.abs(b).max())
+
+
+@pytest.mark.parametrize(
+    "kernel, pad, stride",
+    [(3, 1, 1), (1, 0, 1), (3, 1, 2)],
+    ids=["winograd", "1x1 product", "col2im"],
+)
+def test_the_input_gradient_fills_every_element_of_a_reused_block(kernel, pad, stride, tile):
+    """dx is left unzeroed where its way writes every element (Winograd, a 1x1 product): in a
+    block that held NaNs before, nothing of them is left."""
+    from tapeflow._kernels import allocator
+
+    n, h, c, o = 8, 16, 40, 36  # dx of 320 KiB: a block the allocator keeps
+    out = (h + 2 * pad - kernel) // stride + 1
+    w = RNG.standard_normal((kernel, kernel, c, o)).astype(np.float32)
+    dy = RNG.standard_normal((n, out, out, o)).astype(np.float32)
+    old = conv._set_winograd_limits(1, 1 << 40, 1)
+    try:
+        with allocator.reusing_blocks():
+            stale = np.full((n, h, h, c), np.nan, np.float32)
+            del stale
+            reused = allocator.reused_blocks()
+            dx = conv.conv2d_backward_input(dy, w, h, h, stride, stride, pad, pad, 1, 1)
+            assert allocator.reused_blocks() > reused
+    finally:
+        conv._set_winograd_limits(*old)
+    assert np.isfinite(dx).all()
+    want = _im2col(conv.conv2d_backward_input, dy, w, h, h, stride, stride, pad, pad, 1, 1)
+    np.testing.assert_allclose(dx, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
