@@ -189,10 +189,12 @@ cdef void _winograd(str op, bint filter_grad, const Geometry* g, const floating*
     cdef int failed
     cdef int tile = _winograd_tile(g)
     cdef Py_ssize_t size = (tile + 2) * (tile + 2) * g.c * g.o + g.c + g.o
-    try:
-        filters = np.zeros(size, np.float32 if floating is float else np.float64)
+    try:  # the filter gradient sums into all of it; the forward writes all but the zero rows
+        filters = (np.zeros if filter_grad else np.empty)(size, np.float32 if floating is float else np.float64)
     except MemoryError:
         raise MemoryError(f"{op}: cannot allocate the Winograd buffers") from None
+    if not filter_grad:
+        filters[size - g.c - g.o :] = 0
     cdef floating[::1] filters_view = filters
     cdef floating* fp = &filters_view[0]
     _blas_enter()
@@ -333,8 +335,8 @@ cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, f
 cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w, floating* y,
                         floating* u, int tile) noexcept nogil:
     """y = the convolution of x with the 3x3 filter w (stride 1, no dilation, g's padding and
-    output size) on output tiles of tile x tile, every output written, u (P C O + C numbers,
-    zeroed; P = (tile + 2)^2) holding the transformed filters; returns 1 where memory ran out
+    output size) on output tiles of tile x tile, every output written, u (P C O numbers, then
+    C zeros; P = (tile + 2)^2) holding the transformed filters; returns 1 where memory ran out
     (y then unwritten)."""
     cdef Py_ssize_t tiles_h = (g.oh + tile - 1) // tile, tiles_w = (g.ow + tile - 1) // tile
     cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w

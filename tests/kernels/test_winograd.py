@@ -220,3 +220,24 @@ def test_the_input_gradient_fills_every_element_of_a_reused_block(kernel, pad, s
     assert np.isfinite(dx).all()
     want = _im2col(conv.conv2d_backward_input, dy, w, h, h, stride, stride, pad, pad, 1, 1)
     np.testing.assert_allclose(dx, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_the_transformed_filters_zero_rows_are_zeroed_in_a_reused_block(tile):
+    """The forward product's transformed filters are left unzeroed but for the row of zeros
+    the padding reads: blocks that held NaNs before leave no trace in the output."""
+    from tapeflow._kernels import allocator
+
+    c = o = 96
+    x = RNG.standard_normal((2, 8, 8, c)).astype(np.float32)
+    w = RNG.standard_normal((3, 3, c, o)).astype(np.float32)
+    old = conv._set_winograd_limits(1, 1 << 40, 1)
+    try:
+        with allocator.reusing_blocks():
+            stale = [np.full(p * c * o + c + o, np.nan, np.float32) for p in (16, 36)]
+            del stale
+            y = conv.conv2d_forward(x, w, 1, 1, 1, 1, 1, 1, 8, 8)
+    finally:
+        conv._set_winograd_limits(*old)
+    want = _im2col(conv.conv2d_forward, x, w, 1, 1, 1, 1, 1, 1, 8, 8)
+    assert np.isfinite(y).all()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
