@@ -119,9 +119,10 @@ cdef Py_ssize_t _WINOGRAD_MIN_CHANNELS = 32
 cdef Py_ssize_t _WINOGRAD_MIN_TILES = 384
 cdef Py_ssize_t _WINOGRAD_THREAD_PAIRS = 256 * 256
 # From this many 2x2 tiles a thread (or 4x4 tiles of as many products), the filter gradient's
-# threads sum their own tiles (measured at 1,568 and 6,272 a thread: 39-45 ms against 50,
-# 94-115 against 123-137; at 128-392 a thread the split gemms were as fast or faster).
-cdef Py_ssize_t _WINOGRAD_OWN_SUM_TILES = 1024
+# threads sum their own tiles (batch 16, 2 threads, median of 12: 392 2x2 tiles a thread of
+# 14x14 160 -> 320 channels 10.1 -> 9.2 ms, 392 4x4 tiles of 28x28 128 -> 192 16.3 -> 12.2 ms;
+# 128 2x2 tiles a thread of 7x7 192 -> 384 5.2 ms split, 5.7 summed apart).
+cdef Py_ssize_t _WINOGRAD_OWN_SUM_TILES = 256
 # Per-thread bound on a chunk's V and M, and the bound on a chunk the threads share.
 cdef Py_ssize_t _winograd_buffer_bytes = 2 * 1024 * 1024
 cdef Py_ssize_t _winograd_shared_bytes = 24 * 1024 * 1024
