@@ -216,6 +216,7 @@ adam_update_rows = _fused.adam_update_rows
 adam_update_in_place = _fused.adam_update_in_place
 relu = _fused.relu
 relu_grad = _fused.relu_grad
+relu_bias_grad = _fused.relu_bias_grad
 flush_denormals_enter = _fpenv.flush_denormals_enter
 flush_denormals_leave = _fpenv.flush_denormals_leave
 sgns_train = _word2vec.sgns_train
@@ -269,6 +270,7 @@ __all__ = [
     "adam_update_in_place",
     "relu",
     "relu_grad",
+    "relu_bias_grad",
     "sgns_train",
     "skipgram_pairs",
     "conv3d_forward",

@@ -5,7 +5,7 @@ include "_common.pxi"
 import numpy as np
 
 cimport numpy as cnp
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, free, malloc
 
 cnp.import_array()
 
@@ -92,6 +92,13 @@ cdef extern from *:
     TAPEFLOW_ADAM_ROWS(tapeflow_adam_rows_f32, float, sqrtf)
     TAPEFLOW_ADAM_ROWS(tapeflow_adam_rows_f64, double, sqrt)
 
+    /* Rows a block of a thread's sums in the array's own dtype (channels.pyx sums alike). */
+    #define TAPEFLOW_SUM_ROWS 32
+    #if TAPEFLOW_OPENMP
+    #define TAPEFLOW_THREAD_ID(t) t = omp_get_thread_num()
+    #else
+    #define TAPEFLOW_THREAD_ID(t) t = 0
+    #endif
     /* relu and its gradient, as NumPy computes them: max(x, 0) keeps NaN and turns -0.0
        into 0.0, and the gradient passes g where y > 0 (never where y is NaN). */
     #define TAPEFLOW_RELU(NAME, T)                                                          \
@@ -131,6 +138,41 @@ cdef extern from *:
             Py_ssize_t lo = 0, hi = n;                                                     \
             TAPEFLOW_THREAD_SHARE(lo, hi);                                                 \
             NAME##_grad_chunk(g + lo, y + lo, out + lo, hi - lo);                          \
+            tapeflow_fpenv_swap(own);                                                      \
+        }                                                                                  \
+    }                                                                                      \
+    /* The gradient of rows of `cols` numbers, g's rows `stride` numbers apart, y and out    \
+       contiguous; each thread also sums its rows of the gradient into its own `cols` sums in \
+       double (partial + thread * cols, zeroed): TAPEFLOW_SUM_ROWS rows at a time in T (into  \
+       scratch + thread * cols), each block's sums then added in double, in order. */       \
+    static void NAME##_grad_sum(const T* g, Py_ssize_t stride, const T* y, T* out,         \
+                                double* partial, T* scratch, Py_ssize_t rows,              \
+                                Py_ssize_t cols, int threads)                              \
+    {                                                                                      \
+        const unsigned int env = tapeflow_fpenv_get();                                    \
+        _Pragma("omp parallel num_threads(threads) if(threads > 1)")                       \
+        {                                                                                  \
+            const unsigned int own = tapeflow_fpenv_swap(env);                             \
+            Py_ssize_t lo = 0, hi = rows, t = 0;                                           \
+            TAPEFLOW_SHARE_OF(lo, hi, rows);                                               \
+            TAPEFLOW_THREAD_ID(t);                                                         \
+            double* restrict acc = partial + t * cols;                                     \
+            T* restrict block = scratch + t * cols;                                        \
+            for (Py_ssize_t r0 = lo; r0 < hi; r0 += TAPEFLOW_SUM_ROWS) {                   \
+                const Py_ssize_t r1 = hi - r0 < TAPEFLOW_SUM_ROWS ? hi : r0 + TAPEFLOW_SUM_ROWS; \
+                for (Py_ssize_t q = 0; q < cols; q++) block[q] = 0;                        \
+                for (Py_ssize_t r = r0; r < r1; r++) {                                     \
+                    const T* restrict gr = g + r * stride;                                 \
+                    const T* restrict yr = y + r * cols;                                   \
+                    T* restrict o = out + r * cols;                                        \
+                    for (Py_ssize_t q = 0; q < cols; q++) {                                \
+                        const T gi = gr[q], v = yr[q] > 0 ? gi : (T)0;  /* a select */    \
+                        o[q] = v;                                                          \
+                        block[q] += v;                                                     \
+                    }                                                                      \
+                }                                                                          \
+                for (Py_ssize_t q = 0; q < cols; q++) acc[q] += block[q];                  \
+            }                                                                              \
             tapeflow_fpenv_swap(own);                                                      \
         }                                                                                  \
     }                                                                                      \
@@ -179,6 +221,12 @@ cdef extern from *:
                                 int threads) noexcept nogil
     void tapeflow_relu_f64_grad(const double* g, const double* y, double* out, Py_ssize_t n,
                                 int threads) noexcept nogil
+    void tapeflow_relu_f32_grad_sum(const float* g, Py_ssize_t stride, const float* y, float* out,
+                                    double* partial, float* scratch, Py_ssize_t rows, Py_ssize_t cols,
+                                    int threads) noexcept nogil
+    void tapeflow_relu_f64_grad_sum(const double* g, Py_ssize_t stride, const double* y, double* out,
+                                    double* partial, double* scratch, Py_ssize_t rows, Py_ssize_t cols,
+                                    int threads) noexcept nogil
     void tapeflow_relu_f32_grad_rows(const float* g, Py_ssize_t stride, const float* y, float* out,
                                      Py_ssize_t rows, Py_ssize_t cols, int threads) noexcept nogil
     void tapeflow_relu_f64_grad_rows(const double* g, Py_ssize_t stride, const double* y, double* out,
@@ -188,6 +236,9 @@ cdef extern from *:
 # and division make each element dearer than a relu's select).
 cdef Py_ssize_t _ADAM_PARALLEL_MIN = 1 << 15
 cdef Py_ssize_t _RELU_PARALLEL_MIN = 1 << 17
+# Where relu_bias_grad shares its rows among threads: the bound of channels.sum_leading, so that
+# both add the same rows on each thread.
+cdef Py_ssize_t _SUM_PARALLEL_MIN = 1 << 18
 
 
 def _same_floats(name, **arrays) -> tuple:
@@ -417,6 +468,63 @@ def relu_grad(g, y):
             else:
                 tapeflow_relu_f64_grad(<const double*>gp, <const double*>yp, <double*>op, n, threads)
     return out
+
+
+def relu_bias_grad(g, y):
+    """relu_grad(g, y) and its sums over every axis but the last (a bias's gradient), in one
+    pass: each thread sums its share of the rows in blocks of 32 in g's dtype, the blocks in
+    float64, and the threads' sums are added in order, as `channels.sum_leading` does with the
+    same shares (a frozen step's bias gradient is the eager one's). g may be a slice along the last axis of a wider array (read where it
+    lies).
+
+    >>> import numpy as np
+    >>> gz, db = relu_bias_grad(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1.0, 0.0], [1.0, 1.0]]))
+    >>> gz.tolist(), db.tolist()
+    ([[1.0, 0.0], [3.0, 4.0]], [4.0, 4.0])
+    """
+    cdef Py_ssize_t stride = 0
+    if cnp.PyArray_CheckExact(g) and not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>g) and _plain_float(y):
+        stride = _row_stride(<cnp.ndarray>g, <cnp.ndarray>y)
+    if stride == 0 and not (_plain_float(g) and _plain_like(y, <cnp.ndarray>g)):
+        g, y = _same_floats("relu_bias_grad", g=g, y=y)
+    cdef cnp.ndarray ga = <cnp.ndarray>g, ya = <cnp.ndarray>y
+    cdef int nd = cnp.PyArray_NDIM(ya)
+    if nd < 1:
+        raise ValueError("relu_bias_grad: g and y must have at least one axis, got scalars")
+    cdef Py_ssize_t cols = cnp.PyArray_DIMS(ya)[nd - 1], n = cnp.PyArray_SIZE(ya)
+    cdef Py_ssize_t rows = n // cols if cols else 0, q, t
+    if stride == 0:
+        stride = cols
+    cdef cnp.ndarray out = _empty_like(ya)
+    sums = np.zeros(cols, dtype=out.dtype)
+    if rows == 0:
+        return out, sums
+    cdef int threads = <int>max(1, min(<Py_ssize_t>_threads_for(n, _SUM_PARALLEL_MIN), rows))
+    cdef double* partial = <double*>calloc(threads * cols, sizeof(double))
+    cdef void* scratch = malloc(threads * cols * cnp.PyArray_ITEMSIZE(ya))
+    if partial == NULL or scratch == NULL:
+        free(partial)
+        free(scratch)
+        raise MemoryError("relu_bias_grad: cannot allocate the partial sums")
+    cdef void* gp = cnp.PyArray_DATA(ga)
+    cdef void* yp = cnp.PyArray_DATA(ya)
+    cdef void* op = cnp.PyArray_DATA(out)
+    cdef bint single = cnp.PyArray_TYPE(ya) == cnp.NPY_FLOAT32
+    cdef double[::1] total = np.zeros(cols)
+    with nogil:
+        if single:
+            tapeflow_relu_f32_grad_sum(<const float*>gp, stride, <const float*>yp, <float*>op, partial,
+                                       <float*>scratch, rows, cols, threads)
+        else:
+            tapeflow_relu_f64_grad_sum(<const double*>gp, stride, <const double*>yp, <double*>op, partial,
+                                       <double*>scratch, rows, cols, threads)
+        for t in range(threads):
+            for q in range(cols):
+                total[q] += partial[t * cols + q]
+    free(partial)
+    free(scratch)
+    sums[...] = np.asarray(total)
+    return out, sums
 
 
 cdef Py_ssize_t _row_stride(cnp.ndarray g, cnp.ndarray y) noexcept:

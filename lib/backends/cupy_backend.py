@@ -511,6 +511,12 @@ def relu_grad(g, y):
     return xp.where(y > 0, g, 0).astype(g.dtype, copy=False)
 
 
+def relu_bias_grad(g, y):
+    """relu_grad's kernel, then the sum over every axis but the last."""
+    gz = relu_grad(g, y)
+    return gz, gz.sum(axis=tuple(range(gz.ndim - 1))).astype(gz.dtype, copy=False)
+
+
 def _bias_activation(y, b, activation):
     y = y + b
     return xp.maximum(y, 0) if activation == "relu" else y

@@ -435,6 +435,22 @@ def relu_grad(g, y):
     return np.where(y > 0, g, 0).astype(g.dtype, copy=False)
 
 
+def relu_bias_grad(g, y):
+    """relu_grad and its sum over every axis but the last in one pass (the kernel), for float
+    arrays of one shape; the reference otherwise."""
+    if (
+        isinstance(g, np.ndarray)
+        and isinstance(y, np.ndarray)
+        and g.dtype in _FAST
+        and g.dtype == y.dtype
+        and g.shape == y.shape
+        and g.ndim >= 1
+    ):
+        return _kernels.relu_bias_grad(g, y)
+    gz = np.where(y > 0, g, 0).astype(g.dtype, copy=False)
+    return gz, np.sum(gz, axis=tuple(range(gz.ndim - 1))).astype(g.dtype, copy=False)
+
+
 def _blas_sized(a, b) -> bool:
     """Both operands of one float dtype the kernels take, every dimension within the C ints
     BLAS takes (NumPy's own matmul takes the rest): no dimension of an array with at most
@@ -454,17 +470,17 @@ def matmul(a, b):
     return np.matmul(a, b)
 
 
-# From this many numbers the channel kernels (sum over all axes but the last, a join along the
-# last axis) share the work among threads; fewer go through NumPy.
+# From this many numbers a join along the last axis takes the channel kernel; fewer go through
+# NumPy.
 _CHANNELS_MIN = 1 << 16
 
 
 def sum(x, axes, keepdims):  # noqa: A001 - the op's name
     """The reference's sum, float arrays straight through NumPy's add.reduce (what np.sum
-    calls, without its Python layers), large ones summed over every axis but the last (a bias
-    gradient) by the channel kernel; booleans are counted in int64."""
+    calls, without its Python layers), or over every axis but the last (a bias gradient) by
+    the channel kernel in float64, as relu_bias_grad sums; booleans are counted in int64."""
     if type(x) is np.ndarray and x.dtype in _FAST:
-        if x.ndim >= 2 and x.size >= _CHANNELS_MIN and x.flags.c_contiguous and tuple(axes) == tuple(range(x.ndim - 1)):
+        if x.ndim >= 2 and x.flags.c_contiguous and tuple(axes) == tuple(range(x.ndim - 1)):
             sums = _kernels.sum_leading(x.reshape(-1, x.shape[-1]))
             return sums.reshape((1,) * (x.ndim - 1) + sums.shape) if keepdims else sums
         return np.add.reduce(x, axis=axes, keepdims=keepdims)

@@ -256,6 +256,11 @@ def relu_grad(g, y):
     return torch.where(y > 0, g, torch.zeros_like(g))
 
 
+def relu_bias_grad(g, y):
+    gz = relu_grad(g, y)
+    return gz, gz if gz.ndim == 1 else torch.sum(gz, dim=tuple(range(gz.ndim - 1)))
+
+
 def where(condition, x, y):
     return torch.where(_t(condition).to(torch.bool), _t(x), _t(y))
 

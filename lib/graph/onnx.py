@@ -896,6 +896,17 @@ def _relu_grad(ex, node, outs, g, y):
     ex.emit("Where", [positive, g, ex.scalar(0, node.inputs[0].dtype.np)], outs[0])
 
 
+@_converts("relu_bias_grad")
+def _relu_bias_grad(ex, node, outs, g, y):
+    positive = ex.emit("Greater", [y, ex.scalar(0, node.inputs[1].dtype.np)])
+    ex.emit("Where", [positive, g, ex.scalar(0, node.inputs[0].dtype.np)], outs[0])
+    leading = list(range(len(node.inputs[0].shape) - 1))
+    if leading:
+        ex.reduce("ReduceSum", outs[0], leading, False, outs[1])
+    else:
+        ex.emit("Identity", [outs[0]], outs[1])
+
+
 @_converts("reshape_like")
 def _reshape_like(ex, node, outs, x, like):
     ex.emit("Reshape", [x, ex.emit("Shape", [like])], outs[0])

@@ -34,7 +34,7 @@ import numpy as np
 from tapeflow._kernels.fusion_opcodes import ARITY, PRIMITIVES
 from tapeflow.ops import shapes
 from tapeflow.ops.array import transpose
-from tapeflow.ops.core import cast
+from tapeflow.ops.core import cast, zeros_like
 from tapeflow.ops.math import matmul
 from tapeflow.ops.reduce import sum as reduce_sum
 from tapeflow.ops.registry import apply, defop, get_op
@@ -62,8 +62,42 @@ def _check_activation(name, activation):
         raise ValueError(f"{name}: activation must be one of {ACTIVATIONS}, got {activation!r}")
 
 
-def _pre_activation_grad(g, y, activation):
-    return apply(get_op("relu_grad"), (g, y), {}) if activation == "relu" else g
+def _pre_activation_grads(g, y, activation, axes):
+    """The gradient before the activation and the bias's gradient (its sum over `axes`, every
+    axis but the last): for relu one `relu_bias_grad` node, which sums as it masks."""
+    if activation == "relu":
+        gz, db = apply(get_op("relu_bias_grad"), (g, y), {})
+        return gz, db
+    return g, reduce_sum(g, axes)
+
+
+# ------------------------------------------------------------ relu and bias gradients
+def _relu_bias_grad_infer(g, y):
+    if (
+        len(g.shape) < 1
+        or len(g.shape) != len(y.shape)
+        or any(a is not None and b is not None and a != b for a, b in zip(g.shape, y.shape, strict=True))
+    ):
+        raise ValueError(f"relu_bias_grad: g of shape {g.shape} and y of shape {y.shape} must share one shape")
+    if g.dtype is not y.dtype or g.dtype.kind != "f":
+        raise TypeError(f"relu_bias_grad: g ({g.dtype}) and y ({y.dtype}) must share one float dtype")
+    return [(g.shape, g.dtype), ((g.shape[-1],), g.dtype)]
+
+
+def _relu_bias_grad_vjp(gs, xs, ys):
+    grad, bias_grad = gs
+    _, y = xs
+    if bias_grad is not None:  # the sum's gradient reaches every row of the last axis
+        grad = (zeros_like(y) if grad is None else grad) + bias_grad
+    return (None if grad is None else apply(get_op("relu_grad"), (grad, y), {})), None
+
+
+@defop("relu_bias_grad", infer=_relu_bias_grad_infer, vjp=_relu_bias_grad_vjp, num_outputs=2)
+def RELU_BIAS_GRAD(g, y):
+    """relu's gradient given its output y (g where y > 0, else 0) and that gradient's sum over
+    every axis but the last: the pre-activation and bias gradients of a layer with a relu."""
+    gz = np.where(y > 0, g, 0).astype(g.dtype, copy=False)
+    return gz, np.sum(gz, axis=tuple(range(gz.ndim - 1))).astype(g.dtype, copy=False)
 
 
 # ------------------------------------------------------------ matmul
@@ -78,10 +112,10 @@ def _fused_matmul_infer(a, w, b, activation):
 
 def _fused_matmul_vjp(gs, xs, ys, activation):
     a, w, b = xs
-    gz = _pre_activation_grad(gs[0], ys[0], activation)
     if a.ndim != 2 or w.ndim != 2:
         raise NotImplementedError("fused_matmul: gradients are defined for 2-D operands only")
-    return matmul(gz, transpose(w, (1, 0))), matmul(transpose(a, (1, 0)), gz), reduce_sum(gz, 0)
+    gz, gb = _pre_activation_grads(gs[0], ys[0], activation, 0)
+    return matmul(gz, transpose(w, (1, 0))), matmul(transpose(a, (1, 0)), gz), gb
 
 
 @defop("fused_matmul", infer=_fused_matmul_infer, vjp=_fused_matmul_vjp)
@@ -135,9 +169,9 @@ def _fused_conv_infer(x, w, b, activation, **conv):
 
 def _fused_conv_vjp(gs, xs, ys, activation, **conv):
     x, w, b = xs
-    gz = _pre_activation_grad(gs[0], ys[0], activation)
+    gz, gb = _pre_activation_grads(gs[0], ys[0], activation, (0, 1, 2))
     gx, gw = get_op("conv2d").vjp([gz], (x, w), (ys[0],), needs=(True, True), **conv)
-    return gx, gw, reduce_sum(gz, (0, 1, 2))
+    return gx, gw, gb
 
 
 @defop("fused_conv2d", infer=_fused_conv_infer, vjp=_fused_conv_vjp)

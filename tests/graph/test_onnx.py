@@ -661,6 +661,16 @@ def test_relu_grad_and_reshape_like(tmp_path):
     check_export(fn, [tp.TensorSpec((None, 6))] * 2, lambda b: floats(6)(b) + floats(6, seed=3)(b), tmp_path)
 
 
+def test_relu_bias_grad(tmp_path):
+    def fn(g, y):
+        rows = apply_op("relu_bias_grad", g, y - 0.5)
+        images = apply_op("relu_bias_grad", tp.reshape(g, (-1, 1, 2, 3)), tp.reshape(y, (-1, 1, 2, 3)) - 0.5)
+        vector = apply_op("relu_bias_grad", g[0], y[0] - 0.5)
+        return (*rows, *images, *vector)
+
+    check_export(fn, [tp.TensorSpec((None, 6))] * 2, lambda b: floats(6)(b) + floats(6, seed=3)(b), tmp_path)
+
+
 FILTER_3D = np.random.default_rng(12).normal(size=(2, 3, 2, 2, 3)).astype(np.float32)
 CONV_3D = {
     "same": dict(strides=1, padding="SAME"),

@@ -406,3 +406,27 @@ def test_a_product_read_elsewhere_or_batched_is_not_folded():
 
     graph = tp.freeze(batched, tp.TensorSpec((2, 4, 3)), tp.TensorSpec((2, 3, 2)), tp.TensorSpec(()))
     assert "sgd_matmul_update" not in graph.op_counts()
+
+
+@pytest.mark.parametrize("layer", ["conv", "dense"])
+def test_a_relu_layers_bias_gradient_is_summed_by_its_mask(layer, rng):
+    """A frozen gradient of a relu layer masks and sums in one `relu_bias_grad` node (the
+    relu_grad and the bias's sum gone), and gives the eager tape's gradients."""
+    if layer == "conv":
+        model = tp.Sequential([tp.layers.Conv2D(5, 3, activation="relu"), tp.layers.Flatten(), tp.layers.Dense(2)])
+        x = rng.standard_normal((4, 7, 7, 3)).astype(np.float32)
+    else:
+        model = tp.Sequential([tp.layers.Dense(6, activation="relu"), tp.layers.Dense(2)])
+        x = rng.standard_normal((4, 3)).astype(np.float32)
+    model(x)
+
+    def grads(x):
+        with tp.GradientTape() as tape:
+            loss = tp.sum(model(x) ** 2)
+        return tape.gradient(loss, model.trainable_weights)
+
+    graph = tp.freeze(grads, tp.TensorSpec(x.shape))
+    counts = graph.op_counts()
+    assert counts.get("relu_bias_grad") == 1 and "relu_grad" not in counts
+    for frozen, eager in zip(graph(x), grads(tp.tensor(x)), strict=True):
+        np.testing.assert_allclose(np.asarray(frozen), eager.numpy(), rtol=1e-5, atol=1e-5)

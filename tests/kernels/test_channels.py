@@ -47,10 +47,15 @@ def test_sum_leading_of_no_rows_and_special_values():
     assert got[0] == np.inf and np.isnan(got[1]) and got[2] == -np.inf
 
 
-def test_the_backend_takes_the_kernels_for_large_arrays_only():
-    """A bias gradient's sum and an Inception module's join: the kernels' numbers where they
-    apply (large, C-contiguous, the last axis), NumPy's elsewhere."""
+def test_the_backend_takes_the_kernels_where_they_apply():
+    """A bias gradient's sum (any size, C-contiguous, every axis but the last: the numbers of
+    relu_bias_grad's sums) and an Inception module's join (large, C-contiguous, the last axis):
+    the kernels' numbers there, NumPy's elsewhere."""
     x = RNG.standard_normal((8, 30, 30, 16)).astype(np.float32)
+    small = RNG.standard_normal((3, 2, 5)).astype(np.float32)
+    np.testing.assert_array_equal(
+        numpy_backend.sum(small, (0, 1), False), K.relu_bias_grad(small, np.ones_like(small))[1]
+    )
     for keepdims in (True, False):
         got = numpy_backend.sum(x, (0, 1, 2), keepdims)
         want = x.astype(np.float64).sum(axis=(0, 1, 2), keepdims=keepdims)

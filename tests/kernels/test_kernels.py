@@ -447,6 +447,29 @@ def test_relu_gradient_reads_a_slice_of_a_wider_gradient_in_place(shape, dtype, 
         np.testing.assert_array_equal(K.relu_grad(g, mask), np.where(mask > 0, g, 0))
 
 
+@pytest.mark.parametrize("shape", [(5,), (3, 7), (16, 28, 28, 40)], ids=["vector", "rows", "parallel"])
+def test_relu_bias_gradient_masks_and_sums_in_one_pass(shape, dtype, threads):
+    """The mask of relu_grad and its sum over every axis but the last, against NumPy in float64;
+    g contiguous or a slice along the last axis of a wider array."""
+    rng = np.random.default_rng(14)
+    wide = rng.standard_normal(shape[:-1] + (shape[-1] + 9,)).astype(dtype)
+    y = K.relu(rng.standard_normal(shape).astype(dtype))
+    y.reshape(-1)[:2] = [np.nan, 0.0]
+    for g in (np.ascontiguousarray(wide[..., : shape[-1]]), wide[..., 5 : 5 + shape[-1]]):
+        gz, db = K.relu_bias_grad(g, y)
+        want = np.where(y > 0, g, 0)
+        np.testing.assert_array_equal(gz, want)
+        assert db.dtype == dtype and db.shape == shape[-1:]
+        np.testing.assert_allclose(
+            db,
+            want.astype(np.float64).sum(axis=tuple(range(len(shape) - 1))),
+            rtol=1e-5 if dtype == np.float32 else 1e-12,
+            atol=1e-5,
+        )
+    with pytest.raises(ValueError, match="relu_bias_grad"):
+        K.relu_bias_grad(np.ones((), dtype), np.ones((), dtype))
+
+
 def test_relu_rejects_mismatched_arrays():
     a = np.zeros(4)
     with pytest.raises(TypeError, match="relu_grad"):

@@ -1331,6 +1331,21 @@ for _label, (_xs, _k, _s, _p) in _POOLS3.items():
 
 # ------------------------------------------------------------------ nn misc
 sample("relu_grad", "3x4", [normal(3, 4), away(3, 4)], {}, lambda g, y: np.where(y > 0, g, 0.0))
+sample(
+    "relu_bias_grad",
+    "image",
+    [normal(2, 3, 4, 5), away(2, 3, 4, 5)],
+    {},
+    lambda g, y: (np.where(y > 0, g, 0.0), np.where(y > 0, g, 0.0).sum(axis=(0, 1, 2))),
+)
+sample(
+    "relu_bias_grad",
+    "rows",
+    [normal(6, 3), away(6, 3)],
+    {},
+    lambda g, y: (np.where(y > 0, g, 0.0), np.where(y > 0, g, 0.0).sum(axis=0)),
+)
+sample("relu_bias_grad", "vector", [normal(4), away(4)], {}, lambda g, y: (np.where(y > 0, g, 0.0),) * 2)
 
 
 def np_sparse_xent(logits, labels):

@@ -2,7 +2,8 @@
 
 DEFAULT_PASSES simplify, fold constants, merge common subexpressions, drop
 dead code, fold bias adds and relus into the matmul or conv before them
-(`fused_matmul`, `fused_conv2d`), fuse the remaining chains of elementwise ops
+(`fused_matmul`, `fused_conv2d`) and a relu gradient's bias sum into it
+(`relu_bias_grad`), fuse the remaining chains of elementwise ops
 into single `fused_elementwise` kernels (`FUSION`), and fold a plain gradient descent
 step into the product that makes its gradient (`sgd_matmul_update`).
 
@@ -15,6 +16,7 @@ step into the product that makes its gradient (`sgd_matmul_update`).
 from __future__ import annotations
 
 from tapeflow.graph.ir import GraphIR
+from tapeflow.graph.passes.bias_grad import ReluBiasGradFusion
 from tapeflow.graph.passes.cse import CommonSubexpressionElimination
 from tapeflow.graph.passes.dce import DeadCodeElimination
 from tapeflow.graph.passes.descent import ProductDescentFusion
@@ -30,6 +32,7 @@ DEFAULT_PASSES: list = [
     CommonSubexpressionElimination(),
     DeadCodeElimination(),
     BiasActivationFusion(),
+    ReluBiasGradFusion(),
     FUSION,
     ProductDescentFusion(),
 ]
