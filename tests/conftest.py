@@ -26,6 +26,15 @@ def _seeded():
     yield
 
 
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """The kernels' thread count for one test, one and two threads."""
+    before = tp.get_num_threads()
+    tp.set_num_threads(request.param)
+    yield request.param
+    tp.set_num_threads(before)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

@@ -423,14 +423,19 @@ def relu(x):
     return np.maximum(x, 0)
 
 
-def relu_grad(g, y):
-    if (
+def _float_pair(g, y) -> bool:
+    """Whether g and y are NumPy arrays of one float dtype and shape (the relu kernels' own)."""
+    return (
         isinstance(g, np.ndarray)
         and isinstance(y, np.ndarray)
         and g.dtype in _FAST
         and g.dtype == y.dtype
         and g.shape == y.shape
-    ):
+    )
+
+
+def relu_grad(g, y):
+    if _float_pair(g, y):
         return _kernels.relu_grad(g, y)
     return np.where(y > 0, g, 0).astype(g.dtype, copy=False)
 
@@ -438,14 +443,7 @@ def relu_grad(g, y):
 def relu_bias_grad(g, y):
     """relu_grad and its sum over every axis but the last in one pass (the kernel), for float
     arrays of one shape; the reference otherwise."""
-    if (
-        isinstance(g, np.ndarray)
-        and isinstance(y, np.ndarray)
-        and g.dtype in _FAST
-        and g.dtype == y.dtype
-        and g.shape == y.shape
-        and g.ndim >= 1
-    ):
+    if _float_pair(g, y) and g.ndim >= 1:
         return _kernels.relu_bias_grad(g, y)
     gz = np.where(y > 0, g, 0).astype(g.dtype, copy=False)
     return gz, np.sum(gz, axis=tuple(range(gz.ndim - 1))).astype(g.dtype, copy=False)

@@ -117,14 +117,6 @@ def _ids():
     return [f"{name}-{i}" for i, (name, _, _) in enumerate(CASES)]
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = tp.get_num_threads()
-    tp.set_num_threads(request.param)
-    yield request.param
-    tp.set_num_threads(before)
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("case", CASES, ids=_ids())
 def test_kernel_matches_reference(case, dtype, threads):

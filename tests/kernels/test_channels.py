@@ -6,19 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tapeflow as tp
 from tapeflow import _kernels as K
 from tapeflow.backends import numpy_backend
 
 RNG = np.random.default_rng(21)
-
-
-@pytest.fixture(params=[1, 2], ids=["1 thread", "2 threads"])
-def threads(request):
-    old = tp.get_num_threads()
-    tp.set_num_threads(request.param)
-    yield request.param
-    tp.set_num_threads(old)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.bool_, np.float16])

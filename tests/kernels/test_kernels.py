@@ -22,14 +22,6 @@ TOLERANCE = {np.float32: 1e-4, np.float64: 1e-10}
 N, H, W, C_IN, C_OUT, KH, KW = 3, 7, 9, 3, 5, 3, 2
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    old = K.get_num_threads()
-    K.set_num_threads(request.param)
-    yield request.param
-    K.set_num_threads(old)
-
-
 @pytest.fixture(params=[np.float32, np.float64], ids=["f32", "f64"])
 def dtype(request):
     return request.param
