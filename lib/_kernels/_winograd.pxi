@@ -150,14 +150,6 @@ def _set_winograd_limits(Py_ssize_t min_channels, Py_ssize_t thread_pairs, Py_ss
     return old
 
 
-def _set_winograd_buffer_bytes(Py_ssize_t own, Py_ssize_t shared):
-    """Change the bounds on a thread's own chunk and on a shared chunk; returns the old ones."""
-    global _winograd_buffer_bytes, _winograd_shared_bytes
-    old = (_winograd_buffer_bytes, _winograd_shared_bytes)
-    _winograd_buffer_bytes, _winograd_shared_bytes = max(1, own), max(1, shared)
-    return old
-
-
 def _set_winograd_big_tiles(double share, Py_ssize_t min_tiles, Py_ssize_t own_tiles):
     """Change when 4x4 tiles are taken (the share of the 2x2 tiles' products and the fewest
     tiles; (0, 0, _): never, (inf, 0, _): always) and from how many tiles of either size each

@@ -474,8 +474,8 @@ def relu_bias_grad(g, y):
     """relu_grad(g, y) and its sums over every axis but the last (a bias's gradient), in one
     pass: each thread sums its share of the rows in blocks of 32 in g's dtype, the blocks in
     float64, and the threads' sums are added in order, as `channels.sum_leading` does with the
-    same shares (a frozen step's bias gradient is the eager one's). g may be a slice along the last axis of a wider array (read where it
-    lies).
+    same shares (a frozen step's bias gradient is the eager one's). g may be a slice along the
+    last axis of a wider array (read where it lies).
 
     >>> import numpy as np
     >>> gz, db = relu_bias_grad(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1.0, 0.0], [1.0, 1.0]]))
@@ -496,9 +496,9 @@ def relu_bias_grad(g, y):
     if stride == 0:
         stride = cols
     cdef cnp.ndarray out = _empty_like(ya)
-    sums = np.zeros(cols, dtype=out.dtype)
+    cdef double[::1] total = np.zeros(cols)
     if rows == 0:
-        return out, sums
+        return out, np.asarray(total).astype(out.dtype)
     cdef int threads = <int>max(1, min(<Py_ssize_t>_threads_for(n, _SUM_PARALLEL_MIN), rows))
     cdef double* partial = <double*>calloc(threads * cols, sizeof(double))
     cdef void* scratch = malloc(threads * cols * cnp.PyArray_ITEMSIZE(ya))
@@ -510,7 +510,6 @@ def relu_bias_grad(g, y):
     cdef void* yp = cnp.PyArray_DATA(ya)
     cdef void* op = cnp.PyArray_DATA(out)
     cdef bint single = cnp.PyArray_TYPE(ya) == cnp.NPY_FLOAT32
-    cdef double[::1] total = np.zeros(cols)
     with nogil:
         if single:
             tapeflow_relu_f32_grad_sum(<const float*>gp, stride, <const float*>yp, <float*>op, partial,
@@ -523,8 +522,7 @@ def relu_bias_grad(g, y):
                 total[q] += partial[t * cols + q]
     free(partial)
     free(scratch)
-    sums[...] = np.asarray(total)
-    return out, sums
+    return out, np.asarray(total).astype(out.dtype)
 
 
 cdef Py_ssize_t _row_stride(cnp.ndarray g, cnp.ndarray y) noexcept:

@@ -62,13 +62,12 @@ def _check_activation(name, activation):
         raise ValueError(f"{name}: activation must be one of {ACTIVATIONS}, got {activation!r}")
 
 
-def _pre_activation_grads(g, y, activation, axes):
-    """The gradient before the activation and the bias's gradient (its sum over `axes`, every
-    axis but the last): for relu one `relu_bias_grad` node, which sums as it masks."""
+def _pre_activation_grads(g, y, activation):
+    """The gradient before the activation and the bias's gradient (its sum over every axis but
+    the last): for relu one `relu_bias_grad` node, which sums as it masks."""
     if activation == "relu":
-        gz, db = apply(get_op("relu_bias_grad"), (g, y), {})
-        return gz, db
-    return g, reduce_sum(g, axes)
+        return tuple(apply(get_op("relu_bias_grad"), (g, y), {}))
+    return g, reduce_sum(g, tuple(range(g.ndim - 1)))
 
 
 # ------------------------------------------------------------ relu and bias gradients
@@ -114,7 +113,7 @@ def _fused_matmul_vjp(gs, xs, ys, activation):
     a, w, b = xs
     if a.ndim != 2 or w.ndim != 2:
         raise NotImplementedError("fused_matmul: gradients are defined for 2-D operands only")
-    gz, gb = _pre_activation_grads(gs[0], ys[0], activation, 0)
+    gz, gb = _pre_activation_grads(gs[0], ys[0], activation)
     return matmul(gz, transpose(w, (1, 0))), matmul(transpose(a, (1, 0)), gz), gb
 
 
@@ -169,7 +168,7 @@ def _fused_conv_infer(x, w, b, activation, **conv):
 
 def _fused_conv_vjp(gs, xs, ys, activation, **conv):
     x, w, b = xs
-    gz, gb = _pre_activation_grads(gs[0], ys[0], activation, (0, 1, 2))
+    gz, gb = _pre_activation_grads(gs[0], ys[0], activation)
     gx, gw = get_op("conv2d").vjp([gz], (x, w), (ys[0],), needs=(True, True), **conv)
     return gx, gw, gb
 
