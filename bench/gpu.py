@@ -64,7 +64,8 @@ def _timed(step, steps: int) -> float:
     return statistics.median(times)
 
 
-def run_tapeflow(kind: str, steps: int) -> float:
+def tapeflow_step(kind: str):
+    """(step, inputs): the frozen training step of the MLP or the CNN on gpu:0, and its batch."""
     import numpy as np
     from _models import tapeflow_model
 
@@ -72,8 +73,6 @@ def run_tapeflow(kind: str, steps: int) -> float:
 
     batch, shape = WORKLOADS[kind]
     rng = np.random.default_rng(0)
-    if kind == "word2vec":
-        return _tapeflow_word2vec(rng, steps)
     with tp.device("gpu:0"):
         optimizer = tp.optimizers.Adam(1e-3)
         model = tapeflow_model(kind, dropout=False)
@@ -81,19 +80,27 @@ def run_tapeflow(kind: str, steps: int) -> float:
         variables = model.trainable_weights
         loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
         inputs = (tp.tensor(rng.random((batch, *shape), dtype=np.float32)), tp.tensor(rng.integers(0, 10, batch)))
-
-        def loss_of(inputs):
-            return loss_fn(inputs[1], model(inputs[0], training=True))
-
         optimizer.build(variables)
 
         @tp.function
         def step(*inputs):
             with tp.GradientTape() as tape:
-                loss = loss_of(inputs)
+                loss = loss_fn(inputs[1], model(inputs[0], training=True))
             optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
             return loss
 
+    return step, inputs
+
+
+def run_tapeflow(kind: str, steps: int) -> float:
+    import numpy as np
+
+    import tapeflow as tp
+
+    if kind == "word2vec":
+        return _tapeflow_word2vec(np.random.default_rng(0), steps)
+    step, inputs = tapeflow_step(kind)
+    with tp.device("gpu:0"):
         for _ in range(3):
             float(step(*inputs))
         return _timed(lambda: float(step(*inputs)), steps)

@@ -6,7 +6,8 @@
 #
 # builds the CPU kernels, runs every device test file on gpu:0 with a per-test timeout, runs
 # bench/gpu.py (tapeflow against PyTorch CUDA, each in its own process), and writes one log per
-# step and summary.log into $OUT. The whole check keeps within BUDGET seconds (default 450).
+# step and summary.log into $OUT (ten files: a caller that can take back fewer packs them into
+# one). The whole check keeps within BUDGET seconds (default 450).
 # Before the benchmark and the tests, bench/gpu_warmup.py compiles the kernels they use once.
 # Wheels in a .whl/ folder at the root are installed (without network) before anything runs.
 set -u
@@ -65,6 +66,7 @@ for workload in mlp cnn word2vec; do
         echo "$library $workload: $line"
     done
 done > "$OUT/bench.log"
+timeout -k 5 "$(left 60)" "$PY" bench/gpu_profile.py --steps 5 > "$OUT/profile.log" 2>&1
 
 PYTEST=("$PY" -m pytest -p no:cacheprovider -q -rfE --timeout=60)
 run_tests() {  # log name, seconds at most, test paths...
@@ -75,7 +77,7 @@ run_tests() {  # log name, seconds at most, test paths...
 }
 run_tests backend 120 tests/backends/test_cupy_backend.py tests/test_gpu_availability.py tests/kernels/test_cuda_sources.py \
     tests/kernels/test_cuda_word2vec.py tests/backends/test_cupy_recurrent.py tests/kernels/test_cuda_optimizers.py \
-    tests/kernels/test_cuda_range_check.py
+    tests/kernels/test_cuda_range_check.py tests/kernels/test_cuda_window.py
 run_tests ops 150 tests/ops/test_ops_on_devices.py -k "gpu"
 run_tests layers 120 tests/layers/test_layers_on_devices.py tests/losses/test_losses_on_devices.py \
     tests/graph/test_node_devices.py -k "gpu"
@@ -84,7 +86,7 @@ run_tests training 90 tests/word2vec/test_batched.py tests/backends/test_tutoria
 
 
 {
-    cat "$OUT/probe.log" "$OUT/warmup.log" "$OUT/bench.log"
+    cat "$OUT/probe.log" "$OUT/warmup.log" "$OUT/bench.log" "$OUT/profile.log"
     for log in "$OUT"/build.log "$OUT"/t_*.log; do
         echo "== $(basename "$log")"
         tail -n 3 "$log"

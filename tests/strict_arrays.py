@@ -329,6 +329,14 @@ def use_strict_arrays(backend, monkeypatch) -> None:
     monkeypatch.setattr(backend, "dtype_of", lambda a: np.dtype(a.dtype))
 
 
+def dispatch_on_host(backend, monkeypatch) -> None:
+    """Run the GPU backend's GPU branches on NumPy arrays, in this process whether or not it has
+    a GPU, for tests that replace the compiled kernels with recorders."""
+    monkeypatch.setattr(backend, "ON_GPU", True)
+    monkeypatch.setattr(backend, "xp", np)
+    monkeypatch.setattr(backend, "to_host", np.asarray)
+
+
 def stand_in_gpu(monkeypatch) -> str:
     """List "gpu:0" where this process has no GPU, served by the GPU backend holding
     StrictArrays; returns the device name (a real GPU is used as it is)."""

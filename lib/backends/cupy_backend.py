@@ -34,6 +34,7 @@ from tapeflow.backends.common import (
     register_range_check,
     register_ufunc_at,
 )
+from tapeflow.backends.geometry import conv_geometry
 
 xp = _compat.cupy if _compat.has_gpu else np
 ON_GPU = xp is not np
@@ -535,7 +536,12 @@ def _bias_source(dtype: str, activation: str):
 def fused_matmul(a, w, b, activation):
     """The product, then the bias and activation written into it (it is new, nothing else holds
     it): one generated kernel on a GPU, in-place array operations elsewhere."""
-    y = xp.matmul(a, w)
+    return _add_bias(xp.matmul(a, w), b, activation)
+
+
+def _add_bias(y, b, activation):
+    """`y` (a new array: nothing else holds it) plus the bias `b` along its last axis, then the
+    activation, written into `y`."""
     if y.dtype != b.dtype or y.ndim == 0:
         return _bias_activation(y, b, activation)
     name = _FLOAT_NAMES.get(y.dtype) if ON_GPU else None
@@ -552,17 +558,77 @@ def sum(x, axes, keepdims):  # noqa: A001 - the op's name
     return x.sum(axis=axes, dtype=x.dtype if x.dtype != np.bool_ else np.int64, keepdims=keepdims)
 
 
-# ------------------------------------------------------------ window ops (im2col views, one GEMM each)
+# ------------------------------------------------------------ 2-D window ops (window.cu around cuBLAS products)
+# On a GPU, float32 and float64 2-D convolutions are an im2col (or a 1x1 filter's input as it
+# is) and one cuBLAS product, their input gradients a product and a col2im, and max pooling one
+# kernel each way. Elsewhere, and for other dtypes and ranks, window_ops' views and tensordots.
+def _window_kernel(name: str, *arrays):
+    """window.cu's `name` for the arrays' one float dtype on a GPU, else None."""
+    dtype = arrays[0].dtype
+    return _raw("window", name, dtype) if all(a.dtype == dtype for a in arrays[1:]) else None
+
+
+def _launch_window(function, arrays, total: int, sizes) -> None:
+    """One thread per element written (`total` of them); `sizes` go as 32-bit ints."""
+    if total:
+        blocks = (total + _THREADS - 1) // _THREADS
+        function((blocks,), (_THREADS,), (*arrays, np.int64(total), *(np.int32(v) for v in sizes)))
+
+
+def _plane(name, image_shape, ksize, strides, padding, dilations, out_shape=None):
+    """(oh, ow, top, left) of a 2-D window op over an image of `image_shape` [n, h, w, c];
+    `out_shape`, where given, must hold (oh, ow) at [1:3] (a GPU kernel would read past it)."""
+    oh, ow, top, left = conv_geometry(name, *image_shape[1:3], *ksize, strides, padding, dilations)
+    if out_shape is not None and tuple(out_shape[1:3]) != (oh, ow):
+        raise ValueError(f"{name}: gradient {tuple(out_shape)} does not fit input {tuple(image_shape)} ({oh}x{ow})")
+    return oh, ow, top, left
+
+
+def _columns(function, x, ksize, strides, dilations, plane):
+    """x's windows as rows [n * oh * ow, kh * kw * c]: x itself where every window is one pixel."""
+    n, h, w, c = x.shape
+    oh, ow, top, left = plane
+    if ksize == (1, 1) and tuple(strides) == (1, 1) and (oh, ow, top, left) == (h, w, 0, 0):
+        return x.reshape(-1, c)
+    cols = xp.empty((n * oh * ow, ksize[0] * ksize[1] * c), x.dtype)
+    _launch_window(function, (x, cols), cols.size, (h, w, c, oh, ow, *ksize, *strides, *dilations, top, left))
+    return cols
+
+
 def conv2d(x, w, strides, padding, dilations):
-    return window_ops.conv(xp, x, w, strides, padding, dilations, "conv2d")
+    function = _window_kernel("im2col", x, w)
+    if function is None:
+        return window_ops.conv(xp, x, w, strides, padding, dilations, "conv2d")
+    x, kh, kw, o = xp.ascontiguousarray(x), *w.shape[:2], w.shape[3]
+    plane = _plane("conv2d", x.shape, (kh, kw), strides, padding, dilations)
+    cols = _columns(function, x, (kh, kw), strides, dilations, plane)
+    y = xp.matmul(cols, xp.ascontiguousarray(w).reshape(-1, o))
+    return y.reshape(x.shape[0], plane[0], plane[1], o)
 
 
 def conv2d_filter_grad(x, dy, filter_size, strides, padding, dilations):
-    return window_ops.conv_filter_grad(xp, x, dy, filter_size, strides, padding, dilations, "conv2d_filter_grad")
+    function = _window_kernel("im2col", x, dy)
+    if function is None:
+        return window_ops.conv_filter_grad(xp, x, dy, filter_size, strides, padding, dilations, "conv2d_filter_grad")
+    x, ksize, o = xp.ascontiguousarray(x), tuple(filter_size), dy.shape[3]
+    plane = _plane("conv2d_filter_grad", x.shape, ksize, strides, padding, dilations, dy.shape)
+    cols = _columns(function, x, ksize, strides, dilations, plane)
+    return xp.matmul(cols.T, xp.ascontiguousarray(dy).reshape(-1, o)).reshape(*ksize, x.shape[3], o)
 
 
 def conv2d_input_grad(dy, w, input_size, strides, padding, dilations):
-    return window_ops.conv_input_grad(xp, dy, w, input_size, strides, padding, dilations, "conv2d_transpose")
+    function = _window_kernel("col2im", dy, w)
+    if function is None:
+        return window_ops.conv_input_grad(xp, dy, w, input_size, strides, padding, dilations, "conv2d_transpose")
+    kh, kw, c, o = w.shape
+    (h, width), n = input_size, dy.shape[0]
+    oh, ow, top, left = _plane("conv2d_transpose", (n, h, width, c), (kh, kw), strides, padding, dilations, dy.shape)
+    dcols = xp.matmul(xp.ascontiguousarray(dy).reshape(-1, o), xp.ascontiguousarray(w).reshape(-1, o).T)
+    if (kh, kw) == (1, 1) and tuple(strides) == (1, 1) and (oh, ow, top, left) == (h, width, 0, 0):
+        return dcols.reshape(n, h, width, c)
+    dx = xp.empty((n, h, width, c), dy.dtype)
+    _launch_window(function, (dcols, dx), dx.size, (h, width, c, oh, ow, kh, kw, *strides, *dilations, top, left))
+    return dx
 
 
 def conv3d(x, w, strides, padding, dilations):
@@ -590,11 +656,28 @@ def depthwise_conv2d_input_grad(dy, w, input_size, strides, padding, dilations):
 
 
 def max_pool2d(x, ksize, strides, padding):
-    return window_ops.max_pool(xp, x, ksize, strides, padding, "max_pool2d")
+    function = _window_kernel("max_pool", x)
+    if function is None:
+        return window_ops.max_pool(xp, x, ksize, strides, padding, "max_pool2d")
+    x = xp.ascontiguousarray(x)
+    n, h, w, c = x.shape
+    oh, ow, top, left = _plane("max_pool2d", x.shape, ksize, strides, padding, (1, 1))
+    out = xp.empty((n, oh, ow, c), x.dtype)
+    _launch_window(function, (x, out), out.size, (h, w, c, oh, ow, *ksize, *strides, top, left))
+    return out
 
 
 def max_pool2d_grad(x, dy, ksize, strides, padding):
-    return window_ops.max_pool_grad(xp, x, dy, ksize, strides, padding, "max_pool2d")
+    """Each input cell gathers the gradients of the windows whose first maximum it is."""
+    function = _window_kernel("max_pool_grad", x, dy)
+    if function is None:
+        return window_ops.max_pool_grad(xp, x, dy, ksize, strides, padding, "max_pool2d")
+    x, dy = xp.ascontiguousarray(x), xp.ascontiguousarray(dy)
+    n, h, w, c = x.shape
+    oh, ow, top, left = _plane("max_pool2d_grad", x.shape, ksize, strides, padding, (1, 1), dy.shape)
+    dx = xp.empty_like(x)
+    _launch_window(function, (x, dy, dx), dx.size, (h, w, c, oh, ow, *ksize, *strides, top, left))
+    return dx
 
 
 def max_pool2d_grad_grad(x, g, ksize, strides, padding):
@@ -630,7 +713,7 @@ def avg_pool3d_grad(dy, input_size, ksize, strides, padding):
 
 
 def fused_conv2d(x, w, b, activation, **conv):
-    return _bias_activation(conv2d(x, w, **conv), b, activation)
+    return _add_bias(conv2d(x, w, **conv), b, activation)
 
 
 def segment_sum(data, ids, num_segments):

@@ -8,7 +8,7 @@ gpu:0 as on the CPU."""
 import numpy as np
 import pytest
 from kernels.cuda_host import COMPILER, compile_program, run_program
-from strict_arrays import HOST_READS, stand_in_gpu, use_strict_arrays
+from strict_arrays import HOST_READS, dispatch_on_host, stand_in_gpu, use_strict_arrays
 
 import tapeflow as tp
 from tapeflow._kernels import cuda
@@ -192,7 +192,7 @@ class _Recorder:
 
 
 def _gpu_path(monkeypatch, recorder):
-    monkeypatch.setattr(cupy_backend, "ON_GPU", True)
+    dispatch_on_host(cupy_backend, monkeypatch)
     monkeypatch.setattr(cuda, "elementwise", recorder)
 
     def run(name, arrays, attrs):

@@ -50,6 +50,7 @@ static tf_dim3 threadIdx, blockIdx, blockDim, gridDim;
 constexpr size_t tf_shared_limit = 1 << 16;
 alignas(16) unsigned char shared_bytes[tf_shared_limit];
 template <typename T> static T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+static inline float __int_as_float(int bits) { float x; std::memcpy(&x, &bits, sizeof x); return x; }
 
 struct tf_fiber { ucontext_t context; std::vector<char> stack; bool done = false; };
 static ucontext_t tf_scheduler;

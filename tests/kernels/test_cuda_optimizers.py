@@ -5,7 +5,7 @@ accelerator (the stand-in GPU counting host reads) against the CPU."""
 
 import numpy as np
 import pytest
-from strict_arrays import HOST_READS
+from strict_arrays import HOST_READS, dispatch_on_host
 from test_cuda_sources import NPTYPES, Harness, assert_same_values, needs_compiler
 
 import tapeflow as tp
@@ -152,7 +152,7 @@ def test_on_a_gpu_each_step_is_one_generated_kernel_with_device_scalars(monkeypa
 
         return kernel
 
-    monkeypatch.setattr(cupy_backend, "ON_GPU", True)
+    dispatch_on_host(cupy_backend, monkeypatch)
     monkeypatch.setattr(cuda, "elementwise", fake_elementwise)
     for name, settings, _ in _cases():
         for dtype in ("float32", "float64", "float16"):

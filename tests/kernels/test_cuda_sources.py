@@ -10,7 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from strict_arrays import HOST_READS, stand_in_gpu
+from strict_arrays import HOST_READS, dispatch_on_host, stand_in_gpu
 
 import tapeflow as tp
 from tapeflow._kernels import cuda
@@ -274,7 +274,7 @@ def test_on_a_gpu_dense_layers_run_one_kernel_after_the_product(monkeypatch):
 
         return kernel
 
-    monkeypatch.setattr(cupy_backend, "ON_GPU", True)
+    dispatch_on_host(cupy_backend, monkeypatch)
     monkeypatch.setattr(cuda, "elementwise", fake_elementwise)
     a, w, b = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), np.ones(4, np.float32)
     for _ in range(2):
@@ -549,7 +549,7 @@ def test_on_a_gpu_each_program_and_dtype_gets_one_generated_kernel(monkeypatch):
             return lambda *arrays: ("adam", arrays)
         return lambda *arrays: ("kernel", source, arrays)
 
-    monkeypatch.setattr(cupy_backend, "ON_GPU", True)
+    dispatch_on_host(cupy_backend, monkeypatch)
     monkeypatch.setattr(cuda, "elementwise", fake_elementwise)
     program = (("input", 0), ("input", 1), ("add", 0, 1), ("rsqrt", 2))
     reference = get_op("fused_elementwise").bound_kernel("cpu", {"program": program})

@@ -9,6 +9,7 @@ import functools
 import numpy as np
 import pytest
 from cuda_host import COMPILER, SHIMS, compile_program, run_program
+from strict_arrays import dispatch_on_host
 
 import tapeflow as tp
 from tapeflow._kernels import cuda
@@ -352,7 +353,7 @@ def test_on_a_gpu_the_backend_launches_the_kernel_as_written(monkeypatch, tmp_pa
 
         return function
 
-    monkeypatch.setattr(cupy_backend, "ON_GPU", True)
+    dispatch_on_host(cupy_backend, monkeypatch)
     monkeypatch.setattr(cupy_backend, "_raw", host_build)
     monkeypatch.setattr(cupy_backend, "_multiprocessors", lambda: 1)
     monkeypatch.setattr(cupy_backend, "WORD2VEC_ROWS_PER_BLOCK", 4)  # several blocks on this small vocabulary

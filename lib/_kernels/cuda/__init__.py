@@ -9,7 +9,7 @@ C++ dialect, cached by CuPy on disk) and keeps the module, and each kernel once 
 `elementwise_source.KernelSource` (compiled by CuPy on its first call for each device).
 
 >>> sorted(SOURCES)
-['range_check', 'scatter_add_rows', 'softmax_xent', 'word2vec']
+['range_check', 'scatter_add_rows', 'softmax_xent', 'window', 'word2vec']
 """
 
 from __future__ import annotations

@@ -400,13 +400,15 @@ def _MAX_POOL(x, ksize, strides, padding):
 
 
 def _first_max_masks(x, ksize, strides, padding, name):
-    """For each tap, the outputs whose (first) maximum sits at that tap."""
+    """For each tap, the outputs whose (first) maximum sits at that tap (a NaN is a window's
+    maximum, as the kernels take it)."""
     taps, rows, cols, _ = _pool_taps(x.shape, ksize, strides, padding, name)
     xp = _pad_image(x, rows, cols, -np.inf)
     y = _MAX_POOL.reference(x, ksize, strides, padding)
     taken = np.zeros_like(y, dtype=bool)
     for _, _, rs, cs in taps:
-        hit = (xp[:, rs, cs, :] == y) & ~taken
+        tap = xp[:, rs, cs, :]
+        hit = ((tap == y) | (np.isnan(tap) & np.isnan(y))) & ~taken
         taken |= hit
         yield rs, cs, hit, rows, cols
 

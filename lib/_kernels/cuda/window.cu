@@ -1,0 +1,146 @@
+// 2-D window ops on channels-last arrays [n, h, w, c]: im2col and col2im around cuBLAS products
+// for convolutions, and max pooling with its gradient. One thread per element written; every
+// element of the output is written by the one thread that owns it (gathers, no atomics), so the
+// results do not depend on the order in which threads run. T is float or double.
+//
+// A window's geometry: output [oh, ow], kernel [kh, kw], strides (sh, sw), dilations (dh, dw),
+// and the padding before each axis (pt, pl). Output (oy, ox), tap (i, j) reads input row
+// oy * sh - pt + i * dh and column ox * sw - pl + j * dw; outside the input it reads zero
+// (convolutions) or minus infinity (max pooling). Infinity is built from its bits: NVRTC has no
+// INFINITY macro.
+
+// cols[(b, oy, ox), (i, j, ch)] = x[b, oy * sh - pt + i * dh, ox * sw - pl + j * dw, ch]
+template <typename T>
+__device__ void im2col(const T* x, T* cols, long long total, int h, int w, int c, int oh, int ow, int kh,
+                       int kw, int sh, int sw, int dh, int dw, int pt, int pl) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= total) return;
+    const int width = kh * kw * c;
+    const long long row = k / width;
+    const int col = (int)(k - row * width);
+    const int ch = col % c, tap = col / c;
+    const int j = tap % kw, i = tap / kw;
+    const int ox = (int)(row % ow);
+    const long long rest = row / ow;
+    const int oy = (int)(rest % oh);
+    const long long b = rest / oh;
+    const int y = oy * sh - pt + i * dh, xx = ox * sw - pl + j * dw;
+    cols[k] = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[((b * h + y) * w + xx) * c + ch] : T(0);
+}
+
+// dx[b, y, x, ch] = the sum of dcols[(b, oy, ox), (i, j, ch)] over the taps that read (y, x),
+// added in the order of (i, j)
+template <typename T>
+__device__ void col2im(const T* dcols, T* dx, long long total, int h, int w, int c, int oh, int ow, int kh,
+                       int kw, int sh, int sw, int dh, int dw, int pt, int pl) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= total) return;
+    const int ch = (int)(k % c);
+    long long rest = k / c;
+    const int xx = (int)(rest % w);
+    rest /= w;
+    const int y = (int)(rest % h);
+    const long long b = rest / h;
+    const long long width = (long long)kh * kw * c;
+    T sum = T(0);
+    for (int i = 0; i < kh; ++i) {
+        const int ty = y + pt - i * dh;
+        if (ty < 0 || ty % sh != 0 || ty / sh >= oh) continue;
+        for (int j = 0; j < kw; ++j) {
+            const int tx = xx + pl - j * dw;
+            if (tx < 0 || tx % sw != 0 || tx / sw >= ow) continue;
+            sum += dcols[((b * oh + ty / sh) * ow + tx / sw) * width + (i * kw + j) * c + ch];
+        }
+    }
+    dx[k] = sum;
+}
+
+// The first maximum of window (b, oy, ox) in channel ch, taps in row-major order, cells outside
+// the input minus infinity, a NaN the maximum once met: its value and its tap i * kw + j.
+template <typename T>
+__device__ T first_max(const T* x, long long b, int oy, int ox, int ch, int h, int w, int c, int kh, int kw,
+                       int sh, int sw, int pt, int pl, int* tap) {
+    const T lowest = -T(__int_as_float(0x7f800000));
+    T best = lowest;
+    *tap = 0;
+    for (int i = 0; i < kh; ++i) {
+        const int y = oy * sh - pt + i;
+        for (int j = 0; j < kw; ++j) {
+            const int xx = ox * sw - pl + j;
+            const T v = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[((b * h + y) * w + xx) * c + ch] : lowest;
+            if (v > best || (v != v && best == best)) {
+                best = v;
+                *tap = i * kw + j;
+            }
+        }
+    }
+    return best;
+}
+
+template <typename T>
+__device__ void max_pool(const T* x, T* out, long long total, int h, int w, int c, int oh, int ow, int kh, int kw,
+                         int sh, int sw, int pt, int pl) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= total) return;
+    const int ch = (int)(k % c);
+    long long rest = k / c;
+    const int ox = (int)(rest % ow);
+    rest /= ow;
+    const int oy = (int)(rest % oh);
+    int tap;
+    out[k] = first_max(x, rest / oh, oy, ox, ch, h, w, c, kh, kw, sh, sw, pt, pl, &tap);
+}
+
+// dx[b, y, x, ch] = the sum of dy over the windows whose first maximum is (y, x), added in the
+// order of the windows (oy, then ox)
+template <typename T>
+__device__ void max_pool_grad(const T* x, const T* dy, T* dx, long long total, int h, int w, int c, int oh, int ow,
+                              int kh, int kw, int sh, int sw, int pt, int pl) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= total) return;
+    const int ch = (int)(k % c);
+    long long rest = k / c;
+    const int xx = (int)(rest % w);
+    rest /= w;
+    const int y = (int)(rest % h);
+    const long long b = rest / h;
+    // windows (oy, ox) holding (y, x): oy * sh - pt <= y <= oy * sh - pt + kh - 1
+    const int oy_from = y + pt - kh + 1 > 0 ? (y + pt - kh + 1 + sh - 1) / sh : 0;
+    const int oy_to = (y + pt) / sh < oh - 1 ? (y + pt) / sh : oh - 1;
+    const int ox_from = xx + pl - kw + 1 > 0 ? (xx + pl - kw + 1 + sw - 1) / sw : 0;
+    const int ox_to = (xx + pl) / sw < ow - 1 ? (xx + pl) / sw : ow - 1;
+    T sum = T(0);
+    for (int oy = oy_from; oy <= oy_to; ++oy) {
+        for (int ox = ox_from; ox <= ox_to; ++ox) {
+            int tap;
+            first_max(x, b, oy, ox, ch, h, w, c, kh, kw, sh, sw, pt, pl, &tap);
+            if (tap == (y - (oy * sh - pt)) * kw + (xx - (ox * sw - pl))) sum += dy[((b * oh + oy) * ow + ox) * c + ch];
+        }
+    }
+    dx[k] = sum;
+}
+
+#define TF_WINDOW_KERNELS(T, SUFFIX)                                                                              \
+    extern "C" __global__ void im2col_##SUFFIX(const T* x, T* cols, long long total, int h, int w, int c, int oh, \
+                                               int ow, int kh, int kw, int sh, int sw, int dh, int dw, int pt,    \
+                                               int pl) {                                                          \
+        im2col<T>(x, cols, total, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl);                               \
+    }                                                                                                             \
+    extern "C" __global__ void col2im_##SUFFIX(const T* dcols, T* dx, long long total, int h, int w, int c,      \
+                                               int oh, int ow, int kh, int kw, int sh, int sw, int dh, int dw,    \
+                                               int pt, int pl) {                                                  \
+        col2im<T>(dcols, dx, total, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl);                             \
+    }                                                                                                             \
+    extern "C" __global__ void max_pool_##SUFFIX(const T* x, T* out, long long total, int h, int w, int c,       \
+                                                 int oh, int ow, int kh, int kw, int sh, int sw, int pt,          \
+                                                 int pl) {                                                        \
+        max_pool<T>(x, out, total, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl);                                      \
+    }                                                                                                             \
+    extern "C" __global__ void max_pool_grad_##SUFFIX(const T* x, const T* dy, T* dx, long long total, int h,     \
+                                                      int w, int c, int oh, int ow, int kh, int kw, int sh,       \
+                                                      int sw, int pt, int pl) {                                   \
+        max_pool_grad<T>(x, dy, dx, total, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl);                              \
+    }
+
+TF_WINDOW_KERNELS(float, f32)
+TF_WINDOW_KERNELS(double, f64)
