@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import shutil
 import subprocess
+import types
 
 import numpy as np
 import pytest
@@ -284,6 +285,31 @@ def test_on_a_gpu_dense_layers_run_one_kernel_after_the_product(monkeypatch):
     assert len({name for name, _ in calls}) == 2 and len(calls) == 4
     half = cupy_backend.fused_matmul(a.astype(np.float16), w.astype(np.float16), b.astype(np.float16), "relu")
     assert half.dtype == np.float16 and half.tolist() == [[4.0] * 4] * 2 and len(calls) == 4
+
+
+def test_on_a_gpu_bias_sums_are_one_product_with_a_row_of_ones(monkeypatch, rng):
+    """A sum over every axis but the last of a C-contiguous float array (a bias's gradient,
+    relu_bias_grad's sum) is one product of a cached row of ones with the rows; other sums,
+    dtypes and layouts keep the array's own sum."""
+    products = []
+    dispatch_on_host(cupy_backend, monkeypatch)
+    monkeypatch.setattr(cupy_backend, "_ONES", {})
+    monkeypatch.setattr(cuda, "elementwise", lambda source: lambda g, y: np.where(y > 0, g, 0).astype(g.dtype))
+    module = types.SimpleNamespace(**{**vars(np), "matmul": lambda a, b: products.append(a.shape) or np.matmul(a, b)})
+    monkeypatch.setattr(cupy_backend, "xp", module)
+    g = rng.standard_normal((5, 4, 3, 6))
+    for axes, keepdims in (((0, 1, 2), False), ((2, 0, -3), True), ((-4, 1, 2), False)):
+        got = cupy_backend.sum(g, axes, keepdims)
+        np.testing.assert_allclose(got, g.sum(axis=(0, 1, 2), keepdims=keepdims), rtol=1e-12)
+    y = rng.standard_normal(g.shape).astype(np.float32)
+    gz, summed = cupy_backend.relu_bias_grad(g.astype(np.float32), y)
+    np.testing.assert_allclose(summed, np.where(y > 0, g, 0).sum(axis=(0, 1, 2)), rtol=1e-5, atol=1e-5)
+    assert products == [(60,)] * 4 and [k[0] for k in cupy_backend._ONES] == [np.float64, np.float32]
+    cupy_backend.sum(g[:, ::2], (0, 1, 2), False)  # not contiguous
+    cupy_backend.sum(g, (0, 1), False)  # not every leading axis
+    cupy_backend.sum(g.astype(np.float16), (0, 1, 2), False)
+    cupy_backend.sum(g[0, 0, 0], (), False)
+    assert len(products) == 4
 
 
 @needs_gpu
