@@ -13,7 +13,9 @@
 # threads sharing large chunks and splitting each gemm. The input gradient is the forward product
 # of the output gradient with the filter turned half a turn; the filter gradient multiplies the
 # transformed patches with the transformed output gradients (A dy A^T), sums over the tiles and
-# takes the 16 sums back to 3x3 (G^T . G).
+# takes the 16 sums back to 3x3 (G^T . G). 3x3 filters take 4x4 output tiles where those pay
+# (F(4x4, 3x3), _winograd_f4.pxi), 5x5 filters 2x2 tiles from 6x6 patches (F(2x2, 5x5),
+# _winograd_f25.pxi); the code below is the same for all three, P positions a tile.
 
 cdef extern from *:
     """
@@ -162,9 +164,11 @@ def _set_winograd_big_tiles(double share, Py_ssize_t min_tiles, Py_ssize_t own_t
 
 
 cdef inline int _winograd_tile(const Geometry* g) noexcept nogil:
-    """The output tile's side for g: 4 where there are _WINOGRAD_BIG_MIN_TILES 4x4 tiles and
-    F(4x4, 3x3)'s 36 products a tile, over its tiles, come to at most _WINOGRAD_BIG_SHARE of
-    F(2x2, 3x3)'s 16, else 2."""
+    """The output tile's side for g: 4 where the filter is 3x3, there are _WINOGRAD_BIG_MIN_TILES
+    4x4 tiles and F(4x4, 3x3)'s 36 products a tile, over its tiles, come to at most
+    _WINOGRAD_BIG_SHARE of F(2x2, 3x3)'s 16, else 2 (a 5x5 filter's always)."""
+    if g.kh == 5:
+        return 2
     cdef Py_ssize_t tiles = g.n * ((g.oh + 3) // 4) * ((g.ow + 3) // 4)
     if tiles >= _WINOGRAD_BIG_MIN_TILES and 36.0 * tiles <= _WINOGRAD_BIG_SHARE * 16.0 * _winograd_tiles(g):
         return 4
@@ -181,7 +185,7 @@ cdef void _winograd(str op, bint filter_grad, const Geometry* g, const floating*
     (see tapeflow._kernels.allocator)."""
     cdef int failed
     cdef int tile = _winograd_tile(g)
-    cdef Py_ssize_t size = (tile + 2) * (tile + 2) * g.c * g.o + g.c + g.o
+    cdef Py_ssize_t size = _winograd_positions(g, tile) * g.c * g.o + g.c + g.o
     try:  # the filter gradient sums into all of it; the forward writes all but the zero rows
         filters = (np.zeros if filter_grad else np.empty)(size, np.float32 if floating is float else np.float64)
     except MemoryError:
@@ -201,8 +205,14 @@ cdef void _winograd(str op, bint filter_grad, const Geometry* g, const floating*
         raise MemoryError(f"{op}: cannot allocate the Winograd buffers")
 
 
+cdef inline Py_ssize_t _winograd_positions(const Geometry* g, int tile) noexcept nogil:
+    """P: the positions of a transformed tile, (tile + k - 1)^2 for a k x k filter (16 for
+    F(2x2, 3x3), 36 for F(4x4, 3x3) and F(2x2, 5x5))."""
+    return (tile + g.kh - 1) * (tile + g.kh - 1)
+
+
 cdef inline bint _winograd_fits(const Geometry* g) noexcept nogil:
-    """A 3x3, stride-1, undilated convolution with the channels and tiles for the transforms to
+    """A 3x3 or 5x5, stride-1, undilated convolution with the channels and tiles for the transforms to
     pay, while BLAS runs on the calling thread (our threads split the gemms)."""
     return _winograd_shape_fits(g) and _winograd_tiles(g) >= _WINOGRAD_MIN_TILES
 
@@ -215,7 +225,7 @@ cdef inline bint _winograd_fits_filter_grad(const Geometry* g) noexcept nogil:
 
 
 cdef inline bint _winograd_shape_fits(const Geometry* g) noexcept nogil:
-    return (g.kh == 3 and g.kw == 3 and g.sh == 1 and g.sw == 1 and g.dh == 1 and g.dw == 1
+    return ((g.kh == 3 or g.kh == 5) and g.kw == g.kh and g.sh == 1 and g.sw == 1 and g.dh == 1 and g.dw == 1
             and g.c >= _WINOGRAD_MIN_CHANNELS and g.o >= _WINOGRAD_MIN_CHANNELS and _blas_single())
 
 
@@ -224,15 +234,18 @@ cdef inline Py_ssize_t _winograd_tiles(const Geometry* g) noexcept nogil:
 
 
 cdef void _winograd_filter(const floating* w, floating* u, Py_ssize_t c, Py_ssize_t o, int threads,
-                           int tile) noexcept nogil:
-    """u[P][c][o] = G g G^T for every (channel, output) pair of w[3][3][c][o] (P = 16 positions for
-    2x2 output tiles, 36 for 4x4), the pairs shared out among `threads`."""
+                           int tile, int k) noexcept nogil:
+    """u[P][c][o] = G g G^T for every (channel, output) pair of w[k][k][c][o] (P = 16 positions for
+    2x2 output tiles of a 3x3 filter, 36 for 4x4 ones or a 5x5 filter), the pairs shared out among
+    `threads`."""
     cdef Py_ssize_t plane = c * o, part
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     with parallel(num_threads=threads):
         own = tapeflow_fpenv_swap(env)
         for part in prange(threads, schedule="static"):
-            if tile == 4:
+            if k == 5:
+                _winograd25_filter_pairs(w, u, plane, plane * part // threads, plane * (part + 1) // threads)
+            elif tile == 4:
                 _winograd4_filter_pairs(w, u, plane, plane * part // threads, plane * (part + 1) // threads)
             else:
                 _winograd_filter_pairs(w, u, plane, plane * part // threads, plane * (part + 1) // threads)
@@ -265,9 +278,9 @@ cdef void _winograd_inputs(const Geometry* g, const floating* x, const floating*
                            Py_ssize_t base, Py_ssize_t count, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t tiles_h,
                            Py_ssize_t tiles_w, int tile) noexcept nogil:
     """v[P][count][C] (the planes of tiles base .. base + count) = B^T d B for the input
-    patches d (tile + 2 pixels a side) of tiles [t0, t1); a pixel outside the image reads the
-    row `zeros`."""
-    cdef Py_ssize_t t, n, ti, tj, row, col, r, s, side = tile + 2
+    patches d (tile + k - 1 pixels a side) of tiles [t0, t1); a pixel outside the image reads
+    the row `zeros`."""
+    cdef Py_ssize_t t, n, ti, tj, row, col, r, s, side = tile + g.kh - 1
     cdef const floating* rows[36]
     for t in range(t0, t1):
         n = t // (tiles_h * tiles_w)
@@ -282,12 +295,12 @@ cdef void _winograd_inputs(const Geometry* g, const floating* x, const floating*
                 else:
                     rows[r * side + s] = zeros
         if floating is float:
-            if tile == 4:
+            if side == 6:
                 tapeflow_winograd_f32_in4(rows, v + (t - base) * g.c, count * g.c, g.c)
             else:
                 tapeflow_winograd_f32_in(rows, v + (t - base) * g.c, count * g.c, g.c)
         else:
-            if tile == 4:
+            if side == 6:
                 tapeflow_winograd_f64_in4(rows, v + (t - base) * g.c, count * g.c, g.c)
             else:
                 tapeflow_winograd_f64_in(rows, v + (t - base) * g.c, count * g.c, g.c)
@@ -311,12 +324,16 @@ cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, f
                 col = tile * tj + s
                 outs[r * tile + s] = y + ((n * g.oh + row) * g.ow + col) * g.o if row < g.oh and col < g.ow else scratch
         if floating is float:
-            if tile == 4:
+            if g.kh == 5:
+                tapeflow_winograd_f32_out25(m + (t - base) * g.o, count * g.o, outs, g.o)
+            elif tile == 4:
                 tapeflow_winograd_f32_out4(m + (t - base) * g.o, count * g.o, outs, g.o)
             else:
                 tapeflow_winograd_f32_out(m + (t - base) * g.o, count * g.o, outs, g.o)
         else:
-            if tile == 4:
+            if g.kh == 5:
+                tapeflow_winograd_f64_out25(m + (t - base) * g.o, count * g.o, outs, g.o)
+            elif tile == 4:
                 tapeflow_winograd_f64_out4(m + (t - base) * g.o, count * g.o, outs, g.o)
             else:
                 tapeflow_winograd_f64_out(m + (t - base) * g.o, count * g.o, outs, g.o)
@@ -327,13 +344,13 @@ cdef void _winograd_outputs(const Geometry* g, const floating* m, floating* y, f
 
 cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w, floating* y,
                         floating* u, int tile) noexcept nogil:
-    """y = the convolution of x with the 3x3 filter w (stride 1, no dilation, g's padding and
+    """y = the convolution of x with the k x k filter w (stride 1, no dilation, g's padding and
     output size) on output tiles of tile x tile, every output written, u (P C O numbers, then
-    C zeros; P = (tile + 2)^2) holding the transformed filters; returns 1 where memory ran out
-    (y then unwritten)."""
+    C zeros; P = (tile + k - 1)^2) holding the transformed filters; returns 1 where memory ran
+    out (y then unwritten)."""
     cdef Py_ssize_t tiles_h = (g.oh + tile - 1) // tile, tiles_w = (g.ow + tile - 1) // tile
     cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w
-    cdef Py_ssize_t P = (tile + 2) * (tile + 2)
+    cdef Py_ssize_t P = _winograd_positions(g, tile)
     cdef Py_ssize_t per_tile = P * (g.c + g.o) * sizeof(floating)
     cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_buffer_bytes // per_tile))
     cdef int threads = _threads_for(tiles * P * g.c * g.o, 1 << 16)
@@ -342,7 +359,7 @@ cdef int _winograd_conv(const Geometry* g, const floating* x, const floating* w,
         per_chunk = min(per_chunk, (tiles + threads - 1) // threads)
     chunks = (tiles + per_chunk - 1) // per_chunk
     cdef floating* zeros = u + P * g.c * g.o
-    _winograd_filter(w, u, g.c, g.o, threads, tile)
+    _winograd_filter(w, u, g.c, g.o, threads, tile, g.kh)
     cdef int failed = 0
     if g.c * g.o > _WINOGRAD_THREAD_PAIRS or tiles < _WINOGRAD_OWN_TILES:
         return _winograd_shared_chunks(g, x, u, zeros, y, tiles, tiles_h, tiles_w, threads, tile)
@@ -378,7 +395,7 @@ cdef int _winograd_shared_chunks(const Geometry* g, const floating* x, const flo
     """Many channel pairs: large chunks of tiles one after another, each transform shared out
     among the threads and each of the 16 gemms split over them, so that every transformed
     filter is packed once a chunk for many tiles. Returns 1 where memory ran out."""
-    cdef Py_ssize_t P = (tile + 2) * (tile + 2)
+    cdef Py_ssize_t P = _winograd_positions(g, tile)
     cdef Py_ssize_t per_tile = P * (g.c + g.o) * sizeof(floating)
     cdef Py_ssize_t per_chunk = max(1, min(tiles, _winograd_shared_bytes // per_tile))
     cdef floating* v = <floating*>malloc((P * per_chunk * (g.c + g.o) + threads * g.o) * sizeof(floating))
@@ -430,27 +447,33 @@ cdef void _winograd_output_grads(const Geometry* g, const floating* dy, const fl
                 col = tile * tj + s
                 rows[r * tile + s] = dy + ((n * g.oh + row) * g.ow + col) * g.o if row < g.oh and col < g.ow else zeros
         if floating is float:
-            if tile == 4:
+            if g.kh == 5:
+                tapeflow_winograd_f32_dy25(rows, v + (t - base) * g.o, count * g.o, g.o)
+            elif tile == 4:
                 tapeflow_winograd_f32_dy4(rows, v + (t - base) * g.o, count * g.o, g.o)
             else:
                 tapeflow_winograd_f32_dy(rows, v + (t - base) * g.o, count * g.o, g.o)
         else:
-            if tile == 4:
+            if g.kh == 5:
+                tapeflow_winograd_f64_dy25(rows, v + (t - base) * g.o, count * g.o, g.o)
+            elif tile == 4:
                 tapeflow_winograd_f64_dy4(rows, v + (t - base) * g.o, count * g.o, g.o)
             else:
                 tapeflow_winograd_f64_dy(rows, v + (t - base) * g.o, count * g.o, g.o)
 
 
 cdef void _winograd_filter_back(const floating* du, floating* dw, Py_ssize_t c, Py_ssize_t o,
-                                int threads, int tile) noexcept nogil:
-    """dw[3][3][c][o] = G^T du G for every (channel, output) pair of du[P][c][o]: the adjoint
+                                int threads, int tile, int k) noexcept nogil:
+    """dw[k][k][c][o] = G^T du G for every (channel, output) pair of du[P][c][o]: the adjoint
     of `_winograd_filter`, the pairs shared out among `threads`."""
     cdef Py_ssize_t plane = c * o, part
     cdef unsigned int env = tapeflow_fpenv_get(), own = 0
     with parallel(num_threads=threads):
         own = tapeflow_fpenv_swap(env)
         for part in prange(threads, schedule="static"):
-            if tile == 4:
+            if k == 5:
+                _winograd25_filter_back_pairs(du, dw, plane, plane * part // threads, plane * (part + 1) // threads)
+            elif tile == 4:
                 _winograd4_filter_back_pairs(du, dw, plane, plane * part // threads, plane * (part + 1) // threads)
             else:
                 _winograd_filter_back_pairs(du, dw, plane, plane * part // threads, plane * (part + 1) // threads)
@@ -480,15 +503,15 @@ cdef void _winograd_filter_back_pairs(const floating* du, floating* dw, Py_ssize
 
 cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const floating* dy, floating* dw,
                                floating* du, int tile) noexcept nogil:
-    """dw = the gradient of the 3x3 convolution wrt its filter: for each of the P transformed
+    """dw = the gradient of the k x k convolution wrt its filter: for each of the P transformed
     positions, the transformed input patches times the transformed output gradients, summed over
-    the tiles into du (P C O + C + O numbers, zeroed), then taken back to 3x3 by G^T . G.
+    the tiles into du (P C O + C + O numbers, zeroed), then taken back to k x k by G^T . G.
     With many tiles each thread sums the products of its own tiles, single-threaded gemms with
     the whole C x O output, into sums of its own (the first thread's into du) added at the end;
     with fewer, or where those sums would outgrow the shared bound, each gemm is split over the
     threads instead. Returns 1 where memory ran out."""
     cdef Py_ssize_t tiles_h = (g.oh + tile - 1) // tile, tiles_w = (g.ow + tile - 1) // tile
-    cdef Py_ssize_t P = (tile + 2) * (tile + 2)
+    cdef Py_ssize_t P = _winograd_positions(g, tile)
     cdef Py_ssize_t tiles = g.n * tiles_h * tiles_w
     cdef Py_ssize_t per_tile = P * (g.c + g.o) * sizeof(floating)
     cdef int threads = _threads_for(tiles * P * g.c * g.o, 1 << 16)
@@ -535,7 +558,7 @@ cdef int _winograd_filter_grad(const Geometry* g, const floating* x, const float
                             du + k * g.c * g.o, g.o, threads)
     if own_sums:
         _add_partials(du, partials, threads - 1, size)
-    _winograd_filter_back(du, dw, g.c, g.o, threads, tile)
+    _winograd_filter_back(du, dw, g.c, g.o, threads, tile, g.kh)
     free(v)
     free(partials)
     return 0

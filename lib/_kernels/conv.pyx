@@ -282,6 +282,7 @@ cdef inline floating* _alloc(Py_ssize_t count, floating* like) noexcept nogil:
 
 include "_winograd.pxi"
 include "_winograd_f4.pxi"
+include "_winograd_f25.pxi"
 include "_direct_conv.pxi"
 
 
@@ -369,14 +370,15 @@ def conv2d_forward(const floating[:, :, :, ::1] x, const floating[:, :, :, ::1] 
 cdef object _winograd_transposed(const floating[:, :, :, ::1] dy, const floating[:, :, :, ::1] w, dx,
                                  const Geometry* g):
     """dx (every element written) = the stride-1 convolution of dy with w turned half a turn and
-    its channels swapped, padded by 2 - the forward's pads: the adjoint of a 3x3 convolution."""
+    its channels swapped, padded by k - 1 - the forward's pads: the adjoint of a k x k
+    convolution."""
     flipped = np.ascontiguousarray(np.asarray(w)[::-1, ::-1].transpose(0, 1, 3, 2))
     cdef floating[:, :, :, ::1] f_view = flipped
     cdef floating[:, :, :, ::1] dx_view = dx
     cdef Geometry t = g[0]
     t.h, t.w, t.c, t.o = g.oh, g.ow, g.o, g.c
     t.oh, t.ow = g.h, g.w
-    t.pt, t.pl = 2 - g.pt, 2 - g.pl
+    t.pt, t.pl = g.kh - 1 - g.pt, g.kw - 1 - g.pl
     _winograd("conv2d_backward_input", False, &t, &dy[0, 0, 0, 0], &f_view[0, 0, 0, 0], &dx_view[0, 0, 0, 0])
     return dx
 

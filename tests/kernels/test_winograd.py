@@ -1,7 +1,7 @@
-"""3x3, stride-1 convolutions by Winograd's F(2x2, 3x3) and F(4x4, 3x3) against a float64 NumPy
-correlation and against the im2col kernel: the forward product and both gradients, for odd and
-even output sizes, every padding the layers use, one and two threads, with each thread taking
-chunks of its own and with the threads sharing chunks."""
+"""3x3 and 5x5, stride-1 convolutions by Winograd's F(2x2, 3x3), F(4x4, 3x3) and F(2x2, 5x5)
+against a float64 NumPy correlation and against the im2col kernel: the forward product and both
+gradients, for odd and even output sizes, every padding the layers use, one and two threads,
+with each thread taking chunks of its own and with the threads sharing chunks."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ RNG = np.random.default_rng(3)
 def correlate(x, w, pad_top, pad_left, out_h, out_w):
     """y[n, i, j, o] = sum over (a, b, c) of x[n, i + a - pad_top, j + b - pad_left, c] w[a, b, c, o]."""
     n, h, wd, c = x.shape
-    padded = np.zeros((n, out_h + 2, out_w + 2, c))
-    rows = slice(max(0, pad_top), min(h + pad_top, out_h + 2))
-    cols = slice(max(0, pad_left), min(wd + pad_left, out_w + 2))
+    k = w.shape[0]
+    padded = np.zeros((n, out_h + k - 1, out_w + k - 1, c))
+    rows = slice(max(0, pad_top), min(h + pad_top, out_h + k - 1))
+    cols = slice(max(0, pad_left), min(wd + pad_left, out_w + k - 1))
     padded[:, rows, cols] = x[
         :, rows.start - pad_top : rows.stop - pad_top, cols.start - pad_left : cols.stop - pad_left
     ]
     y = np.zeros((n, out_h, out_w, w.shape[3]))
-    for a in range(3):
-        for b in range(3):
+    for a in range(k):
+        for b in range(k):
             y += padded[:, a : a + out_h, b : b + out_w] @ w[a, b]
     return y
 
@@ -79,13 +80,21 @@ CASES = [  # (n, h, w, c, o, pad_top, pad_left, out_h, out_w): same, valid, odd,
     (1, 1, 1, 2, 2, 1, 1, 1, 1),
     (2, 12, 10, 33, 17, 1, 1, 12, 10),
 ]
+CASES_5X5 = [  # the same for 5x5 filters
+    (2, 7, 9, 5, 6, 2, 2, 7, 9),
+    (1, 8, 8, 3, 4, 0, 0, 4, 4),
+    (3, 5, 8, 4, 2, 3, 1, 6, 8),
+    (2, 8, 8, 3, 3, 0, 1, 4, 5),
+    (1, 1, 1, 2, 2, 2, 2, 1, 1),
+    (2, 12, 10, 33, 17, 2, 2, 12, 10),
+]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("case", CASES)
-def test_forward_and_input_gradient_match_a_float64_correlation(case, threads, winograd_everywhere):
+@pytest.mark.parametrize("k, case", [(3, c) for c in CASES] + [(5, c) for c in CASES_5X5])
+def test_forward_and_input_gradient_match_a_float64_correlation(k, case, threads, winograd_everywhere):
     n, h, wd, c, o, pt, pl, oh, ow = case
-    x, w = RNG.standard_normal((n, h, wd, c)), RNG.standard_normal((3, 3, c, o))
+    x, w = RNG.standard_normal((n, h, wd, c)), RNG.standard_normal((k, k, c, o))
     dy = RNG.standard_normal((n, oh, ow, o))
     old = tp.get_num_threads()
     tp.set_num_threads(threads)
@@ -103,16 +112,16 @@ def test_forward_and_input_gradient_match_a_float64_correlation(case, threads, w
         dx, _im2col(conv.conv2d_backward_input, dy, w, h, wd, 1, 1, pt, pl, 1, 1), rtol=1e-11, atol=1e-11
     )
     # the filter gradient: sum over (n, i, j) of x[n, i + a - pad_top, j + b - pad_left, c] dy[n, i, j, o]
-    dw = conv.conv2d_backward_filter(x, dy, 3, 3, 1, 1, pt, pl, 1, 1)
+    dw = conv.conv2d_backward_filter(x, dy, k, k, 1, 1, pt, pl, 1, 1)
     expected = np.stack(
         [
             np.stack(
                 [
                     np.tensordot(correlate_shift(x, a, b, pt, pl, oh, ow), dy, axes=([0, 1, 2], [0, 1, 2]))
-                    for b in range(3)
+                    for b in range(k)
                 ]
             )
-            for a in range(3)
+            for a in range(k)
         ]
     )
     np.testing.assert_allclose(dw, expected, rtol=1e-10, atol=1e-10)
@@ -120,18 +129,21 @@ def test_forward_and_input_gradient_match_a_float64_correlation(case, threads, w
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("k", [3, 5])
 @pytest.mark.parametrize("shape", [(8, 15, 14, 64, 48), (11, 12, 12, 272, 256)], ids=["own chunks", "shared chunks"])
-def test_it_agrees_with_im2col_where_it_is_chosen(shape, dtype, tile):
+def test_it_agrees_with_im2col_where_it_is_chosen(shape, k, dtype, tile):
     """Shapes for which Winograd's way is the default (448 and 396 tiles; 3,072 and 69,632
-    channel pairs): the numbers of im2col, to the rounding of the dtype."""
+    channel pairs), 3x3 and 5x5 filters with "same" padding: the numbers of im2col, to the
+    rounding of the dtype."""
     n, h, w_, c, o = shape
     x = RNG.standard_normal((n, h, w_, c)).astype(dtype)
-    w = RNG.standard_normal((3, 3, c, o)).astype(dtype)
+    w = RNG.standard_normal((k, k, c, o)).astype(dtype)
     dy = RNG.standard_normal((n, h, w_, o)).astype(dtype)
+    p = k // 2
     calls = [
-        (conv.conv2d_forward, x, w, 1, 1, 1, 1, 1, 1, h, w_),
-        (conv.conv2d_backward_input, dy, w, h, w_, 1, 1, 1, 1, 1, 1),
-        (conv.conv2d_backward_filter, x, dy, 3, 3, 1, 1, 1, 1, 1, 1),
+        (conv.conv2d_forward, x, w, 1, 1, p, p, 1, 1, h, w_),
+        (conv.conv2d_backward_input, dy, w, h, w_, 1, 1, p, p, 1, 1),
+        (conv.conv2d_backward_filter, x, dy, k, k, 1, 1, p, p, 1, 1),
     ]
     ours = [call[0](*call[1:]) for call in calls]
     theirs = [_im2col(*call) for call in calls]
