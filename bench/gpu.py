@@ -3,10 +3,11 @@
     .venv/bin/python bench/gpu.py              # prints "skipped" without a GPU
     .venv/bin/python bench/gpu.py --steps 50
 
-Three workloads:
-- the MLP 784-256-256-10, batch 128, and the "Deep MNIST" CNN without dropout, batch 50:
-  a frozen (tapeflow `tp.function`) or plain (PyTorch) training step on random data of
-  MNIST's shapes, Adam;
+Four workloads:
+- the MLP 784-256-256-10, batch 128, the "Deep MNIST" CNN without dropout, batch 50, and
+  Embedding(10000, 128) -> LSTM(128) -> Dense(10) over 80 steps, batch 64 (PyTorch: nn.LSTM,
+  which runs cuDNN's): a frozen (tapeflow `tp.function`) or plain (PyTorch) training step on
+  random data, Adam;
 - word2vec skip-gram with negative sampling (vocabulary 50,000, dimension 128, window 5,
   5 negatives per window, plain SGD), in words per second: tapeflow runs one
   `word2vec_sgns_train` pass (the fused GPU kernel) over a Zipf-distributed corpus of
@@ -16,8 +17,9 @@ Three workloads:
 
 Each library runs in a process of its own and PyTorch's never imports tapeflow. A timed
 block ends by reading a result (the loss, or the pass's counts), so queued GPU work is
-included. Reported: median step time (or words/s) and the ratio tapeflow / PyTorch of the
-time per step (per word for word2vec); the issue's target is 1.3x.
+included. Reported: median step time (or words/s), the ratio tapeflow / PyTorch of the
+time per step (per word for word2vec), and each process's peak of GPU memory held by its
+allocator (CuPy's memory pool; PyTorch's `max_memory_reserved`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-WORKLOADS = {"mlp": (128, (28 * 28,)), "cnn": (50, (28, 28, 1)), "word2vec": (4096, None)}
+WORKLOADS = {"mlp": (128, (28 * 28,)), "cnn": (50, (28, 28, 1)), "lstm": (64, (80,)), "word2vec": (4096, None)}
+LSTM_VOCAB, LSTM_UNITS = 10_000, 128
 VOCAB, DIM, WINDOW, NEGATIVES = 50_000, 128, 5, 5
 CORPUS_WORDS, SENTENCE = 4_000_000, 1_000
 STAND_IN_WORDS = 5_000  # without a real GPU (tests run the GPU backend's stand-in), the op's reference walks it
@@ -75,11 +78,18 @@ def tapeflow_step(kind: str):
     rng = np.random.default_rng(0)
     with tp.device("gpu:0"):
         optimizer = tp.optimizers.Adam(1e-3)
-        model = tapeflow_model(kind, dropout=False)
-        model.build((None, *shape))
+        if kind == "lstm":
+            tp.random.seed(0)
+            layers = [tp.layers.Embedding(LSTM_VOCAB, LSTM_UNITS), tp.layers.LSTM(LSTM_UNITS), tp.layers.Dense(10)]
+            model = tp.Sequential([tp.Input(shape, dtype="int64"), *layers])
+            x = tp.tensor(rng.integers(0, LSTM_VOCAB, (batch, *shape)))
+        else:
+            model = tapeflow_model(kind, dropout=False)
+            model.build((None, *shape))
+            x = tp.tensor(rng.random((batch, *shape), dtype=np.float32))
         variables = model.trainable_weights
         loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
-        inputs = (tp.tensor(rng.random((batch, *shape), dtype=np.float32)), tp.tensor(rng.integers(0, 10, batch)))
+        inputs = (x, tp.tensor(rng.integers(0, 10, batch)))
         optimizer.build(variables)
 
         @tp.function
@@ -92,18 +102,23 @@ def tapeflow_step(kind: str):
     return step, inputs
 
 
-def run_tapeflow(kind: str, steps: int) -> float:
+def run_tapeflow(kind: str, steps: int) -> dict:
+    """{"seconds": median seconds a step, "peak_bytes": the memory pool's bytes on gpu:0 after
+    the steps, or None where there is no pool (the stand-in)}."""
     import numpy as np
 
     import tapeflow as tp
 
     if kind == "word2vec":
-        return _tapeflow_word2vec(np.random.default_rng(0), steps)
-    step, inputs = tapeflow_step(kind)
-    with tp.device("gpu:0"):
-        for _ in range(3):
-            float(step(*inputs))
-        return _timed(lambda: float(step(*inputs)), steps)
+        seconds = _tapeflow_word2vec(np.random.default_rng(0), steps)
+    else:
+        step, inputs = tapeflow_step(kind)
+        with tp.device("gpu:0"):
+            for _ in range(3):
+                float(step(*inputs))
+            seconds = _timed(lambda: float(step(*inputs)), steps)
+    pool = tp.memory_stats("gpu:0")  # the pool keeps what it had at its peak unless freed
+    return {"seconds": seconds, "peak_bytes": pool["in_use"] + pool["cached"] if pool else None}
 
 
 def _tapeflow_word2vec(rng, steps: int) -> float:
@@ -131,16 +146,31 @@ def _tapeflow_word2vec(rng, steps: int) -> float:
         return _timed(one_pass, steps)
 
 
-def run_pytorch(kind: str, steps: int) -> float:
+def run_pytorch(kind: str, steps: int) -> dict:
     import torch
 
     torch.manual_seed(0)
     batch, shape = WORKLOADS[kind]
     dev = torch.device("cuda")
     if kind == "word2vec":
-        return _pytorch_word2vec(torch, batch, steps)
+        seconds = _pytorch_word2vec(torch, batch, steps)
+        return {"seconds": seconds, "peak_bytes": torch.cuda.max_memory_reserved()}
     else:
-        if kind == "mlp":
+        if kind == "lstm":
+
+            class Net(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.embedding = torch.nn.Embedding(LSTM_VOCAB, LSTM_UNITS)
+                    self.lstm = torch.nn.LSTM(LSTM_UNITS, LSTM_UNITS, batch_first=True)
+                    self.dense = torch.nn.Linear(LSTM_UNITS, 10)
+
+                def forward(self, ids):
+                    _, (h, _) = self.lstm(self.embedding(ids))
+                    return self.dense(h[-1])
+
+            net = Net()
+        elif kind == "mlp":
             net = torch.nn.Sequential(
                 torch.nn.Linear(784, 256),
                 torch.nn.ReLU(),
@@ -163,7 +193,10 @@ def run_pytorch(kind: str, steps: int) -> float:
             )
         net = net.to(dev)
         params = list(net.parameters())
-        x = torch.rand((batch, 784) if kind == "mlp" else (batch, 1, 28, 28), device=dev)
+        if kind == "lstm":
+            x = torch.randint(0, LSTM_VOCAB, (batch, *shape), device=dev)
+        else:
+            x = torch.rand((batch, 784) if kind == "mlp" else (batch, 1, 28, 28), device=dev)
         y = torch.randint(0, 10, (batch,), device=dev)
 
         def loss_of():
@@ -180,7 +213,7 @@ def run_pytorch(kind: str, steps: int) -> float:
 
     for _ in range(3):
         step()
-    return _timed(step, steps)
+    return {"seconds": _timed(step, steps), "peak_bytes": torch.cuda.max_memory_reserved()}
 
 
 def _pytorch_word2vec(torch, batch: int, steps: int) -> float:
@@ -227,12 +260,14 @@ def main() -> None:
     if reason is not None:
         print(f"bench/gpu.py: skipped, no GPU: {reason}")
         return
-    print(f"{'workload':10} {'tapeflow':>14} {'pytorch':>14} {'ratio':>7}")
+    print(f"{'workload':10} {'tapeflow':>14} {'pytorch':>14} {'ratio':>7} {'peak MiB tapeflow / pytorch':>28}")
     for kind in WORKLOADS:
-        seconds = {}
+        seconds, peaks = {}, {}
         for library in ("tapeflow", "pytorch"):
             cmd = [sys.executable, __file__, "--steps", str(args.steps), "--child", library, kind]
-            seconds[library] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+            result = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+            seconds[library], peaks[library] = result["seconds"], result["peak_bytes"]
+        memory = " / ".join("-" if peaks[lib] is None else f"{peaks[lib] / 2**20:.0f}" for lib in seconds)
         if kind == "word2vec":
             rates = {lib: words_per_step(lib, kind) / seconds[lib] for lib in seconds}
             ratio = rates["pytorch"] / rates["tapeflow"]
@@ -240,7 +275,7 @@ def main() -> None:
         else:
             ratio = seconds["tapeflow"] / seconds["pytorch"]
             shown = [f"{seconds[lib] * 1e3:.2f} ms" for lib in ("tapeflow", "pytorch")]
-        print(f"{kind:10} {shown[0]:>14} {shown[1]:>14} {ratio:6.2f}x")
+        print(f"{kind:10} {shown[0]:>14} {shown[1]:>14} {ratio:6.2f}x {memory:>28}")
 
 
 if __name__ == "__main__":

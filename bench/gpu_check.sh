@@ -60,7 +60,7 @@ timeout -k 5 "$(left 120)" "$PY" bench/gpu_warmup.py > "$OUT/warmup.log" 2>&1
 echo "warm-up exit $?" >> "$OUT/warmup.log"
 
 # the timings first (the targets' figures), then the device tests with what is left
-for workload in mlp cnn word2vec; do
+for workload in mlp cnn lstm word2vec; do
     for library in tapeflow pytorch; do
         line=$(timeout -k 5 "$(left 45)" "$PY" bench/gpu.py --steps 20 --child "$library" "$workload" 2>&1 | tail -n 2 | tr '\n' ' ')
         echo "$library $workload: $line"

@@ -2,7 +2,7 @@
 
     python3 bench/gpu_profile.py [--kinds mlp cnn] [--steps 5]
 
-For bench/gpu.py's MLP and CNN steps on gpu:0 it prints:
+For bench/gpu.py's MLP, CNN and LSTM steps on gpu:0 it prints:
 - the step's median wall time (ending with a read of the loss), and the time the host takes to
   queue it (the call returning before the read): a step whose queueing time is close to its
   wall time is bound by the host's Python, not by the GPU;
@@ -82,7 +82,7 @@ def profile(kind: str, steps: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kinds", nargs="+", default=["mlp", "cnn"])
+    parser.add_argument("--kinds", nargs="+", default=["mlp", "cnn", "lstm"])
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
     reason = devices.gpu_unavailable_reason()
