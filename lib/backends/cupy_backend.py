@@ -584,8 +584,9 @@ def sum(x, axes, keepdims):  # noqa: A001 - the op's name
 
 # ------------------------------------------------------------ 2-D window ops (window.cu around cuBLAS products)
 # On a GPU, float32 and float64 2-D convolutions are an im2col (or a 1x1 filter's input as it
-# is) and one cuBLAS product, their input gradients a product and a col2im, and max pooling one
-# kernel each way. Elsewhere, and for other dtypes and ranks, window_ops' views and tensordots.
+# is) and one cuBLAS product, their input gradients a product and a col2im, and max and average
+# pooling one kernel each way. Elsewhere, and for other dtypes and ranks, window_ops' views and
+# tensordots.
 def _window_kernel(name: str, *arrays):
     """window.cu's `name` for the arrays' one float dtype on a GPU, else None."""
     dtype = arrays[0].dtype
@@ -709,11 +710,29 @@ def max_pool2d_grad_grad(x, g, ksize, strides, padding):
 
 
 def avg_pool2d(x, ksize, strides, padding):
-    return window_ops.avg_pool(xp, x, ksize, strides, padding, "avg_pool2d")
+    """The mean of each window's cells inside the input (padding not counted)."""
+    function = _window_kernel("avg_pool", x)
+    if function is None:
+        return window_ops.avg_pool(xp, x, ksize, strides, padding, "avg_pool2d")
+    x = xp.ascontiguousarray(x)
+    n, h, w, c = x.shape
+    oh, ow, top, left = _plane("avg_pool2d", x.shape, ksize, strides, padding, (1, 1))
+    out = xp.empty((n, oh, ow, c), x.dtype)
+    _launch_window(function, (x, out), out.size, (h, w, c, oh, ow, *ksize, *strides, top, left))
+    return out
 
 
 def avg_pool2d_grad(dy, input_size, ksize, strides, padding):
-    return window_ops.avg_pool_grad(xp, dy, input_size, ksize, strides, padding, "avg_pool2d")
+    """Each input cell gathers its windows' gradients, each over its window's cells."""
+    function = _window_kernel("avg_pool_grad", dy)
+    if function is None:
+        return window_ops.avg_pool_grad(xp, dy, input_size, ksize, strides, padding, "avg_pool2d")
+    dy = xp.ascontiguousarray(dy)
+    (h, w), n, c = input_size, dy.shape[0], dy.shape[3]
+    oh, ow, top, left = _plane("avg_pool2d_grad", (n, h, w, c), ksize, strides, padding, (1, 1), dy.shape)
+    dx = xp.empty((n, h, w, c), dy.dtype)
+    _launch_window(function, (dy, dx), dx.size, (h, w, c, oh, ow, *ksize, *strides, top, left))
+    return dx
 
 
 def max_pool3d(x, ksize, strides, padding):

@@ -38,7 +38,9 @@ RUNNER = r"""
     TF_RUN(im2col_##S, ((const T*)p[0], (T*)p[1], total, TF_SIZES13))                           \
     TF_RUN(col2im_##S, ((const T*)p[0], (T*)p[1], total, TF_SIZES13))                           \
     TF_RUN(max_pool_##S, ((const T*)p[0], (T*)p[1], total, TF_SIZES11))                         \
-    TF_RUN(max_pool_grad_##S, ((const T*)p[0], (const T*)p[1], (T*)p[2], total, TF_SIZES11))
+    TF_RUN(max_pool_grad_##S, ((const T*)p[0], (const T*)p[1], (T*)p[2], total, TF_SIZES11))     \
+    TF_RUN(avg_pool_##S, ((const T*)p[0], (T*)p[1], total, TF_SIZES11))                         \
+    TF_RUN(avg_pool_grad_##S, ((const T*)p[0], (T*)p[1], total, TF_SIZES11))
 
 extern "C" int tf_launch(const char* name, unsigned grid, unsigned block, void** p, long long total, const int* v) {
     const std::string kernel(name);
@@ -195,6 +197,25 @@ def test_max_pools_and_their_gradients_match_the_references(launches, rng, dtype
     assert launches == [f"max_pool_{suffix}", f"max_pool_grad_{suffix}"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", POOLS, ids=[f"{c[0]}/{c[1]}/{c[2]}/{c[3]}" for c in POOLS])
+def test_average_pools_and_their_gradients_match_the_references(launches, rng, dtype, case):
+    """Windows that reach into the padding divide by their cells inside the input."""
+    shape, ksize, strides, padding = case
+    x = rng.standard_normal(shape)
+    attrs = {"ksize": ksize, "strides": strides, "padding": padding}
+    want = get_op("avg_pool2d").reference(x, **attrs)
+    dy = rng.standard_normal(want.shape)
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    y = cupy_backend.avg_pool2d(x.astype(dtype), **attrs)
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+    dx = cupy_backend.avg_pool2d_grad(dy.astype(dtype), shape[1:3], **attrs)
+    want_dx = get_op("avg_pool2d_grad").reference(dy, input_size=shape[1:3], **attrs)
+    np.testing.assert_allclose(dx, want_dx, rtol=tol, atol=tol)
+    suffix = "f32" if dtype == np.float32 else "f64"
+    assert launches == [f"avg_pool_{suffix}", f"avg_pool_grad_{suffix}"]
+
+
 def test_other_dtypes_and_mixed_dtypes_keep_the_array_operations(launches, rng):
     x, w = rng.standard_normal((1, 5, 5, 2)).astype(np.float16), rng.standard_normal((3, 3, 2, 2)).astype(np.float16)
     y = cupy_backend.conv2d(x, w, (1, 1), "SAME", (1, 1))
@@ -214,4 +235,6 @@ def test_a_gradient_that_does_not_fit_its_input_is_refused_before_a_launch(launc
         cupy_backend.conv2d_filter_grad(x, dy, (3, 3), (1, 1), "VALID", (1, 1))
     with pytest.raises(ValueError, match="conv2d_transpose: gradient"):
         cupy_backend.conv2d_input_grad(dy, rng.standard_normal((3, 3, 2, 2)), (6, 6), (1, 1), "VALID", (1, 1))
+    with pytest.raises(ValueError, match="avg_pool2d_grad: gradient"):
+        cupy_backend.avg_pool2d_grad(dy, (6, 6), (2, 2), (2, 2), "VALID")
     assert launches == []

@@ -1,5 +1,5 @@
 // 2-D window ops on channels-last arrays [n, h, w, c]: im2col and col2im around cuBLAS products
-// for convolutions, and max pooling with its gradient. One thread per element written; every
+// for convolutions, and max and average pooling with their gradients. One thread per element written; every
 // element of the output is written by the one thread that owns it (gathers, no atomics), so the
 // results do not depend on the order in which threads run. T is float or double.
 //
@@ -120,6 +120,61 @@ __device__ void max_pool_grad(const T* x, const T* dy, T* dx, long long total, i
     dx[k] = sum;
 }
 
+// The cells of window (oy, ox) inside the input: the divisor of an average pool.
+__device__ inline int window_cells(int oy, int ox, int h, int w, int kh, int kw, int sh, int sw, int pt, int pl) {
+    const int y0 = oy * sh - pt, x0 = ox * sw - pl;
+    const int rows = (y0 + kh < h ? y0 + kh : h) - (y0 > 0 ? y0 : 0);
+    const int cols = (x0 + kw < w ? x0 + kw : w) - (x0 > 0 ? x0 : 0);
+    return (rows > 0 ? rows : 0) * (cols > 0 ? cols : 0);
+}
+
+// out = the mean of each window's cells inside the input (padding not counted)
+template <typename T>
+__device__ void avg_pool(const T* x, T* out, long long total, int h, int w, int c, int oh, int ow, int kh, int kw,
+                         int sh, int sw, int pt, int pl) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= total) return;
+    const int ch = (int)(k % c);
+    long long rest = k / c;
+    const int ox = (int)(rest % ow);
+    rest /= ow;
+    const int oy = (int)(rest % oh);
+    const long long b = rest / oh;
+    T sum = T(0);
+    for (int i = 0; i < kh; ++i) {
+        const int y = oy * sh - pt + i;
+        if (y < 0 || y >= h) continue;
+        for (int j = 0; j < kw; ++j) {
+            const int xx = ox * sw - pl + j;
+            if (xx >= 0 && xx < w) sum += x[((b * h + y) * w + xx) * c + ch];
+        }
+    }
+    out[k] = sum / T(window_cells(oy, ox, h, w, kh, kw, sh, sw, pt, pl));
+}
+
+// dx[b, y, x, ch] = the sum of dy / (the window's cells) over the windows holding (y, x)
+template <typename T>
+__device__ void avg_pool_grad(const T* dy, T* dx, long long total, int h, int w, int c, int oh, int ow, int kh,
+                              int kw, int sh, int sw, int pt, int pl) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= total) return;
+    const int ch = (int)(k % c);
+    long long rest = k / c;
+    const int xx = (int)(rest % w);
+    rest /= w;
+    const int y = (int)(rest % h);
+    const long long b = rest / h;
+    const int oy_from = y + pt - kh + 1 > 0 ? (y + pt - kh + 1 + sh - 1) / sh : 0;
+    const int oy_to = (y + pt) / sh < oh - 1 ? (y + pt) / sh : oh - 1;
+    const int ox_from = xx + pl - kw + 1 > 0 ? (xx + pl - kw + 1 + sw - 1) / sw : 0;
+    const int ox_to = (xx + pl) / sw < ow - 1 ? (xx + pl) / sw : ow - 1;
+    T sum = T(0);
+    for (int oy = oy_from; oy <= oy_to; ++oy)
+        for (int ox = ox_from; ox <= ox_to; ++ox)
+            sum += dy[((b * oh + oy) * ow + ox) * c + ch] / T(window_cells(oy, ox, h, w, kh, kw, sh, sw, pt, pl));
+    dx[k] = sum;
+}
+
 #define TF_WINDOW_KERNELS(T, SUFFIX)                                                                              \
     extern "C" __global__ void im2col_##SUFFIX(const T* x, T* cols, long long total, int h, int w, int c, int oh, \
                                                int ow, int kh, int kw, int sh, int sw, int dh, int dw, int pt,    \
@@ -140,6 +195,16 @@ __device__ void max_pool_grad(const T* x, const T* dy, T* dx, long long total, i
                                                       int w, int c, int oh, int ow, int kh, int kw, int sh,       \
                                                       int sw, int pt, int pl) {                                   \
         max_pool_grad<T>(x, dy, dx, total, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl);                              \
+    }                                                                                                             \
+    extern "C" __global__ void avg_pool_##SUFFIX(const T* x, T* out, long long total, int h, int w, int c,       \
+                                                 int oh, int ow, int kh, int kw, int sh, int sw, int pt,          \
+                                                 int pl) {                                                        \
+        avg_pool<T>(x, out, total, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl);                                      \
+    }                                                                                                             \
+    extern "C" __global__ void avg_pool_grad_##SUFFIX(const T* dy, T* dx, long long total, int h, int w, int c,  \
+                                                      int oh, int ow, int kh, int kw, int sh, int sw, int pt,     \
+                                                      int pl) {                                                   \
+        avg_pool_grad<T>(dy, dx, total, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl);                                 \
     }
 
 TF_WINDOW_KERNELS(float, f32)
