@@ -34,8 +34,21 @@ def _raw_kernels() -> None:
     from tapeflow._kernels import cuda
 
     for name, path in sorted(cuda.SOURCES.items()):
-        for function in re.findall(r'extern "C" __global__ void (\w+)', path.read_text()):
+        for function in kernel_names(path.read_text()):
             cuda.kernel(name, function)
+
+
+def kernel_names(source: str) -> list[str]:
+    """The kernels a .cu file defines; one written once for both dtypes in a macro
+    (`name_##SUFFIX`) is two, name_f32 and name_f64.
+
+    >>> kernel_names('extern "C" __global__ void a_f32(float* x) {}\\n extern "C" __global__ void b_##S(T* x) {}')
+    ['a_f32', 'b_f32', 'b_f64']
+    """
+    names = []
+    for base, macro in re.findall(r'extern "C" __global__ void (\w+?)(##\w+)?\(', source):
+        names += [base + suffix for suffix in ("f32", "f64")] if macro else [base]
+    return names
 
 
 def _model_steps() -> None:

@@ -680,16 +680,21 @@ def depthwise_conv2d_input_grad(dy, w, input_size, strides, padding, dilations):
     return window_ops.depthwise_input_grad(xp, dy, w, input_size, strides, padding, dilations)
 
 
+def _pool2d(name: str, function, x, ksize, strides, padding):
+    """One launch of window.cu's pooling `function` over x, one thread per output element."""
+    x = xp.ascontiguousarray(x)
+    n, h, w, c = x.shape
+    oh, ow, top, left = _plane(name, x.shape, ksize, strides, padding, (1, 1))
+    out = xp.empty((n, oh, ow, c), x.dtype)
+    _launch_window(function, (x, out), out.size, (h, w, c, oh, ow, *ksize, *strides, top, left))
+    return out
+
+
 def max_pool2d(x, ksize, strides, padding):
     function = _window_kernel("max_pool", x)
     if function is None:
         return window_ops.max_pool(xp, x, ksize, strides, padding, "max_pool2d")
-    x = xp.ascontiguousarray(x)
-    n, h, w, c = x.shape
-    oh, ow, top, left = _plane("max_pool2d", x.shape, ksize, strides, padding, (1, 1))
-    out = xp.empty((n, oh, ow, c), x.dtype)
-    _launch_window(function, (x, out), out.size, (h, w, c, oh, ow, *ksize, *strides, top, left))
-    return out
+    return _pool2d("max_pool2d", function, x, ksize, strides, padding)
 
 
 def max_pool2d_grad(x, dy, ksize, strides, padding):
@@ -714,12 +719,7 @@ def avg_pool2d(x, ksize, strides, padding):
     function = _window_kernel("avg_pool", x)
     if function is None:
         return window_ops.avg_pool(xp, x, ksize, strides, padding, "avg_pool2d")
-    x = xp.ascontiguousarray(x)
-    n, h, w, c = x.shape
-    oh, ow, top, left = _plane("avg_pool2d", x.shape, ksize, strides, padding, (1, 1))
-    out = xp.empty((n, oh, ow, c), x.dtype)
-    _launch_window(function, (x, out), out.size, (h, w, c, oh, ow, *ksize, *strides, top, left))
-    return out
+    return _pool2d("avg_pool2d", function, x, ksize, strides, padding)
 
 
 def avg_pool2d_grad(dy, input_size, ksize, strides, padding):

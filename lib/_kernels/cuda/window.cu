@@ -9,6 +9,29 @@
 // (convolutions) or minus infinity (max pooling). Infinity is built from its bits: NVRTC has no
 // INFINITY macro.
 
+// Element k of an array [n, rows, cols, c]: its image, row, column and channel.
+struct tf_cell {
+    long long b;
+    int row, col, ch;
+};
+__device__ inline tf_cell cell_of(long long k, int rows, int cols, int c) {
+    tf_cell at;
+    at.ch = (int)(k % c);
+    long long rest = k / c;
+    at.col = (int)(rest % cols);
+    rest /= cols;
+    at.row = (int)(rest % rows);
+    at.b = rest / rows;
+    return at;
+}
+
+// The windows [*from, *to] along one axis that hold position p (window o covers o * s - pad
+// .. o * s - pad + k - 1), within the o_count windows there are.
+__device__ inline void windows_holding(int p, int pad, int k, int s, int o_count, int* from, int* to) {
+    *from = p + pad - k + 1 > 0 ? (p + pad - k + 1 + s - 1) / s : 0;
+    *to = (p + pad) / s < o_count - 1 ? (p + pad) / s : o_count - 1;
+}
+
 // cols[(b, oy, ox), (i, j, ch)] = x[b, oy * sh - pt + i * dh, ox * sw - pl + j * dw, ch]
 template <typename T>
 __device__ void im2col(const T* x, T* cols, long long total, int h, int w, int c, int oh, int ow, int kh,
@@ -35,13 +58,9 @@ __device__ void col2im(const T* dcols, T* dx, long long total, int h, int w, int
                        int kw, int sh, int sw, int dh, int dw, int pt, int pl) {
     const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= total) return;
-    const int ch = (int)(k % c);
-    long long rest = k / c;
-    const int xx = (int)(rest % w);
-    rest /= w;
-    const int y = (int)(rest % h);
-    const long long b = rest / h;
-    const long long width = (long long)kh * kw * c;
+    const tf_cell at = cell_of(k, h, w, c);
+    const long long b = at.b, width = (long long)kh * kw * c;
+    const int y = at.row, xx = at.col, ch = at.ch;
     T sum = T(0);
     for (int i = 0; i < kh; ++i) {
         const int ty = y + pt - i * dh;
@@ -82,13 +101,9 @@ __device__ void max_pool(const T* x, T* out, long long total, int h, int w, int 
                          int sh, int sw, int pt, int pl) {
     const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= total) return;
-    const int ch = (int)(k % c);
-    long long rest = k / c;
-    const int ox = (int)(rest % ow);
-    rest /= ow;
-    const int oy = (int)(rest % oh);
+    const tf_cell at = cell_of(k, oh, ow, c);
     int tap;
-    out[k] = first_max(x, rest / oh, oy, ox, ch, h, w, c, kh, kw, sh, sw, pt, pl, &tap);
+    out[k] = first_max(x, at.b, at.row, at.col, at.ch, h, w, c, kh, kw, sh, sw, pt, pl, &tap);
 }
 
 // dx[b, y, x, ch] = the sum of dy over the windows whose first maximum is (y, x), added in the
@@ -98,23 +113,17 @@ __device__ void max_pool_grad(const T* x, const T* dy, T* dx, long long total, i
                               int kh, int kw, int sh, int sw, int pt, int pl) {
     const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= total) return;
-    const int ch = (int)(k % c);
-    long long rest = k / c;
-    const int xx = (int)(rest % w);
-    rest /= w;
-    const int y = (int)(rest % h);
-    const long long b = rest / h;
-    // windows (oy, ox) holding (y, x): oy * sh - pt <= y <= oy * sh - pt + kh - 1
-    const int oy_from = y + pt - kh + 1 > 0 ? (y + pt - kh + 1 + sh - 1) / sh : 0;
-    const int oy_to = (y + pt) / sh < oh - 1 ? (y + pt) / sh : oh - 1;
-    const int ox_from = xx + pl - kw + 1 > 0 ? (xx + pl - kw + 1 + sw - 1) / sw : 0;
-    const int ox_to = (xx + pl) / sw < ow - 1 ? (xx + pl) / sw : ow - 1;
+    const tf_cell at = cell_of(k, h, w, c);
+    int oy_from, oy_to, ox_from, ox_to;
+    windows_holding(at.row, pt, kh, sh, oh, &oy_from, &oy_to);
+    windows_holding(at.col, pl, kw, sw, ow, &ox_from, &ox_to);
     T sum = T(0);
     for (int oy = oy_from; oy <= oy_to; ++oy) {
         for (int ox = ox_from; ox <= ox_to; ++ox) {
             int tap;
-            first_max(x, b, oy, ox, ch, h, w, c, kh, kw, sh, sw, pt, pl, &tap);
-            if (tap == (y - (oy * sh - pt)) * kw + (xx - (ox * sw - pl))) sum += dy[((b * oh + oy) * ow + ox) * c + ch];
+            first_max(x, at.b, oy, ox, at.ch, h, w, c, kh, kw, sh, sw, pt, pl, &tap);
+            if (tap == (at.row - (oy * sh - pt)) * kw + (at.col - (ox * sw - pl)))
+                sum += dy[((at.b * oh + oy) * ow + ox) * c + at.ch];
         }
     }
     dx[k] = sum;
@@ -134,22 +143,17 @@ __device__ void avg_pool(const T* x, T* out, long long total, int h, int w, int 
                          int sh, int sw, int pt, int pl) {
     const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= total) return;
-    const int ch = (int)(k % c);
-    long long rest = k / c;
-    const int ox = (int)(rest % ow);
-    rest /= ow;
-    const int oy = (int)(rest % oh);
-    const long long b = rest / oh;
+    const tf_cell at = cell_of(k, oh, ow, c);
     T sum = T(0);
     for (int i = 0; i < kh; ++i) {
-        const int y = oy * sh - pt + i;
+        const int y = at.row * sh - pt + i;
         if (y < 0 || y >= h) continue;
         for (int j = 0; j < kw; ++j) {
-            const int xx = ox * sw - pl + j;
-            if (xx >= 0 && xx < w) sum += x[((b * h + y) * w + xx) * c + ch];
+            const int xx = at.col * sw - pl + j;
+            if (xx >= 0 && xx < w) sum += x[((at.b * h + y) * w + xx) * c + at.ch];
         }
     }
-    out[k] = sum / T(window_cells(oy, ox, h, w, kh, kw, sh, sw, pt, pl));
+    out[k] = sum / T(window_cells(at.row, at.col, h, w, kh, kw, sh, sw, pt, pl));
 }
 
 // dx[b, y, x, ch] = the sum of dy / (the window's cells) over the windows holding (y, x)
@@ -158,20 +162,15 @@ __device__ void avg_pool_grad(const T* dy, T* dx, long long total, int h, int w,
                               int kw, int sh, int sw, int pt, int pl) {
     const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= total) return;
-    const int ch = (int)(k % c);
-    long long rest = k / c;
-    const int xx = (int)(rest % w);
-    rest /= w;
-    const int y = (int)(rest % h);
-    const long long b = rest / h;
-    const int oy_from = y + pt - kh + 1 > 0 ? (y + pt - kh + 1 + sh - 1) / sh : 0;
-    const int oy_to = (y + pt) / sh < oh - 1 ? (y + pt) / sh : oh - 1;
-    const int ox_from = xx + pl - kw + 1 > 0 ? (xx + pl - kw + 1 + sw - 1) / sw : 0;
-    const int ox_to = (xx + pl) / sw < ow - 1 ? (xx + pl) / sw : ow - 1;
+    const tf_cell at = cell_of(k, h, w, c);
+    int oy_from, oy_to, ox_from, ox_to;
+    windows_holding(at.row, pt, kh, sh, oh, &oy_from, &oy_to);
+    windows_holding(at.col, pl, kw, sw, ow, &ox_from, &ox_to);
     T sum = T(0);
     for (int oy = oy_from; oy <= oy_to; ++oy)
         for (int ox = ox_from; ox <= ox_to; ++ox)
-            sum += dy[((b * oh + oy) * ow + ox) * c + ch] / T(window_cells(oy, ox, h, w, kh, kw, sh, sw, pt, pl));
+            sum += dy[((at.b * oh + oy) * ow + ox) * c + at.ch] /
+                   T(window_cells(oy, ox, h, w, kh, kw, sh, sw, pt, pl));
     dx[k] = sum;
 }
 
