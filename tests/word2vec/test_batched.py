@@ -76,7 +76,7 @@ def _trained(device):
     return tp.word2vec.Word2Vec(**settings, device=device).train(_clustered_sentences())
 
 
-def _assert_learns_the_clusters(model):
+def assert_learns_the_clusters(model):
     wv = model.wv
     within = np.mean([wv.similarity(f"a{i}", f"a{(i + 1) % 20}") for i in range(20)])
     across = np.mean([wv.similarity(f"a{i}", f"b{i}") for i in range(20)])
@@ -86,14 +86,14 @@ def _assert_learns_the_clusters(model):
 
 def test_batched_training_learns_what_the_fused_kernel_learns():
     for model in (_trained(None), _trained("cpu")):
-        _assert_learns_the_clusters(model)
+        assert_learns_the_clusters(model)
 
 
 def test_batched_training_on_a_device_gives_what_the_cpu_gives(accelerator):
     on_cpu, there = _trained("cpu"), _trained(accelerator)
     if getattr(backend(parse_device(accelerator).family), "FUSED_WORD2VEC", False):
         # a real GPU trains through its own fused kernel (Hogwild, its own draws), not in batches
-        _assert_learns_the_clusters(there)
+        assert_learns_the_clusters(there)
         return
     np.testing.assert_allclose(there.syn0, on_cpu.syn0, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(there.syn1, on_cpu.syn1, rtol=1e-4, atol=1e-5)
