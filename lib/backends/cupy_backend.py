@@ -515,9 +515,10 @@ def relu_grad(g, y):
 def relu_bias_grad(g, y):
     """relu_grad's kernel, then the sum over every axis but the last."""
     gz = relu_grad(g, y)
-    leading = tuple(range(gz.ndim - 1))
     summed = _sum_leading(gz)
-    return gz, summed if summed is not None else gz.sum(axis=leading).astype(gz.dtype, copy=False)
+    if summed is None:
+        summed = gz.sum(axis=tuple(range(gz.ndim - 1))).astype(gz.dtype, copy=False)
+    return gz, summed
 
 
 _ONES: dict = {}  # (dtype, GPU) -> a vector of ones, as long as the longest asked for yet
