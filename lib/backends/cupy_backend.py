@@ -368,16 +368,24 @@ def _kernel_scalar(value) -> tuple:
     return _device_float64(value), "float64"
 
 
+def _adam_kernel(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v):
+    """(Adam's generated kernel for the arrays' one float32/float64 dtype, and lr and step as it
+    takes them) on a GPU; else None."""
+    name = _FLOAT_NAMES.get(param.dtype) if ON_GPU else None
+    if name is None or not m.dtype == v.dtype == grad.dtype == param.dtype:
+        return None
+    (lr, lr_type), (step, step_type) = _kernel_scalar(lr), _kernel_scalar(step)
+    settings = (name, beta1, beta2, epsilon, epsilon_on_sqrt_v, (lr_type, step_type))
+    return _update_kernel(cuda.elementwise, elementwise_source.adam_update, *settings), lr, step
+
+
 def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
     """One generated kernel per variable on a GPU, reading `lr` and `step` on the device (never
     on the host), as they come; elsewhere the reference's arithmetic in array ops, as free of
     host reads."""
-    dtype = param.dtype
-    name = _FLOAT_NAMES.get(dtype) if ON_GPU else None
-    if name is not None and m.dtype == v.dtype == grad.dtype == dtype:
-        (lr, lr_type), (step, step_type) = _kernel_scalar(lr), _kernel_scalar(step)
-        settings = (name, beta1, beta2, epsilon, epsilon_on_sqrt_v, (lr_type, step_type))
-        kernel = _update_kernel(cuda.elementwise, elementwise_source.adam_update, *settings)
+    found = _adam_kernel(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    if found is not None:
+        kernel, lr, step = found
         return tuple(kernel(param, m, v, grad, lr, step))
     dtype = dtype_of(param)
     lr, step = _device_float64(lr), _device_float64(step)
@@ -389,6 +397,21 @@ def adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_s
     eps = epsilon / xp.sqrt(1.0 - xp.power(beta2, step)) if epsilon_on_sqrt_v else epsilon
     p_new = param - lr.astype(dtype) * (m_new / bias1) / (xp.sqrt(v_new / bias2) + eps)
     return p_new.astype(dtype), m_new.astype(dtype), v_new.astype(dtype)
+
+
+def adam_update_in_place(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):
+    """`adam_update` writing param, m and v themselves (the executor's form for variables it
+    owns): on a GPU the same generated kernel with them as its outputs (each element is read,
+    then written, by one thread), so that a step allocates nothing; returns them."""
+    found = _adam_kernel(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    if found is not None and param.shape == m.shape == v.shape == grad.shape:
+        kernel, lr, step = found
+        kernel(param, m, v, grad, lr, step, param, m, v)
+        return param, m, v
+    new = adam_update(param, m, v, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v)
+    for table, value in zip((param, m, v), new, strict=True):
+        table[...] = value
+    return param, m, v
 
 
 def sparse_adam_update(param, m, v, indices, grad, lr, step, beta1, beta2, epsilon, epsilon_on_sqrt_v=False):

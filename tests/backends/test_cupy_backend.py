@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from device_training import cnn_layers, embedding_layers, fit_on, mlp_layers, random_data
-from strict_arrays import stand_in_gpu
+from strict_arrays import dispatch_on_host, stand_in_gpu, unwrap
 
 import tapeflow as tp
 from tapeflow import _compat
+from tapeflow._kernels import cuda
 from tapeflow.backends import cupy_backend
 from tapeflow.ops.registry import get_op
 
@@ -165,3 +166,65 @@ def test_mixed_precision_training_on_the_gpu_backend_follows_the_cpu(gpu, policy
     np.testing.assert_allclose(gpu_loss, cpu_loss, rtol=1e-4 if half else 1e-3)
     for a, b in zip(gpu_weights, cpu_weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-3 if half else 3e-2, atol=1e-4 if half else 1e-3)
+
+
+def test_adam_in_place_runs_its_kernel_with_the_variables_as_outputs(monkeypatch, rng):
+    """The executor's in-place Adam on a GPU: the generated kernel gets param, m and v as its
+    outputs too, and nothing is allocated; other dtypes write the reference's step into them."""
+    calls = []
+
+    def fake_elementwise(source):
+        reference = get_op("adam_update").reference
+
+        def kernel(*arrays):
+            calls.append(arrays)
+            param, m, v, grad, lr, step, *outs = arrays
+            for out, new in zip(outs, reference(param, m, v, grad, lr, step, 0.9, 0.999, 1e-7), strict=True):
+                out[...] = new
+
+        return kernel
+
+    dispatch_on_host(cupy_backend, monkeypatch)
+    monkeypatch.setattr(cuda, "elementwise", fake_elementwise)
+    for dtype in (np.float32, np.float16):
+        param, m, v, grad = (rng.standard_normal((4, 3)).astype(dtype) for _ in range(4))
+        v = np.abs(v)
+        want = get_op("adam_update").reference(param, m, v, grad, np.float32(0.01), 3, 0.9, 0.999, 1e-7)
+        tables = (param, m, v)
+        got = cupy_backend.adam_update_in_place(param, m, v, grad, np.float32(0.01), 3, 0.9, 0.999, 1e-7)
+        assert all(a is b for a, b in zip(got, tables, strict=True))
+        for table, new in zip(tables, want, strict=True):
+            np.testing.assert_allclose(table, new, rtol=1e-3 if dtype == np.float16 else 1e-6)
+    assert len(calls) == 1 and all(out is table for out, table in zip(calls[0][6:], calls[0][:3], strict=True))
+
+
+def _device_address(variable) -> int:
+    """Where the variable's array lives on the device (no reference to the array kept)."""
+    value = variable._value
+    return value.data.ptr if _compat.has_gpu else unwrap(value).__array_interface__["data"][0]
+
+
+def test_a_frozen_adam_step_on_the_gpu_backend_writes_its_variables_in_place(gpu):
+    """A frozen step's Adam nodes write the weights' and moments' own arrays on the device (no
+    new ones a step), with the eager step's numbers."""
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((16, 6)).astype(np.float32), rng.standard_normal((16, 3)).astype(np.float32)
+    models = []
+    with tp.device(gpu):
+        for jit in (False, True):
+            model = tp.Sequential([tp.Input((6,)), tp.layers.Dense(5, activation="relu"), tp.layers.Dense(3)])
+            model.compile(optimizer=tp.optimizers.Adam(0.01), loss="mse", jit=jit)
+            models.append(model)
+        eager, frozen = models
+        frozen.set_weights(eager.get_weights())
+        for model in models:
+            model.train_on_batch(x, y)  # builds the slots and the frozen step
+        kernel = frozen.layers[0].kernel
+        held = [kernel, *frozen.optimizer.slots(kernel).values()]
+        addresses = [_device_address(v) for v in held]
+        for _ in range(3):
+            for model in models:
+                model.train_on_batch(x, y)
+    assert [_device_address(v) for v in held] == addresses
+    for ours, theirs in zip(frozen.get_weights(), eager.get_weights(), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
