@@ -25,11 +25,16 @@ __device__ inline tf_cell cell_of(long long k, int rows, int cols, int c) {
     return at;
 }
 
-// The windows [*from, *to] along one axis that hold position p (window o covers o * s - pad
+// The windows [from, to] along one axis that hold position p (window o covers o * s - pad
 // .. o * s - pad + k - 1), within the o_count windows there are.
-__device__ inline void windows_holding(int p, int pad, int k, int s, int o_count, int* from, int* to) {
-    *from = p + pad - k + 1 > 0 ? (p + pad - k + 1 + s - 1) / s : 0;
-    *to = (p + pad) / s < o_count - 1 ? (p + pad) / s : o_count - 1;
+struct tf_range {
+    int from, to;
+};
+__device__ inline tf_range windows_holding(int p, int pad, int k, int s, int o_count) {
+    tf_range r;
+    r.from = p + pad - k + 1 > 0 ? (p + pad - k + 1 + s - 1) / s : 0;
+    r.to = (p + pad) / s < o_count - 1 ? (p + pad) / s : o_count - 1;
+    return r;
 }
 
 // cols[(b, oy, ox), (i, j, ch)] = x[b, oy * sh - pt + i * dh, ox * sw - pl + j * dw, ch]
@@ -114,12 +119,10 @@ __device__ void max_pool_grad(const T* x, const T* dy, T* dx, long long total, i
     const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= total) return;
     const tf_cell at = cell_of(k, h, w, c);
-    int oy_from, oy_to, ox_from, ox_to;
-    windows_holding(at.row, pt, kh, sh, oh, &oy_from, &oy_to);
-    windows_holding(at.col, pl, kw, sw, ow, &ox_from, &ox_to);
+    const tf_range rows = windows_holding(at.row, pt, kh, sh, oh), cols = windows_holding(at.col, pl, kw, sw, ow);
     T sum = T(0);
-    for (int oy = oy_from; oy <= oy_to; ++oy) {
-        for (int ox = ox_from; ox <= ox_to; ++ox) {
+    for (int oy = rows.from; oy <= rows.to; ++oy) {
+        for (int ox = cols.from; ox <= cols.to; ++ox) {
             int tap;
             first_max(x, at.b, oy, ox, at.ch, h, w, c, kh, kw, sh, sw, pt, pl, &tap);
             if (tap == (at.row - (oy * sh - pt)) * kw + (at.col - (ox * sw - pl)))
@@ -163,12 +166,10 @@ __device__ void avg_pool_grad(const T* dy, T* dx, long long total, int h, int w,
     const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= total) return;
     const tf_cell at = cell_of(k, h, w, c);
-    int oy_from, oy_to, ox_from, ox_to;
-    windows_holding(at.row, pt, kh, sh, oh, &oy_from, &oy_to);
-    windows_holding(at.col, pl, kw, sw, ow, &ox_from, &ox_to);
+    const tf_range rows = windows_holding(at.row, pt, kh, sh, oh), cols = windows_holding(at.col, pl, kw, sw, ow);
     T sum = T(0);
-    for (int oy = oy_from; oy <= oy_to; ++oy)
-        for (int ox = ox_from; ox <= ox_to; ++ox)
+    for (int oy = rows.from; oy <= rows.to; ++oy)
+        for (int ox = cols.from; ox <= cols.to; ++ox)
             sum += dy[((at.b * oh + oy) * ow + ox) * c + at.ch] /
                    T(window_cells(oy, ox, h, w, kh, kw, sh, sw, pt, pl));
     dx[k] = sum;
