@@ -1,7 +1,8 @@
 // 2-D window ops on channels-last arrays [n, h, w, c]: im2col and col2im around cuBLAS products
-// for convolutions, and max and average pooling with their gradients. One thread per element written; every
-// element of the output is written by the one thread that owns it (gathers, no atomics), so the
-// results do not depend on the order in which threads run. T is float or double.
+// for convolutions, and max and average pooling with their gradients. One thread per element
+// written; every element of the output is written by the one thread that owns it (gathers, no
+// atomics), so the results do not depend on the order in which threads run. T is float or
+// double.
 //
 // A window's geometry: output [oh, ow], kernel [kh, kw], strides (sh, sw), dilations (dh, dw),
 // and the padding before each axis (pt, pl). Output (oy, ox), tap (i, j) reads input row
