@@ -447,11 +447,9 @@ def relu_grad(g, y):
     >>> relu_grad(np.array([1.0, 2.0, 3.0]), np.array([0.0, 4.0, np.nan])).tolist()
     [0.0, 2.0, 0.0]
     """
-    cdef Py_ssize_t stride = 0
-    if cnp.PyArray_CheckExact(g) and not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>g) and _plain_float(y):
-        stride = _row_stride(<cnp.ndarray>g, <cnp.ndarray>y)  # a slice of a wider gradient: read in place
-        if stride:
-            return _relu_grad_rows(<cnp.ndarray>g, stride, <cnp.ndarray>y)
+    cdef Py_ssize_t stride = _row_stride(g, y)
+    if stride:  # a slice of a wider gradient: read in place
+        return _relu_grad_rows(<cnp.ndarray>g, stride, <cnp.ndarray>y)
     if not (_plain_float(g) and _plain_like(y, <cnp.ndarray>g)):
         g, y = _same_floats("relu_grad", g=g, y=y)
     cdef cnp.ndarray ga = <cnp.ndarray>g, out = _empty_like(ga)
@@ -482,9 +480,7 @@ def relu_bias_grad(g, y):
     >>> gz.tolist(), db.tolist()
     ([[1.0, 0.0], [3.0, 4.0]], [4.0, 4.0])
     """
-    cdef Py_ssize_t stride = 0
-    if cnp.PyArray_CheckExact(g) and not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>g) and _plain_float(y):
-        stride = _row_stride(<cnp.ndarray>g, <cnp.ndarray>y)
+    cdef Py_ssize_t stride = _row_stride(g, y)
     if stride == 0 and not (_plain_float(g) and _plain_like(y, <cnp.ndarray>g)):
         g, y = _same_floats("relu_bias_grad", g=g, y=y)
     cdef cnp.ndarray ga = <cnp.ndarray>g, ya = <cnp.ndarray>y
@@ -525,13 +521,17 @@ def relu_bias_grad(g, y):
     return out, np.asarray(total).astype(out.dtype)
 
 
-cdef Py_ssize_t _row_stride(cnp.ndarray g, cnp.ndarray y) noexcept:
-    """For g of y's shape and dtype whose last axis is contiguous and whose rows of it lie
-    evenly apart (a slice along the last axis of a C-contiguous array, as `split` gives): the
-    distance between rows in numbers; 0 for any other g."""
+cdef Py_ssize_t _row_stride(object g_obj, object y_obj):
+    """For a non-contiguous NumPy array g of the plain float array y's shape and dtype whose
+    last axis is contiguous and whose rows of it lie evenly apart (a slice along the last axis
+    of a C-contiguous array, as `split` gives): the distance between rows in numbers; 0 for
+    any other g."""
+    if not (cnp.PyArray_CheckExact(g_obj) and _plain_float(y_obj)):
+        return 0
+    cdef cnp.ndarray g = <cnp.ndarray>g_obj, y = <cnp.ndarray>y_obj
     cdef int nd = cnp.PyArray_NDIM(g), k
-    if (nd < 2 or cnp.PyArray_TYPE(g) != cnp.PyArray_TYPE(y) or not cnp.PyArray_SAMESHAPE(g, y)
-            or cnp.PyArray_SIZE(g) == 0):
+    if (cnp.PyArray_IS_C_CONTIGUOUS(g) or nd < 2 or cnp.PyArray_TYPE(g) != cnp.PyArray_TYPE(y)
+            or not cnp.PyArray_SAMESHAPE(g, y) or cnp.PyArray_SIZE(g) == 0):
         return 0
     cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(g)
     cdef cnp.npy_intp* strides = cnp.PyArray_STRIDES(g)

@@ -54,6 +54,16 @@ def _on_host(array) -> bool:
 _DEVICE_UFUNC_AT: list[Callable] = []
 
 
+def all_but_last(axes, ndim: int) -> bool:
+    """Whether `axes` (a tuple, negative axes allowed) are every axis of an `ndim`-dimensional
+    array but its last: the axes of a bias's gradient.
+
+    >>> all_but_last((0, -3, 2), 4), all_but_last((0,), 3), all_but_last(None, 2)
+    (True, False, False)
+    """
+    return isinstance(axes, tuple) and ndim >= 1 and sorted(a % ndim for a in axes) == list(range(ndim - 1))
+
+
 def register_ufunc_at(run: Callable) -> None:
     """Make `run(name, out, index, values)` do ufunc.at for the arrays no other backend holds."""
     if run not in _DEVICE_UFUNC_AT:

@@ -26,6 +26,7 @@ from tapeflow._kernels import cuda
 from tapeflow._kernels.cuda import elementwise_source
 from tapeflow.backends import cupy_recurrent, window_ops
 from tapeflow.backends.common import (
+    all_but_last,
     check_distinct,
     check_in_range,
     check_index_range,
@@ -599,7 +600,7 @@ def _add_bias(y, b, activation):
 def sum(x, axes, keepdims):  # noqa: A001 - the op's name
     """The reference's sum as the array's own method (no NumPy dispatch on the way); over every
     axis but the last (a bias's gradient), one product on a GPU."""
-    if isinstance(axes, tuple) and tuple(sorted(a % max(x.ndim, 1) for a in axes)) == tuple(range(x.ndim - 1)):
+    if all_but_last(axes, x.ndim):
         summed = _sum_leading(x)
         if summed is not None:
             return summed.reshape((1,) * (x.ndim - 1) + summed.shape) if keepdims else summed

@@ -20,7 +20,7 @@ import numpy as np
 
 from tapeflow import _kernels
 from tapeflow._kernels import elementwise as _elementwise
-from tapeflow.backends.common import check_distinct, check_index_range, check_labels
+from tapeflow.backends.common import all_but_last, check_distinct, check_index_range, check_labels
 from tapeflow.backends.geometry import MAX_EXTENT as MAX_DIM
 from tapeflow.backends.geometry import axis_geometry, conv_geometry
 from tapeflow.backends.numpy_recurrent import (  # noqa: F401 (kernels by op name)
@@ -445,7 +445,7 @@ def relu_bias_grad(g, y):
     arrays of one shape; the reference otherwise."""
     if _float_pair(g, y) and g.ndim >= 1:
         return _kernels.relu_bias_grad(g, y)
-    gz = np.where(y > 0, g, 0).astype(g.dtype, copy=False)
+    gz = relu_grad(g, y)
     return gz, np.sum(gz, axis=tuple(range(gz.ndim - 1))).astype(g.dtype, copy=False)
 
 
@@ -478,7 +478,7 @@ def sum(x, axes, keepdims):  # noqa: A001 - the op's name
     calls, without its Python layers), or over every axis but the last (a bias gradient) by
     the channel kernel in float64, as relu_bias_grad sums; booleans are counted in int64."""
     if type(x) is np.ndarray and x.dtype in _FAST:
-        if x.ndim >= 2 and x.flags.c_contiguous and tuple(axes) == tuple(range(x.ndim - 1)):
+        if x.ndim >= 2 and x.flags.c_contiguous and all_but_last(axes, x.ndim):
             sums = _kernels.sum_leading(x.reshape(-1, x.shape[-1]))
             return sums.reshape((1,) * (x.ndim - 1) + sums.shape) if keepdims else sums
         return np.add.reduce(x, axis=axes, keepdims=keepdims)
